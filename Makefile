@@ -1,0 +1,38 @@
+# One local entry point that does exactly what CI does.
+#
+#   make test    every test: unit, integration, doc, and the Python interop check
+#   make lint    rustfmt check + clippy with warnings as errors
+#   make bench   criterion benchmarks
+#   make demo    build sluice, create a lake in ./lake and query it
+
+export CARGO_TARGET_DIR ?= /var/tmp/sluice-target
+export SLUICE_VENV ?= /var/tmp/sluice-venv
+CARGO ?= cargo
+
+.PHONY: test lint fmt bench build demo python help
+
+help:
+	@grep -E '^#   make' Makefile | sed 's/^#   //'
+
+build:
+	$(CARGO) build --workspace
+
+python:
+	bash scripts/setup-python.sh
+
+test: python
+	SLUICE_PYTHON=$(SLUICE_VENV)/bin/python $(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --doc
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+bench:
+	$(CARGO) bench -p sluice
+
+demo: build
+	bash scripts/demo.sh

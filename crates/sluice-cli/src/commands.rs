@@ -1,0 +1,252 @@
+//! One function per command.
+
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use sluice::artifact::{CONFIG, DATA, FILE_REF, FieldValue, Fields, METRIC};
+use sluice::query::{AsOf, OutputFormat};
+use sluice::{ArtifactId, Draft, Lake};
+
+use crate::args::{Cli, Command, Format};
+use crate::output::{print, text_table};
+
+/// Run a parsed command line.
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let root = cli.lake;
+    match cli.command {
+        Command::Init => init(&root).await,
+        Command::Sql { sql, format, as_of } => query(&root, &sql, format, as_of.as_deref()).await,
+        Command::Tables { json } => tables(&root, json).await,
+        Command::Types { json } => types(&root, json).await,
+        Command::Show { id, json } => show(&root, &id, json).await,
+        Command::Put { type_key, step, metadata, values } => {
+            put(&root, &type_key, step, metadata.as_deref(), &values).await
+        }
+    }
+}
+
+async fn init(root: &Path) -> anyhow::Result<()> {
+    let (lake, report) = Lake::init(root).await?;
+    let mut lines = vec![format!("lake {}", lake.root().display())];
+    for name in &report.created {
+        lines.push(format!("  created   {name}"));
+    }
+    for (name, columns) in &report.evolved {
+        lines.push(format!("  evolved   {name} (+{})", columns.join(", +")));
+    }
+    for name in &report.unchanged {
+        lines.push(format!("  exists    {name}"));
+    }
+    print(&lines.join("\n"))
+}
+
+async fn query(root: &Path, sql: &str, format: Format, as_of: Option<&str>) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let as_of = as_of.map(str::parse::<AsOf>).transpose()?;
+    let result = lake.sql(sql).with_as_of(as_of).execute().await?;
+    let format = match format {
+        Format::Table => OutputFormat::Table,
+        Format::Csv => OutputFormat::Csv,
+        Format::Json => OutputFormat::Json,
+    };
+    let text = sluice::query::format::render(&result.batches, format)?;
+    if text.is_empty() {
+        return Ok(());
+    }
+    print(&text)
+}
+
+async fn tables(root: &Path, as_json: bool) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let infos = lake.table_infos().await?;
+    if as_json {
+        let rows: Vec<Value> = infos
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name, "path": t.path, "version": t.version, "rows": t.rows,
+                    "files": t.files, "bytes": t.bytes, "partition_columns": t.partition_columns,
+                })
+            })
+            .collect();
+        return print(&serde_json::to_string_pretty(&rows)?);
+    }
+    let rows: Vec<Vec<String>> = infos
+        .iter()
+        .map(|t| {
+            vec![
+                t.name.clone(),
+                t.path.clone(),
+                t.version.to_string(),
+                t.rows.to_string(),
+                t.files.to_string(),
+                t.bytes.to_string(),
+                if t.partition_columns.is_empty() {
+                    "-".into()
+                } else {
+                    t.partition_columns.join(",")
+                },
+            ]
+        })
+        .collect();
+    print(&text_table(
+        &["table", "path", "version", "rows", "files", "bytes", "partitioned by"],
+        &rows,
+    ))
+}
+
+async fn types(root: &Path, as_json: bool) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let descriptors: Vec<_> = lake.registry().descriptors().collect();
+    if as_json {
+        let rows: Vec<Value> = descriptors
+            .iter()
+            .map(|d| {
+                json!({
+                    "key": d.key, "table": d.table_path, "origin": d.origin.to_string(),
+                    "partition_by_step": d.partition_by_step,
+                    "columns": d.columns.iter().map(|c| json!({
+                        "name": c.name, "type": c.column_type.name(), "nullable": c.nullable,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        return print(&serde_json::to_string_pretty(&rows)?);
+    }
+    let rows: Vec<Vec<String>> = descriptors
+        .iter()
+        .map(|d| {
+            let columns: Vec<String> = d
+                .columns
+                .iter()
+                .map(|c| {
+                    format!("{}:{}{}", c.name, c.column_type, if c.nullable { "?" } else { "" })
+                })
+                .collect();
+            vec![d.key.clone(), d.table_path.clone(), d.origin.to_string(), columns.join(" ")]
+        })
+        .collect();
+    print(&text_table(&["type", "table", "from", "columns (? = nullable)"], &rows))
+}
+
+async fn show(root: &Path, id: &str, as_json: bool) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let id: ArtifactId = id.parse()?;
+    let artifact = lake.get(id).await?;
+    let imp = lake.registry().get(&artifact.type_key)?;
+    let content = imp.render(&artifact)?;
+    if as_json {
+        let fields: serde_json::Map<String, Value> = artifact
+            .fields
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    FieldValue::Binary(b) => json!(format!("<{} bytes>", b.len())),
+                    _ => v.to_json(),
+                };
+                (k.clone(), value)
+            })
+            .collect();
+        let doc = json!({
+            "artifact_id": artifact.id.to_hex(),
+            "artifact_type": artifact.type_key,
+            "origin_step_number": artifact.origin_step_number,
+            "metadata": artifact.metadata,
+            "external_path": artifact.external_path,
+            "fields": fields,
+        });
+        return print(&serde_json::to_string_pretty(&doc)?);
+    }
+    let mut text = format!(
+        "artifact  {}\ntype      {}\nstep      {}\nmetadata  {}\n",
+        artifact.id,
+        artifact.type_key,
+        artifact.origin_step_number,
+        Value::Object(artifact.metadata.clone())
+    );
+    if let Some(path) = &artifact.external_path {
+        text.push_str(&format!("external  {path}\n"));
+    }
+    text.push_str("content\n");
+    for line in content.lines() {
+        text.push_str("  ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    print(&text)
+}
+
+fn read_json_arg(value: &str) -> anyhow::Result<(Value, Option<String>)> {
+    if let Some(path) = value.strip_prefix('@') {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+        let parsed =
+            serde_json::from_str(&text).with_context(|| format!("{path} is not valid JSON"))?;
+        let name = Path::new(path).file_name().and_then(|n| n.to_str()).map(str::to_owned);
+        return Ok((parsed, name));
+    }
+    let parsed = serde_json::from_str(value).with_context(|| format!("not valid JSON: {value}"))?;
+    Ok((parsed, None))
+}
+
+async fn put(
+    root: &Path,
+    type_key: &str,
+    step: i32,
+    metadata: Option<&str>,
+    values: &[String],
+) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let metadata = match metadata {
+        Some(text) => match serde_json::from_str(text).context("--metadata is not valid JSON")? {
+            Value::Object(map) => map,
+            _ => bail!("--metadata must be a JSON object"),
+        },
+        None => serde_json::Map::new(),
+    };
+    let mut artifacts = Vec::with_capacity(values.len());
+    for value in values {
+        let draft = match type_key {
+            METRIC | CONFIG => {
+                let (json, name) = read_json_arg(value)?;
+                let draft =
+                    if type_key == METRIC { Draft::metric(json)? } else { Draft::config(json)? };
+                match name {
+                    Some(n) => draft.with_original_name(&n),
+                    None => draft,
+                }
+            }
+            DATA => Draft::data_from_file(Path::new(value))?,
+            FILE_REF => Draft::file_ref(Path::new(value))?,
+            custom => {
+                let descriptor = lake.registry().descriptor(custom)?;
+                let (json, _) = read_json_arg(value)?;
+                let Value::Object(object) = json else {
+                    bail!("a `{custom}` value must be a JSON object of its columns");
+                };
+                let mut fields = Fields::new();
+                for (name, v) in &object {
+                    let column = descriptor
+                        .columns
+                        .iter()
+                        .find(|c| &c.name == name)
+                        .with_context(|| format!("type `{custom}` has no column `{name}`"))?;
+                    fields.insert(name.clone(), FieldValue::from_json(v, column)?);
+                }
+                Draft::new(custom, fields)
+            }
+        };
+        artifacts
+            .push(draft.with_step(step).with_metadata(metadata.clone()).finalize(lake.registry())?);
+    }
+    let report = lake.put(&artifacts).await?;
+    let ids: Vec<String> = artifacts.iter().map(|a| a.id.to_hex()).collect();
+    print(&ids.join("\n"))?;
+    if report.already_present + report.duplicates_in_call > 0 {
+        eprintln!(
+            "{} already in the lake, {} repeated in this call",
+            report.already_present, report.duplicates_in_call
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! The `sluice` command line.
+//!
+//! The binary is a thin layer: it parses arguments with clap, opens the lake
+//! and calls the library. It is also a library so that a user's own binary
+//! can link its artifact types (and, later, operations) and then hand control
+//! to [`main_entry`]: their types are then known to every command.
+
+mod args;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+pub use args::Cli;
+
+/// Run the `sluice` command line with the process's arguments.
+pub fn main_entry() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut source = e.source();
+            while let Some(cause) = source {
+                eprintln!("  caused by: {cause}");
+                source = cause.source();
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        // The Delta kernel logs expected conditions (probing a folder that is
+        // not a table yet) at error level; keep them out of normal output.
+        0 => "warn,buoyant_kernel=off",
+        1 => "info,buoyant_kernel=warn",
+        2 => "info,sluice=debug",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ =
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

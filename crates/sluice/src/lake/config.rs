@@ -1,0 +1,61 @@
+//! The lake's config file, `sluice.toml` at the lake root.
+//!
+//! It is optional. Today it declares custom artifact types (see
+//! [`crate::registry::declared`]); unknown keys are rejected so a typo is an
+//! error rather than a silently ignored setting.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+use crate::registry::declared::DeclaredTypeSpec;
+
+/// File name of the lake config, at the lake root.
+pub const CONFIG_FILE: &str = "sluice.toml";
+
+/// The parsed `sluice.toml`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LakeConfig {
+    /// Declared artifact types.
+    #[serde(default, rename = "artifact_type")]
+    pub artifact_types: Vec<DeclaredTypeSpec>,
+}
+
+impl LakeConfig {
+    /// Read the config of a lake; a missing file is an empty config.
+    pub fn load(lake_root: &Path) -> Result<Self> {
+        let path = lake_root.join(CONFIG_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => Self::parse(&text, &path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LakeConfig::default()),
+            Err(e) => Err(Error::io(path, e)),
+        }
+    }
+
+    /// Parse config text; `path` is only used in error messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        toml::from_str(text)
+            .map_err(|e| Error::Config { path: PathBuf::from(path), message: e.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typos_are_errors_with_the_path() {
+        let err = LakeConfig::parse("[[artifact_typ]]\nkey='x'", Path::new("/l/sluice.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("/l/sluice.toml") && err.contains("artifact_typ"), "{err}");
+    }
+
+    #[test]
+    fn missing_file_is_empty_config() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(LakeConfig::load(dir.path()).unwrap(), LakeConfig::default());
+    }
+}

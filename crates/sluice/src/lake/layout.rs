@@ -1,0 +1,287 @@
+//! The lake's table tree and the schema of every table.
+//!
+//! ```text
+//! <lake>/
+//! ├── sluice.toml                   optional: declared artifact types
+//! ├── artifacts/
+//! │   ├── index/                    artifact_id → type, step   (not partitioned)
+//! │   ├── metrics/ configs/ data/ file_refs/ <custom>/      (partitioned by step)
+//! ├── provenance/
+//! │   ├── artifact_edges/           source → target derivations (not partitioned)
+//! │   └── execution_edges/          inputs/outputs per execution (not partitioned)
+//! └── orchestration/
+//!     ├── executions/               execution log                (partitioned by step)
+//!     └── steps/                    step state transitions       (not partitioned)
+//! ```
+//!
+//! A [`TableSpec`] is everything sluice needs to create, check and read a
+//! table: its short (SQL) name, path, columns, partitioning and the columns
+//! that carry file statistics for data skipping.
+
+use crate::artifact::value::{ColumnSpec, ColumnType};
+use crate::registry::{TypeDescriptor, TypeRegistry};
+
+/// The columns every content table starts with.
+pub const COMMON_COLUMNS: [&str; 4] =
+    ["artifact_id", "origin_step_number", "metadata", "external_path"];
+
+/// The partition column of partitioned tables.
+pub const STEP_COLUMN: &str = "origin_step_number";
+
+/// Short names that content types may not use.
+pub const RESERVED_TABLE_NAMES: [&str; 6] =
+    ["index", "artifact_edges", "execution_edges", "executions", "steps", "commits"];
+
+/// What a table holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableKind {
+    /// The content table of an artifact type (its key).
+    Content(String),
+    /// The artifact index.
+    Index,
+    /// Artifact derivation edges.
+    ArtifactEdges,
+    /// Execution input/output edges.
+    ExecutionEdges,
+    /// The execution log.
+    Executions,
+    /// Step state transitions.
+    Steps,
+}
+
+/// The definition of one table of the lake.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSpec {
+    /// Short name, used in SQL and messages.
+    pub name: String,
+    /// Path relative to the lake root.
+    pub path: String,
+    /// What the table holds.
+    pub kind: TableKind,
+    /// All columns, partition columns included.
+    pub columns: Vec<ColumnSpec>,
+    /// Partition columns (a subset of `columns`).
+    pub partition_columns: Vec<String>,
+    /// Columns that carry min/max statistics in the Delta log.
+    pub stats_columns: Vec<String>,
+}
+
+impl TableSpec {
+    fn system(
+        name: &str,
+        path: &str,
+        kind: TableKind,
+        columns: Vec<ColumnSpec>,
+        partitioned: bool,
+        stats: &[&str],
+    ) -> Self {
+        TableSpec {
+            name: name.into(),
+            path: path.into(),
+            kind,
+            columns,
+            partition_columns: if partitioned { vec![STEP_COLUMN.into()] } else { vec![] },
+            // Partition values live in the log, not in the files: no stats for them.
+            stats_columns: stats
+                .iter()
+                .filter(|s| !(partitioned && **s == STEP_COLUMN))
+                .map(|s| (*s).to_owned())
+                .collect(),
+        }
+    }
+
+    /// The content table of an artifact type.
+    pub fn content(descriptor: &TypeDescriptor) -> Self {
+        let mut columns = common_columns();
+        columns.extend(descriptor.columns.iter().cloned());
+        TableSpec {
+            name: descriptor.table_name().to_owned(),
+            path: descriptor.table_path.clone(),
+            kind: TableKind::Content(descriptor.key.clone()),
+            columns,
+            partition_columns: if descriptor.partition_by_step {
+                vec![STEP_COLUMN.into()]
+            } else {
+                vec![]
+            },
+            stats_columns: if descriptor.partition_by_step {
+                vec!["artifact_id".into()]
+            } else {
+                vec!["artifact_id".into(), STEP_COLUMN.into()]
+            },
+        }
+    }
+
+    /// Whether the table is partitioned by step.
+    pub fn is_partitioned(&self) -> bool {
+        !self.partition_columns.is_empty()
+    }
+}
+
+fn common_columns() -> Vec<ColumnSpec> {
+    vec![
+        ColumnSpec::required("artifact_id", ColumnType::String),
+        ColumnSpec::required(STEP_COLUMN, ColumnType::Int32),
+        ColumnSpec::required("metadata", ColumnType::Json),
+        ColumnSpec::optional("external_path", ColumnType::String),
+    ]
+}
+
+use ColumnType::{Bool, Float64, Int32, Int64, Json, String as Str, Timestamp};
+
+/// The artifact index.
+pub fn index_table() -> TableSpec {
+    TableSpec::system(
+        "index",
+        "artifacts/index",
+        TableKind::Index,
+        vec![
+            ColumnSpec::required("artifact_id", Str),
+            ColumnSpec::required("artifact_type", Str),
+            ColumnSpec::required(STEP_COLUMN, Int32),
+            ColumnSpec::required("metadata", Json),
+        ],
+        false,
+        &["artifact_id", "artifact_type", STEP_COLUMN],
+    )
+}
+
+/// Artifact derivation edges.
+pub fn artifact_edges_table() -> TableSpec {
+    TableSpec::system(
+        "artifact_edges",
+        "provenance/artifact_edges",
+        TableKind::ArtifactEdges,
+        vec![
+            ColumnSpec::required("execution_run_id", Str),
+            ColumnSpec::required("source_artifact_id", Str),
+            ColumnSpec::required("target_artifact_id", Str),
+            ColumnSpec::required("source_artifact_type", Str),
+            ColumnSpec::required("target_artifact_type", Str),
+            ColumnSpec::required("source_role", Str),
+            ColumnSpec::required("target_role", Str),
+            ColumnSpec::optional("group_id", Str),
+            ColumnSpec::required("step_boundary", Bool),
+        ],
+        false,
+        &["execution_run_id", "source_artifact_id", "target_artifact_id"],
+    )
+}
+
+/// Execution input/output edges.
+pub fn execution_edges_table() -> TableSpec {
+    TableSpec::system(
+        "execution_edges",
+        "provenance/execution_edges",
+        TableKind::ExecutionEdges,
+        vec![
+            ColumnSpec::required("execution_run_id", Str),
+            ColumnSpec::required("direction", Str),
+            ColumnSpec::required("role", Str),
+            ColumnSpec::required("artifact_id", Str),
+        ],
+        false,
+        &["execution_run_id", "direction", "artifact_id"],
+    )
+}
+
+/// The execution log.
+pub fn executions_table() -> TableSpec {
+    TableSpec::system(
+        "executions",
+        "orchestration/executions",
+        TableKind::Executions,
+        vec![
+            ColumnSpec::required("execution_run_id", Str),
+            ColumnSpec::required("execution_spec_id", Str),
+            ColumnSpec::required("step_run_id", Str),
+            ColumnSpec::required(STEP_COLUMN, Int32),
+            ColumnSpec::required("operation_name", Str),
+            ColumnSpec::required("params", Json),
+            ColumnSpec::required("timestamp_start", Timestamp),
+            ColumnSpec::optional("timestamp_end", Timestamp),
+            ColumnSpec::optional("worker_id", Str),
+            ColumnSpec::optional("compute_backend", Str),
+            ColumnSpec::required("success", Bool),
+            ColumnSpec::optional("error", Str),
+            ColumnSpec::optional("tool_output", Str),
+            ColumnSpec::required("metadata", Json),
+        ],
+        true,
+        &["execution_run_id", "execution_spec_id", "step_run_id", STEP_COLUMN, "success"],
+    )
+}
+
+/// Step state transitions.
+pub fn steps_table() -> TableSpec {
+    TableSpec::system(
+        "steps",
+        "orchestration/steps",
+        TableKind::Steps,
+        vec![
+            ColumnSpec::required("step_run_id", Str),
+            ColumnSpec::required("step_spec_id", Str),
+            ColumnSpec::required("pipeline_run_id", Str),
+            ColumnSpec::required("step_number", Int32),
+            ColumnSpec::required("step_name", Str),
+            ColumnSpec::required("status", Str),
+            ColumnSpec::required("operation_name", Str),
+            ColumnSpec::required("params", Json),
+            ColumnSpec::optional("total_count", Int64),
+            ColumnSpec::optional("succeeded_count", Int64),
+            ColumnSpec::optional("failed_count", Int64),
+            ColumnSpec::required("timestamp", Timestamp),
+            ColumnSpec::optional("duration_seconds", Float64),
+            ColumnSpec::optional("error", Str),
+            ColumnSpec::required("metadata", Json),
+        ],
+        false,
+        &["step_run_id", "step_spec_id", "pipeline_run_id", "step_number", "status", "timestamp"],
+    )
+}
+
+/// Every table of a lake with these types, in commit order: content tables
+/// (in registration order), index, artifact edges, execution edges,
+/// executions; then steps, which is written outside the commit sequence.
+pub fn all_tables(registry: &TypeRegistry) -> Vec<TableSpec> {
+    let mut tables: Vec<TableSpec> = registry.descriptors().map(TableSpec::content).collect();
+    tables.push(index_table());
+    tables.push(artifact_edges_table());
+    tables.push(execution_edges_table());
+    tables.push(executions_table());
+    tables.push(steps_table());
+    tables
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_tree_matches_the_documented_layout() {
+        let tables = all_tables(&TypeRegistry::builtin());
+        let paths: Vec<_> = tables.iter().map(|t| t.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "artifacts/metrics",
+                "artifacts/configs",
+                "artifacts/data",
+                "artifacts/file_refs",
+                "artifacts/index",
+                "provenance/artifact_edges",
+                "provenance/execution_edges",
+                "orchestration/executions",
+                "orchestration/steps",
+            ]
+        );
+        let partitioned: Vec<_> =
+            tables.iter().filter(|t| t.is_partitioned()).map(|t| t.name.as_str()).collect();
+        assert_eq!(partitioned, ["metrics", "configs", "data", "file_refs", "executions"]);
+        for t in &tables {
+            for s in &t.stats_columns {
+                assert!(t.columns.iter().any(|c| &c.name == s), "{}: stats column {s}", t.name);
+            }
+        }
+    }
+}

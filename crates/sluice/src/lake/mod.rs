@@ -1,0 +1,186 @@
+//! A lake: a root folder of Delta tables, its config and its artifact types.
+//!
+//! [`Lake::open`] reads `sluice.toml`, builds the [`TypeRegistry`] (built-ins,
+//! linked Rust types, declared types) and reconciles every existing table with
+//! the schema sluice expects: columns that a newer type definition added are
+//! added to the table (nullable, so old rows read as null); a column whose
+//! type conflicts is an error that names the table and column.
+//! [`Lake::init`] additionally creates every missing table. Neither rewrites
+//! data or recreates a table that exists.
+
+pub mod config;
+pub mod layout;
+pub mod table;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use deltalake::arrow::array::{Array, Int64Array};
+
+use crate::error::{Error, Result};
+use crate::query::SqlBuilder;
+use crate::registry::declared::DeclaredType;
+use crate::registry::{TypeOrigin, TypeRegistry};
+use config::LakeConfig;
+use layout::TableSpec;
+use table::EnsureOutcome;
+
+/// The environment variable naming the default lake root.
+pub const LAKE_ENV: &str = "SLUICE_LAKE";
+
+/// An open lake.
+#[derive(Debug, Clone)]
+pub struct Lake {
+    root: PathBuf,
+    config: LakeConfig,
+    registry: Arc<TypeRegistry>,
+}
+
+/// What [`Lake::init`] or [`Lake::open`] did to each table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InitReport {
+    /// Tables created (short names).
+    pub created: Vec<String>,
+    /// Tables that gained columns: (table, columns).
+    pub evolved: Vec<(String, Vec<String>)>,
+    /// Tables that existed unchanged.
+    pub unchanged: Vec<String>,
+}
+
+/// Size and shape of one table, as `sluice tables` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableInfo {
+    /// Short name.
+    pub name: String,
+    /// Path relative to the lake root.
+    pub path: String,
+    /// Latest version.
+    pub version: u64,
+    /// Rows (from file statistics).
+    pub rows: u64,
+    /// Active data files.
+    pub files: u64,
+    /// Bytes of active data files.
+    pub bytes: u64,
+    /// Partition columns.
+    pub partition_columns: Vec<String>,
+}
+
+impl Lake {
+    /// Open an existing lake and reconcile its tables' schemas. Fails if the
+    /// root does not exist.
+    pub async fn open(root: impl AsRef<Path>) -> Result<Lake> {
+        let lake = Self::load(root.as_ref())?;
+        if !lake.root.is_dir() {
+            return Err(Error::NotInitialized { what: "lake".into(), path: lake.root.clone() });
+        }
+        lake.reconcile(false).await?;
+        Ok(lake)
+    }
+
+    /// Create the lake's root and every missing table; reconcile the rest.
+    /// Idempotent.
+    pub async fn init(root: impl AsRef<Path>) -> Result<(Lake, InitReport)> {
+        let root = root.as_ref();
+        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        let lake = Self::load(root)?;
+        let report = lake.reconcile(true).await?;
+        Ok((lake, report))
+    }
+
+    /// Read config and build the registry, touching no table.
+    fn load(root: &Path) -> Result<Lake> {
+        let root = std::path::absolute(root).map_err(|e| Error::io(root, e))?;
+        let config = LakeConfig::load(&root)?;
+        let mut registry = TypeRegistry::linked()?;
+        for spec in &config.artifact_types {
+            let declared = DeclaredType::try_new(spec)?;
+            registry.register_with_origin(Arc::new(declared), TypeOrigin::Declared)?;
+        }
+        Ok(Lake { root, config, registry: Arc::new(registry) })
+    }
+
+    async fn reconcile(&self, create: bool) -> Result<InitReport> {
+        let mut report = InitReport::default();
+        for spec in self.table_specs() {
+            let dir = table::table_dir(&self.root, &spec);
+            if !create && !table::is_table(&dir) {
+                continue;
+            }
+            match table::ensure(&self.root, &spec).await? {
+                EnsureOutcome::Created => report.created.push(spec.name),
+                EnsureOutcome::Unchanged => report.unchanged.push(spec.name),
+                EnsureOutcome::Evolved(columns) => {
+                    tracing::info!(table = %spec.name, ?columns, "added columns to table");
+                    report.evolved.push((spec.name, columns));
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// The lake's root folder (absolute).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The lake's parsed `sluice.toml`.
+    pub fn config(&self) -> &LakeConfig {
+        &self.config
+    }
+
+    /// The lake's artifact types.
+    pub fn registry(&self) -> &TypeRegistry {
+        &self.registry
+    }
+
+    /// Every table of the lake, in commit order.
+    pub fn table_specs(&self) -> Vec<TableSpec> {
+        layout::all_tables(&self.registry)
+    }
+
+    /// One table's spec by short name.
+    pub fn table_spec(&self, name: &str) -> Result<TableSpec> {
+        self.table_specs().into_iter().find(|t| t.name == name).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "no table named `{name}`. Help: `sluice tables` lists them"
+            ))
+        })
+    }
+
+    /// A SQL statement over every table of the lake.
+    pub fn sql(&self, sql: impl Into<String>) -> SqlBuilder<'_> {
+        SqlBuilder::new(self, sql)
+    }
+
+    /// Version, rows, files and bytes of every table.
+    pub async fn table_infos(&self) -> Result<Vec<TableInfo>> {
+        let mut out = Vec::new();
+        for spec in self.table_specs() {
+            let handle = table::open(&self.root, &spec).await?;
+            let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
+            let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;
+            let sum = |column: &str| -> u64 {
+                adds.column_by_name(column)
+                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned())
+                    .map(|a| {
+                        (0..a.len())
+                            .filter(|&i| a.is_valid(i))
+                            .map(|i| a.value(i).max(0) as u64)
+                            .sum()
+                    })
+                    .unwrap_or(0)
+            };
+            out.push(TableInfo {
+                version: handle.version().unwrap_or_default(),
+                rows: sum("num_records"),
+                files: adds.num_rows() as u64,
+                bytes: sum("size_bytes"),
+                partition_columns: spec.partition_columns.clone(),
+                name: spec.name,
+                path: spec.path,
+            });
+        }
+        Ok(out)
+    }
+}

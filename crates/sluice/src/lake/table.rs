@@ -1,0 +1,194 @@
+//! Creating, checking, opening and appending to one Delta table.
+//!
+//! Handles are opened fresh for each operation rather than kept for the
+//! lake's lifetime: a long-lived `DeltaTable` handle slows down with every
+//! commit made through it (measured in `shared/notes/deltalake-1x.md`).
+
+use std::path::{Path, PathBuf};
+
+use deltalake::arrow::datatypes::SchemaRef;
+use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::kernel::StructField;
+use deltalake::parquet::basic::{Compression, ZstdLevel};
+use deltalake::parquet::file::properties::WriterProperties;
+use deltalake::protocol::SaveMode;
+use deltalake::{DeltaTable, TableProperty};
+use url::Url;
+
+use super::layout::TableSpec;
+use crate::error::{Error, Result};
+
+/// The zstd level of every Parquet file sluice writes.
+pub const ZSTD_LEVEL: i32 = 3;
+
+/// Writer properties for every Parquet file sluice writes: zstd.
+pub fn writer_properties() -> WriterProperties {
+    // Level 3 is always valid; fall back to the default level rather than panic.
+    let level = ZstdLevel::try_new(ZSTD_LEVEL).unwrap_or_default();
+    WriterProperties::builder().set_compression(Compression::ZSTD(level)).build()
+}
+
+/// Absolute directory of a table.
+pub fn table_dir(root: &Path, spec: &TableSpec) -> PathBuf {
+    root.join(&spec.path)
+}
+
+/// Whether a directory holds a Delta table.
+pub fn is_table(dir: &Path) -> bool {
+    dir.join("_delta_log").is_dir()
+}
+
+fn table_url(dir: &Path) -> Result<Url> {
+    let absolute = std::path::absolute(dir).map_err(|e| Error::io(dir, e))?;
+    Url::from_directory_path(&absolute).map_err(|()| {
+        Error::InvalidInput(format!("{}: cannot be used as a table location", absolute.display()))
+    })
+}
+
+/// What [`ensure`] did to a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnsureOutcome {
+    /// The table was created.
+    Created,
+    /// The table existed with the expected schema.
+    Unchanged,
+    /// The table existed; these columns were added.
+    Evolved(Vec<String>),
+}
+
+/// Create the table if it does not exist; otherwise check its schema and add
+/// any missing columns (as nullable). A column whose type conflicts, or a
+/// partitioning that differs, is an error naming the table and column.
+pub async fn ensure(root: &Path, spec: &TableSpec) -> Result<EnsureOutcome> {
+    let dir = table_dir(root, spec);
+    if is_table(&dir) {
+        let table = open(root, spec).await?;
+        let missing = check_schema(&table, spec)?;
+        if missing.is_empty() {
+            return Ok(EnsureOutcome::Unchanged);
+        }
+        let names = missing.iter().map(|f| f.name().clone()).collect();
+        table.add_columns().with_fields(missing).await.map_err(|e| Error::delta(&spec.name, e))?;
+        return Ok(EnsureOutcome::Evolved(names));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let table = DeltaTable::try_from_url(table_url(&dir)?)
+        .await
+        .map_err(|e| Error::delta(&spec.name, e))?;
+    table
+        .create()
+        .with_table_name(&spec.name)
+        .with_columns(spec.columns.iter().map(|c| c.delta_field()))
+        .with_partition_columns(spec.partition_columns.clone())
+        .with_configuration_property(
+            TableProperty::DataSkippingStatsColumns,
+            Some(spec.stats_columns.join(",")),
+        )
+        .with_save_mode(SaveMode::ErrorIfExists)
+        .await
+        .map_err(|e| Error::delta(&spec.name, e))?;
+    Ok(EnsureOutcome::Created)
+}
+
+/// Compare a table's schema with its spec. Returns the fields to add.
+fn check_schema(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<StructField>> {
+    let snapshot = table.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
+    let schema = snapshot.schema();
+    let partitions = snapshot.metadata().partition_columns().to_vec();
+    if partitions != spec.partition_columns {
+        return Err(Error::SchemaConflict {
+            table: spec.name.clone(),
+            column: spec
+                .partition_columns
+                .first()
+                .or(partitions.first())
+                .cloned()
+                .unwrap_or_default(),
+            message: format!(
+                "the table is partitioned by {:?} but sluice expects {:?}",
+                partitions, spec.partition_columns
+            ),
+        });
+    }
+    let mut missing = Vec::new();
+    for column in &spec.columns {
+        match schema.field(&column.name) {
+            None => {
+                missing.push(StructField::new(&column.name, column.column_type.delta_type(), true))
+            }
+            Some(existing) => {
+                if existing.data_type() != &column.column_type.delta_type() {
+                    return Err(Error::SchemaConflict {
+                        table: spec.name.clone(),
+                        column: column.name.clone(),
+                        message: format!(
+                            "the table stores {:?} but sluice expects {} ({:?})",
+                            existing.data_type(),
+                            column.column_type,
+                            column.column_type.delta_type()
+                        ),
+                    });
+                }
+                if !existing.is_nullable() && column.nullable {
+                    return Err(Error::SchemaConflict {
+                        table: spec.name.clone(),
+                        column: column.name.clone(),
+                        message: "the table declares it NOT NULL but sluice writes nulls to it"
+                            .into(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(missing)
+}
+
+/// Open a table at its latest version.
+pub async fn open(root: &Path, spec: &TableSpec) -> Result<DeltaTable> {
+    open_dir(&table_dir(root, spec), &spec.name).await
+}
+
+/// Open the table in `dir` at its latest version; `name` is for messages.
+pub async fn open_dir(dir: &Path, name: &str) -> Result<DeltaTable> {
+    if !is_table(dir) {
+        return Err(Error::NotInitialized {
+            what: format!("table `{name}`"),
+            path: dir.to_path_buf(),
+        });
+    }
+    deltalake::open_table(table_url(dir)?).await.map_err(|e| Error::delta(name, e))
+}
+
+/// Open a table without loading its state (for time travel).
+pub async fn open_unloaded(root: &Path, spec: &TableSpec) -> Result<DeltaTable> {
+    let dir = table_dir(root, spec);
+    if !is_table(&dir) {
+        return Err(Error::NotInitialized { what: format!("table `{}`", spec.name), path: dir });
+    }
+    let url = table_url(&dir)?;
+    deltalake::DeltaTableBuilder::from_url(url)
+        .and_then(|b| b.build())
+        .map_err(|e| Error::delta(&spec.name, e))
+}
+
+/// The Arrow schema of an open table (partition columns included).
+pub fn arrow_schema(table: &DeltaTable, spec: &TableSpec) -> Result<SchemaRef> {
+    Ok(table.snapshot().map_err(|e| Error::delta(&spec.name, e))?.snapshot().arrow_schema())
+}
+
+/// Append batches to a table in one commit, zstd-compressed.
+pub async fn append(
+    table: DeltaTable,
+    spec: &TableSpec,
+    batches: Vec<RecordBatch>,
+) -> Result<DeltaTable> {
+    if batches.iter().all(|b| b.num_rows() == 0) {
+        return Ok(table);
+    }
+    table
+        .write(batches)
+        .with_save_mode(SaveMode::Append)
+        .with_writer_properties(writer_properties())
+        .await
+        .map_err(|e| Error::delta(&spec.name, e))
+}

@@ -1,0 +1,49 @@
+//! Filtered reads of a single table through DataFusion.
+//!
+//! Filters on partition columns prune whole partitions and filters on columns
+//! with file statistics skip files, so looking up a few ids reads only the
+//! files whose `artifact_id` range can hold them.
+
+use deltalake::DeltaTable;
+use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::datafusion::prelude::SessionContext;
+
+use crate::error::{Error, Result};
+
+/// Ids per `IN (...)` list: large enough to amortize planning, small enough to
+/// keep plans cheap.
+pub const IN_LIST_CHUNK: usize = 2048;
+
+/// `column IN ('a', 'b', …)` for values that are known not to need escaping
+/// beyond quotes (ids, type keys).
+pub fn in_list(column: &str, values: impl Iterator<Item = String>) -> String {
+    let quoted: Vec<String> = values.map(|v| format!("'{}'", v.replace('\'', "''"))).collect();
+    format!("{column} IN ({})", quoted.join(", "))
+}
+
+/// `column IN (1, 2, …)`.
+pub fn in_list_int(column: &str, values: impl Iterator<Item = i32>) -> String {
+    let items: Vec<String> = values.map(|v| v.to_string()).collect();
+    format!("{column} IN ({})", items.join(", "))
+}
+
+/// `SELECT columns FROM table [WHERE filter]` over one open table; an empty
+/// `columns` selects all.
+pub async fn select(
+    table: &DeltaTable,
+    name: &str,
+    columns: &[&str],
+    filter: Option<&str>,
+) -> Result<Vec<RecordBatch>> {
+    let ctx = SessionContext::new();
+    let provider = table.table_provider().await?;
+    ctx.register_table("t", provider)?;
+    let projection = if columns.is_empty() { "*".to_owned() } else { columns.join(", ") };
+    let sql = match filter {
+        Some(f) => format!("SELECT {projection} FROM t WHERE {f}"),
+        None => format!("SELECT {projection} FROM t"),
+    };
+    let df =
+        ctx.sql(&sql).await.map_err(|e| Error::InvalidInput(format!("table `{name}`: {e}")))?;
+    Ok(df.collect().await?)
+}

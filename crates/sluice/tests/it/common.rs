@@ -1,0 +1,44 @@
+//! Shared fixtures.
+
+use serde_json::json;
+use sluice::{Artifact, Draft, Lake};
+
+/// A fresh lake in a temp dir (the dir lives as long as the guard).
+pub async fn lake() -> (tempfile::TempDir, Lake) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (lake, _) = Lake::init(dir.path()).await.expect("init lake");
+    (dir, lake)
+}
+
+/// `n` distinct metrics at a step.
+pub fn metrics(lake: &Lake, step: i32, n: usize) -> Vec<Artifact> {
+    (0..n)
+        .map(|i| {
+            Draft::metric(json!({"step": step, "i": i, "score": i as f64 / 10.0}))
+                .expect("metric")
+                .with_step(step)
+                .finalize(lake.registry())
+                .expect("finalize")
+        })
+        .collect()
+}
+
+/// Read the JSON actions of every commit of a table.
+pub fn log_actions(table_dir: &std::path::Path) -> Vec<serde_json::Value> {
+    let mut files: Vec<_> = std::fs::read_dir(table_dir.join("_delta_log"))
+        .expect("log dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .expect("read log")
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("json action"))
+                .collect::<Vec<serde_json::Value>>()
+        })
+        .collect()
+}

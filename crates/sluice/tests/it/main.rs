@@ -1,0 +1,14 @@
+//! Integration tests of the sluice library, on temp-dir lakes.
+//!
+//! One test binary (each extra one is another multi-GB link of the
+//! deltalake + DataFusion tree).
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod custom_types;
+mod identity;
+mod lake_tree;
+mod schema_evolution;
+mod sql;
+mod store;

@@ -1,0 +1,56 @@
+//! An older table gains columns; a conflicting one is a clear error.
+
+use sluice::Lake;
+
+fn declare(dir: &std::path::Path, columns: &str) {
+    std::fs::write(
+        dir.join("sluice.toml"),
+        format!("[[artifact_type]]\nkey = \"sample\"\ntable = \"artifacts/samples\"\ncolumns = [{columns}]\n"),
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn older_table_gains_new_columns_additively() {
+    let dir = tempfile::tempdir().unwrap();
+    declare(dir.path(), r#"{ name = "name", type = "string" }"#);
+    let (lake, _) = Lake::init(dir.path()).await.unwrap();
+    sluice_put(&lake, r#"{"name": "old"}"#).await;
+
+    // A newer definition of the type adds a column.
+    declare(
+        dir.path(),
+        r#"{ name = "name", type = "string" }, { name = "weight", type = "float64", nullable = true }"#,
+    );
+    let lake = Lake::open(dir.path()).await.unwrap();
+    sluice_put(&lake, r#"{"name": "new", "weight": 2.5}"#).await;
+    let rows = lake.sql("SELECT name, weight FROM samples ORDER BY name").execute().await.unwrap();
+    let csv =
+        sluice::query::format::render(&rows.batches, sluice::query::OutputFormat::Csv).unwrap();
+    assert_eq!(csv, "name,weight\nnew,2.5\nold,\n");
+    // Reopening again changes nothing.
+    let (_, report) = Lake::init(dir.path()).await.unwrap();
+    assert!(report.evolved.is_empty(), "{report:?}");
+}
+
+#[tokio::test]
+async fn conflicting_column_type_names_table_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    declare(dir.path(), r#"{ name = "name", type = "string" }"#);
+    Lake::init(dir.path()).await.unwrap();
+    declare(dir.path(), r#"{ name = "name", type = "int64" }"#);
+    let err = Lake::open(dir.path()).await.unwrap_err().to_string();
+    assert!(err.contains("table `samples` column `name`"), "{err}");
+}
+
+async fn sluice_put(lake: &Lake, json: &str) {
+    let d = lake.registry().descriptor("sample").unwrap().clone();
+    let value: serde_json::Value = serde_json::from_str(json).unwrap();
+    let mut fields = sluice::artifact::Fields::new();
+    for (k, v) in value.as_object().unwrap() {
+        let column = d.columns.iter().find(|c| &c.name == k).unwrap();
+        fields.insert(k.clone(), sluice::artifact::FieldValue::from_json(v, column).unwrap());
+    }
+    let a = sluice::Draft::new("sample", fields).with_step(1).finalize(lake.registry()).unwrap();
+    lake.put(&[a]).await.unwrap();
+}
