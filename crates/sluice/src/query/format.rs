@@ -95,7 +95,10 @@ pub fn render(batches: &[RecordBatch], format: OutputFormat) -> Result<String> {
         OutputFormat::Json => {
             let mut out = Vec::new();
             {
-                let mut writer = deltalake::arrow::json::LineDelimitedWriter::new(&mut out);
+                // Explicit nulls: every object has every column, as in the table.
+                let mut writer = deltalake::arrow::json::WriterBuilder::new()
+                    .with_explicit_nulls(true)
+                    .build::<_, deltalake::arrow::json::writer::LineDelimited>(&mut out);
                 for batch in batches {
                     writer
                         .write(&hex_binary(batch)?)
