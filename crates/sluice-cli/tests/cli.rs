@@ -60,7 +60,15 @@ fn init_put_sql_show_round_trip() {
     let again = lake.ok(&["init"]);
     assert!(!again.contains("created"), "{again}");
 
-    let ids = lake.ok(&["put", "--type", "metric", "--step", "2", r#"{"b": 1, "a": 2.0}"#, r#"{"a": 2, "b": 1}"#]);
+    let ids = lake.ok(&[
+        "put",
+        "--type",
+        "metric",
+        "--step",
+        "2",
+        r#"{"b": 1, "a": 2.0}"#,
+        r#"{"a": 2, "b": 1}"#,
+    ]);
     let ids: Vec<&str> = ids.lines().collect();
     assert_eq!(ids.len(), 2);
     assert_eq!(ids[0], ids[1], "canonical JSON: same value, same id");
@@ -71,14 +79,20 @@ fn init_put_sql_show_round_trip() {
     assert_eq!(rows[0]["content"], r#"{"a":2,"b":1}"#);
 
     let shown = lake.ok(&["show", ids[0]]);
-    assert!(shown.contains("type      metric") && shown.contains("step      2") && shown.contains("\"a\": 2"), "{shown}");
+    assert!(
+        shown.contains("type      metric")
+            && shown.contains("step      2")
+            && shown.contains("\"a\": 2"),
+        "{shown}"
+    );
 
     let tables: Value = serde_json::from_str(&lake.ok(&["tables", "--json"])).unwrap();
     let metrics = tables.as_array().unwrap().iter().find(|t| t["name"] == "metrics").unwrap();
     assert_eq!(metrics["rows"], 1);
     assert_eq!(metrics["partition_columns"][0], "origin_step_number");
 
-    let csv = lake.ok(&["sql", "--format", "csv", "--as-of", "0", "SELECT count(*) AS n FROM metrics"]);
+    let csv =
+        lake.ok(&["sql", "--format", "csv", "--as-of", "0", "SELECT count(*) AS n FROM metrics"]);
     assert_eq!(csv, "n\n0\n");
 }
 
@@ -115,9 +129,19 @@ fn declared_type_via_sluice_toml_and_types_listing() {
     let init = lake.ok(&["init"]);
     assert!(init.contains("created   samples"), "{init}");
     let types = lake.ok(&["types"]);
-    assert!(types.contains("sample") && types.contains("artifacts/samples") && types.contains("mass:float64?"), "{types}");
+    assert!(
+        types.contains("sample")
+            && types.contains("artifacts/samples")
+            && types.contains("mass:float64?"),
+        "{types}"
+    );
     let id = lake.ok(&["put", "--type", "sample", "--step", "1", r#"{"name": "s1", "mass": 1.5}"#]);
-    let rows = lake.ok(&["sql", "--format", "csv", "SELECT name, mass FROM samples WHERE origin_step_number = 1"]);
+    let rows = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT name, mass FROM samples WHERE origin_step_number = 1",
+    ]);
     assert_eq!(rows, "name,mass\ns1,1.5\n");
     let shown = lake.ok(&["show", id.trim()]);
     assert!(shown.contains("type      sample"), "{shown}");
@@ -153,7 +177,8 @@ fn delta_schema(table_dir: &Path) -> (Value, Value) {
         for line in std::fs::read_to_string(log).unwrap().lines() {
             let action: Value = serde_json::from_str(line).unwrap();
             if let Some(meta) = action.get("metaData") {
-                let schema: Value = serde_json::from_str(meta["schemaString"].as_str().unwrap()).unwrap();
+                let schema: Value =
+                    serde_json::from_str(meta["schemaString"].as_str().unwrap()).unwrap();
                 found = Some((schema, meta["partitionColumns"].clone()));
             }
         }
@@ -178,7 +203,17 @@ fn python_deltalake_and_polars_read_every_table() {
     std::fs::write(work.join("t.csv"), "x,y\n1,2\n").unwrap();
     let csv = work.join("t.csv");
     let csv = csv.to_str().unwrap();
-    lake.ok(&["put", "-t", "metric", "--step", "1", "--metadata", r#"{"run": "r1"}"#, r#"{"loss": 0.5}"#, r#"{"loss": 0.25}"#]);
+    lake.ok(&[
+        "put",
+        "-t",
+        "metric",
+        "--step",
+        "1",
+        "--metadata",
+        r#"{"run": "r1"}"#,
+        r#"{"loss": 0.5}"#,
+        r#"{"loss": 0.25}"#,
+    ]);
     lake.ok(&["put", "-t", "config", "--step", "0", r#"{"lr": [0.1, 0.01]}"#]);
     lake.ok(&["put", "-t", "data", "--step", "2", csv]);
     lake.ok(&["put", "-t", "file_ref", "--step", "2", csv]);
@@ -189,16 +224,22 @@ fn python_deltalake_and_polars_read_every_table() {
     for table in tables.as_array().unwrap() {
         let name = table["name"].as_str().unwrap();
         let path = table["path"].as_str().unwrap();
-        let rows = json_lines(&lake.ok(&["sql", "--format", "json", &format!("SELECT * FROM {name}")]));
+        let rows =
+            json_lines(&lake.ok(&["sql", "--format", "json", &format!("SELECT * FROM {name}")]));
         let (schema, partitions) = delta_schema(&lake.root.join(path));
-        expected.insert(path.to_owned(), serde_json::json!({"schema": schema, "partition_columns": partitions, "rows": rows}));
+        expected.insert(
+            path.to_owned(),
+            serde_json::json!({"schema": schema, "partition_columns": partitions, "rows": rows}),
+        );
     }
     assert_eq!(expected.len(), 10, "every table of the lake is checked");
     let expected_path = work.join("expected.json");
-    std::fs::write(&expected_path, serde_json::to_string(&Value::Object(expected)).unwrap()).unwrap();
+    std::fs::write(&expected_path, serde_json::to_string(&Value::Object(expected)).unwrap())
+        .unwrap();
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop/read_lake.py");
-    let out = Command::new(python).arg(script).arg(&lake.root).arg(&expected_path).output().unwrap();
+    let out =
+        Command::new(python).arg(script).arg(&lake.root).arg(&expected_path).output().unwrap();
     assert!(
         out.status.success(),
         "python readers disagree:\n{}\n{}",

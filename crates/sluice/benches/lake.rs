@@ -22,7 +22,9 @@ fn metrics(registry: &TypeRegistry, n: usize, steps: i32) -> Vec<Artifact> {
     values(n)
         .into_iter()
         .enumerate()
-        .map(|(i, v)| Draft::metric(v).unwrap().with_step(i as i32 % steps).finalize(registry).unwrap())
+        .map(|(i, v)| {
+            Draft::metric(v).unwrap().with_step(i as i32 % steps).finalize(registry).unwrap()
+        })
         .collect()
 }
 
@@ -33,7 +35,9 @@ fn bench_finalize(c: &mut Criterion) {
     group.bench_function("finalize_metrics_10k", |b| {
         b.iter(|| {
             for v in &vals {
-                std::hint::black_box(Draft::metric(v.clone()).unwrap().finalize(&registry).unwrap());
+                std::hint::black_box(
+                    Draft::metric(v.clone()).unwrap().finalize(&registry).unwrap(),
+                );
             }
         })
     });
