@@ -232,7 +232,7 @@ fn python_deltalake_and_polars_read_every_table() {
             serde_json::json!({"schema": schema, "partition_columns": partitions, "rows": rows}),
         );
     }
-    assert_eq!(expected.len(), 10, "every table of the lake is checked");
+    assert_eq!(expected.len(), 11, "every table of the lake is checked");
     let expected_path = work.join("expected.json");
     std::fs::write(&expected_path, serde_json::to_string(&Value::Object(expected)).unwrap())
         .unwrap();
@@ -247,5 +247,5 @@ fn python_deltalake_and_polars_read_every_table() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 10, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 11, "{stdout}");
 }

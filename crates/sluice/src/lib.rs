@@ -42,10 +42,13 @@
 //! - [`query`]: SQL over every table, time travel, output formats.
 
 pub mod artifact;
+pub mod commit;
 pub mod error;
 pub mod lake;
 pub mod query;
+pub mod records;
 pub mod registry;
+pub mod staging;
 pub mod store;
 
 pub use artifact::{Artifact, ArtifactId, Draft};

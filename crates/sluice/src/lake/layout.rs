@@ -47,6 +47,8 @@ pub enum TableKind {
     Executions,
     /// Step state transitions.
     Steps,
+    /// The commit journal.
+    Commits,
 }
 
 /// The definition of one table of the lake.
@@ -240,9 +242,30 @@ pub fn steps_table() -> TableSpec {
     )
 }
 
+/// The commit journal: one row when a commit sequence starts and one when it
+/// completes, with the table versions it produced.
+pub fn commits_table() -> TableSpec {
+    TableSpec::system(
+        "commits",
+        "orchestration/commits",
+        TableKind::Commits,
+        vec![
+            ColumnSpec::required("commit_seq", Int64),
+            ColumnSpec::required("phase", Str),
+            ColumnSpec::required("run_count", Int64),
+            ColumnSpec::required("table_versions", Json),
+            ColumnSpec::required("rows_added", Json),
+            ColumnSpec::required("timestamp", Timestamp),
+        ],
+        false,
+        &["commit_seq", "phase"],
+    )
+}
+
 /// Every table of a lake with these types, in commit order: content tables
 /// (in registration order), index, artifact edges, execution edges,
-/// executions; then steps, which is written outside the commit sequence.
+/// executions; then steps and the commit journal, which are written outside
+/// the commit sequence.
 pub fn all_tables(registry: &TypeRegistry) -> Vec<TableSpec> {
     let mut tables: Vec<TableSpec> = registry.descriptors().map(TableSpec::content).collect();
     tables.push(index_table());
@@ -250,6 +273,7 @@ pub fn all_tables(registry: &TypeRegistry) -> Vec<TableSpec> {
     tables.push(execution_edges_table());
     tables.push(executions_table());
     tables.push(steps_table());
+    tables.push(commits_table());
     tables
 }
 
@@ -273,6 +297,7 @@ mod tests {
                 "provenance/execution_edges",
                 "orchestration/executions",
                 "orchestration/steps",
+                "orchestration/commits",
             ]
         );
         let partitioned: Vec<_> =

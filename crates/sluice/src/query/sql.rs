@@ -61,6 +61,12 @@ impl<'a> SqlBuilder<'a> {
         let references = state.resolve_table_references(&statement)?;
         let specs: BTreeMap<String, TableSpec> =
             self.lake.table_specs().into_iter().map(|t| (t.name.clone(), t)).collect();
+        // While a commit sequence is in flight, read every table as of the
+        // last completed one, so a query never sees half a sequence.
+        let pinned = match self.as_of {
+            None => crate::commit::journal::pinned_versions(self.lake).await?,
+            Some(_) => None,
+        };
         let mut versions = BTreeMap::new();
         for reference in references {
             let name = reference.table();
@@ -68,7 +74,8 @@ impl<'a> SqlBuilder<'a> {
             if versions.contains_key(name) {
                 continue;
             }
-            let handle = self.load(spec).await?;
+            let pin = pinned.as_ref().and_then(|p| p.get(name)).copied();
+            let handle = self.load(spec, pin).await?;
             handle.update_datafusion_session(&ctx.state()).map_err(|e| Error::delta(name, e))?;
             versions.insert(name.to_owned(), handle.version().unwrap_or_default());
             ctx.register_table(name, handle.table_provider().await?)?;
@@ -76,9 +83,11 @@ impl<'a> SqlBuilder<'a> {
         Ok((ctx, versions))
     }
 
-    async fn load(&self, spec: &TableSpec) -> Result<DeltaTable> {
-        let Some(as_of) = self.as_of else {
-            return table::open(self.lake.root(), spec).await;
+    async fn load(&self, spec: &TableSpec, pinned: Option<u64>) -> Result<DeltaTable> {
+        let as_of = match (self.as_of, pinned) {
+            (Some(as_of), _) => as_of,
+            (None, Some(version)) => AsOf::Version(version),
+            (None, None) => return table::open(self.lake.root(), spec).await,
         };
         let mut handle = table::open_unloaded(self.lake.root(), spec).await?;
         let loaded = match as_of {

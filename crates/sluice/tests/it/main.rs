@@ -5,10 +5,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod commit;
 mod common;
 mod custom_types;
 mod identity;
 mod lake_tree;
 mod schema_evolution;
 mod sql;
+mod staging;
 mod store;

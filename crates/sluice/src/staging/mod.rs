@@ -1,0 +1,39 @@
+//! Staging: how workers hand results to the committer without touching Delta.
+//!
+//! ```text
+//!  worker A ─┐   staging_root/
+//!  worker B ─┼─▶   {step}_{op}/{id[0:2]}/{id[2:4]}/{run_id}/
+//!  worker C ─┘       metrics.parquet … index.parquet artifact_edges.parquet
+//!                    execution_edges.parquet executions.parquet  ◀─ sentinel, last
+//!                                     │
+//!  committer ◀── scan (sealed only) ──┘
+//! ```
+//!
+//! Invariants:
+//! 1. A worker writes only inside its own run directory; names that could
+//!    escape it (`..`, `/`, NUL, absurd length) are rejected.
+//! 2. Every file appears atomically (temporary name, then rename).
+//! 3. `executions.parquet` is written last; a directory without it is never
+//!    committed.
+//! 4. On shared filesystems, files and then the directory are fsynced, and
+//!    the orchestrator waits with the NFS-safe protocol in [`wait`].
+
+pub mod fs_kind;
+pub mod paths;
+pub mod scan;
+pub mod synthetic;
+pub mod wait;
+pub mod writer;
+
+/// The file whose presence seals a run directory.
+pub const SENTINEL: &str = "executions.parquet";
+
+/// The default staging root of a lake.
+pub fn default_root(lake_root: &std::path::Path) -> std::path::PathBuf {
+    lake_root.join("_staging")
+}
+
+pub use fs_kind::SyncPolicy;
+pub use scan::{RunDir, StagingScan, scan};
+pub use wait::{ExpectedRun, WaitOptions, WaitOutcome, wait_for_runs};
+pub use writer::{StagedExecution, StagingWriter};

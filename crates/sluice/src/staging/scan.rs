@@ -1,0 +1,99 @@
+//! Finding staged executions: sealed ones to commit, unsealed ones to report.
+
+use std::path::{Path, PathBuf};
+
+use super::SENTINEL;
+use super::paths::{parse_step_dir, validate_run_id};
+use crate::error::{Error, Result};
+
+/// One execution's staging directory found on disk.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RunDir {
+    /// Step number from the step directory name.
+    pub step: i32,
+    /// Operation from the step directory name.
+    pub operation: String,
+    /// The run id (the directory name).
+    pub run_id: String,
+    /// Full path.
+    pub path: PathBuf,
+}
+
+/// What a scan of a staging root found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StagingScan {
+    /// Directories holding the sentinel: complete, ready to commit.
+    pub sealed: Vec<RunDir>,
+    /// Directories without it: crashed or still-running workers.
+    pub unsealed: Vec<RunDir>,
+    /// Entries that do not fit the layout (reported, never committed).
+    pub foreign: Vec<PathBuf>,
+}
+
+fn entries(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        out.push(entry.path());
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn name(path: &Path) -> &str {
+    path.file_name().and_then(|n| n.to_str()).unwrap_or("")
+}
+
+/// Scan a staging root, optionally one step only. A missing root is empty.
+pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
+    let mut out = StagingScan::default();
+    if !root.is_dir() {
+        return Ok(out);
+    }
+    for step_dir in entries(root)? {
+        if name(&step_dir).starts_with('.') {
+            continue; // quarantine and other bookkeeping
+        }
+        let Some((step_number, operation)) = parse_step_dir(name(&step_dir)) else {
+            out.foreign.push(step_dir);
+            continue;
+        };
+        if step.is_some_and(|s| s != step_number) || !step_dir.is_dir() {
+            continue;
+        }
+        for shard1 in entries(&step_dir)? {
+            if !shard1.is_dir() {
+                out.foreign.push(shard1);
+                continue;
+            }
+            for shard2 in entries(&shard1)? {
+                if !shard2.is_dir() {
+                    out.foreign.push(shard2);
+                    continue;
+                }
+                for run in entries(&shard2)? {
+                    let run_id = name(&run).to_owned();
+                    let fits = validate_run_id(&run_id).is_ok()
+                        && run_id[0..2] == *name(&shard1)
+                        && run_id[2..4] == *name(&shard2);
+                    if !fits || !run.is_dir() {
+                        out.foreign.push(run);
+                        continue;
+                    }
+                    let dir = RunDir {
+                        step: step_number,
+                        operation: operation.to_owned(),
+                        run_id,
+                        path: run,
+                    };
+                    if dir.path.join(SENTINEL).is_file() {
+                        out.sealed.push(dir);
+                    } else {
+                        out.unsealed.push(dir);
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,203 @@
+//! Waiting for workers' results on a shared filesystem.
+//!
+//! NFS caches directory entries and attributes, so a directory another node
+//! just created may be invisible here for a while, and `stat` may answer from
+//! a stale cache. For every expected run the orchestrator therefore:
+//!
+//! 1. computes the run's directory from its run id (no directory walk);
+//! 2. lists every ancestor directory from the staging root down (a READDIR
+//!    per level, which refreshes the client's directory cache);
+//! 3. opens the sentinel and reads one byte (open triggers close-to-open
+//!    consistency; a `stat`/`exists` check would not);
+//!
+//! and polls the runs still missing with exponential backoff capped at 5 s,
+//! until all are there or the timeout passes. On timeout it reports exactly
+//! which runs are missing; what is there can still be committed.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::SENTINEL;
+use super::paths::run_dir;
+use crate::error::Result;
+
+/// How long and how often to poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitOptions {
+    /// Give up after this long (default 10 minutes).
+    pub timeout: Duration,
+    /// First pause between polls (default 50 ms); doubled after each poll.
+    pub initial_backoff: Duration,
+    /// Longest pause between polls (default 5 s).
+    pub max_backoff: Duration,
+}
+
+impl Default for WaitOptions {
+    fn default() -> Self {
+        WaitOptions {
+            timeout: Duration::from_secs(600),
+            initial_backoff: Duration::from_millis(50),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A run the orchestrator dispatched and expects results for.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ExpectedRun {
+    /// Step number.
+    pub step: i32,
+    /// Operation name.
+    pub operation: String,
+    /// Execution run id.
+    pub run_id: String,
+}
+
+/// What a wait found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WaitOutcome {
+    /// Runs whose sentinel was read, with their directories.
+    pub ready: Vec<(ExpectedRun, PathBuf)>,
+    /// Runs still without a readable sentinel when the wait ended.
+    pub missing: Vec<ExpectedRun>,
+    /// Number of polling rounds.
+    pub polls: u32,
+}
+
+/// Whether the sentinel in `dir` can be opened and read (one byte).
+pub fn sentinel_readable(dir: &Path) -> bool {
+    let mut byte = [0u8; 1];
+    std::fs::File::open(dir.join(SENTINEL))
+        .and_then(|mut f| f.read(&mut byte))
+        .is_ok_and(|n| n == 1)
+}
+
+/// List every directory from `root` down to `dir`'s parent, once per round.
+fn refresh_ancestors(root: &Path, dir: &Path, listed: &mut BTreeSet<PathBuf>) {
+    let Ok(relative) = dir.strip_prefix(root) else { return };
+    let mut current = root.to_path_buf();
+    let list = |p: &Path, listed: &mut BTreeSet<PathBuf>| {
+        if listed.insert(p.to_path_buf())
+            && let Ok(entries) = std::fs::read_dir(p)
+        {
+            entries.for_each(drop);
+        }
+    };
+    list(&current, listed);
+    for component in relative.components() {
+        current.push(component);
+        list(&current, listed);
+    }
+}
+
+/// Wait for the sentinels of `expected` runs under `staging_root`.
+pub fn wait_for_runs(
+    staging_root: &Path,
+    expected: &[ExpectedRun],
+    options: WaitOptions,
+) -> Result<WaitOutcome> {
+    let mut pending: Vec<(ExpectedRun, PathBuf)> = Vec::with_capacity(expected.len());
+    for run in expected {
+        pending.push((run.clone(), run_dir(staging_root, run.step, &run.operation, &run.run_id)?));
+    }
+    let start = Instant::now();
+    let mut backoff = options.initial_backoff;
+    let mut outcome = WaitOutcome::default();
+    loop {
+        outcome.polls += 1;
+        let mut listed = BTreeSet::new();
+        let mut still = Vec::with_capacity(pending.len());
+        for (run, dir) in pending {
+            refresh_ancestors(staging_root, &dir, &mut listed);
+            if sentinel_readable(&dir) {
+                outcome.ready.push((run, dir));
+            } else {
+                still.push((run, dir));
+            }
+        }
+        pending = still;
+        let elapsed = start.elapsed();
+        if pending.is_empty() || elapsed >= options.timeout {
+            break;
+        }
+        std::thread::sleep(backoff.min(options.timeout - elapsed));
+        backoff = (backoff * 2).min(options.max_backoff);
+    }
+    if !pending.is_empty() {
+        tracing::warn!(missing = pending.len(), "timed out waiting for staged results");
+    }
+    outcome.missing = pending.into_iter().map(|(run, _)| run).collect();
+    Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str) -> ExpectedRun {
+        ExpectedRun { step: 1, operation: "op".into(), run_id: id.into() }
+    }
+
+    fn seal(root: &Path, id: &str) {
+        let dir = run_dir(root, 1, "op", id).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(SENTINEL), b"PAR1").unwrap();
+    }
+
+    #[test]
+    fn files_appearing_late_are_found() {
+        let root = tempfile::tempdir().unwrap();
+        seal(root.path(), "aaaa0001");
+        let late_root = root.path().to_path_buf();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            seal(&late_root, "bbbb0002");
+        });
+        let options = WaitOptions { timeout: Duration::from_secs(10), ..WaitOptions::default() };
+        let outcome =
+            wait_for_runs(root.path(), &[run("aaaa0001"), run("bbbb0002")], options).unwrap();
+        writer.join().unwrap();
+        assert!(outcome.missing.is_empty(), "{outcome:?}");
+        assert_eq!(outcome.ready.len(), 2);
+        assert!(outcome.polls >= 2, "the late run needed more than one poll: {outcome:?}");
+    }
+
+    #[test]
+    fn timeout_lists_exactly_the_missing_runs() {
+        let root = tempfile::tempdir().unwrap();
+        seal(root.path(), "aaaa0001");
+        // A directory without its sentinel (crashed worker) counts as missing,
+        // and so does an empty sentinel (a zero-byte read is not a result).
+        std::fs::create_dir_all(run_dir(root.path(), 1, "op", "cccc0003").unwrap()).unwrap();
+        let empty = run_dir(root.path(), 1, "op", "dddd0004").unwrap();
+        std::fs::create_dir_all(&empty).unwrap();
+        std::fs::write(empty.join(SENTINEL), b"").unwrap();
+        let options = WaitOptions {
+            timeout: Duration::from_millis(400),
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(100),
+        };
+        let expected = [run("aaaa0001"), run("bbbb0002"), run("cccc0003"), run("dddd0004")];
+        let started = Instant::now();
+        let outcome = wait_for_runs(root.path(), &expected, options).unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(400));
+        assert!(started.elapsed() < Duration::from_secs(3), "backoff respects the timeout");
+        assert_eq!(outcome.missing, vec![run("bbbb0002"), run("cccc0003"), run("dddd0004")]);
+        assert_eq!(outcome.ready.len(), 1);
+    }
+
+    #[test]
+    fn backoff_is_capped() {
+        let root = tempfile::tempdir().unwrap();
+        let options = WaitOptions {
+            timeout: Duration::from_millis(700),
+            initial_backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_millis(40),
+        };
+        let outcome = wait_for_runs(root.path(), &[run("eeee0005")], options).unwrap();
+        // 10+20+40+40+… ms: capped pauses mean many polls within 700 ms.
+        assert!(outcome.polls >= 10, "{outcome:?}");
+    }
+}

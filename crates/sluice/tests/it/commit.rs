@@ -1,0 +1,190 @@
+//! The committer: ordered, de-duplicated, idempotent, quarantining bad input.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::common::lake;
+use sluice::Lake;
+use sluice::artifact::FieldValue;
+use sluice::commit::REASON_FILE;
+use sluice::query::OutputFormat;
+use sluice::query::format::render;
+use sluice::staging::synthetic::{self, SyntheticSpec};
+use sluice::staging::{self, SENTINEL, StagingWriter, SyncPolicy};
+
+pub fn writer(lake: &Lake) -> StagingWriter {
+    StagingWriter::new(
+        staging::default_root(lake.root()),
+        lake.registry().clone(),
+        SyncPolicy::Never,
+    )
+}
+
+pub async fn scalar(lake: &Lake, sql: &str) -> String {
+    let result = lake.sql(sql).execute().await.unwrap();
+    render(&result.batches, OutputFormat::Csv)
+        .unwrap()
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Row count and distinct natural-key count of every committed table.
+pub async fn table_counts(lake: &Lake) -> BTreeMap<String, (String, String)> {
+    let keys = [
+        ("metrics", "artifact_id"),
+        ("index", "artifact_id"),
+        ("executions", "execution_run_id"),
+        ("execution_edges", "concat(execution_run_id, direction, role, artifact_id)"),
+        (
+            "artifact_edges",
+            "concat(execution_run_id, source_artifact_id, target_artifact_id, source_role, target_role)",
+        ),
+    ];
+    let mut out = BTreeMap::new();
+    for (table, key) in keys {
+        let rows = scalar(lake, &format!("SELECT count(*) FROM {table}")).await;
+        let distinct = scalar(lake, &format!("SELECT count(DISTINCT {key}) FROM {table}")).await;
+        out.insert(table.to_owned(), (rows, distinct));
+    }
+    out
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn commits_every_table_once_and_removes_staging() {
+    let (_dir, lake) = lake().await;
+    let spec =
+        SyntheticSpec { duplicate_fraction: 0.3, fail_fraction: 0.1, ..SyntheticSpec::default() };
+    let staged = synthetic::stage_range(&writer(&lake), &spec, lake.registry(), 0..40).unwrap();
+    let backup = tempfile::tempdir().unwrap();
+    copy_dir(&staging::default_root(lake.root()), backup.path());
+
+    let report = lake.commit().with_chunk_size(15).execute().await.unwrap();
+    assert_eq!(report.runs_committed, 40);
+    assert_eq!(report.sequences.len(), 3, "{report:?}");
+    assert!(report.quarantined.is_empty() && report.unsealed.is_empty(), "{report:?}");
+    let counts = table_counts(&lake).await;
+    for (table, (rows, distinct)) in &counts {
+        assert_eq!(rows, distinct, "{table}: duplicate keys");
+    }
+    assert_eq!(counts["executions"].0, "40");
+    assert_eq!(
+        scalar(&lake, "SELECT count(*) FROM executions WHERE NOT success").await,
+        staged.failed.to_string()
+    );
+    // Every staged edge is either added or a duplicate of one added (a run
+    // may output the same pooled content twice).
+    assert_eq!(
+        (report.rows_added["execution_edges"] + report.rows_deduplicated["execution_edges"])
+            as usize,
+        staged.succeeded * spec.artifacts_per_execution
+    );
+    assert!(
+        report.rows_deduplicated["metrics"] > 0,
+        "pooled content was de-duplicated: {report:?}"
+    );
+    assert!(staging::scan(&staging::default_root(lake.root()), None).unwrap().sealed.is_empty());
+    assert_eq!(scalar(&lake, "SELECT count(*) FROM commits WHERE phase = 'completed'").await, "3");
+
+    // The same staging committed again adds zero rows to every table.
+    copy_dir(backup.path(), &staging::default_root(lake.root()));
+    let again = lake.commit().execute().await.unwrap();
+    assert_eq!(again.runs_committed, 40);
+    assert!(again.rows_added.values().all(|n| *n == 0), "{again:?}");
+    assert_eq!(table_counts(&lake).await, counts);
+}
+
+#[tokio::test]
+async fn unsealed_dirs_are_reported_and_never_committed() {
+    let (_dir, lake) = lake().await;
+    let spec = SyntheticSpec { crash_fraction: 0.5, seed: 11, ..SyntheticSpec::default() };
+    let staged = synthetic::stage_range(&writer(&lake), &spec, lake.registry(), 0..20).unwrap();
+    assert!(staged.crashed > 0);
+    let report = lake.commit().execute().await.unwrap();
+    assert_eq!(report.unsealed.len(), staged.crashed);
+    assert_eq!(report.runs_committed, staged.succeeded);
+    assert_eq!(
+        scalar(&lake, "SELECT count(*) FROM executions").await,
+        staged.succeeded.to_string()
+    );
+    for dir in &report.unsealed {
+        assert!(dir.is_dir() && !dir.join(SENTINEL).exists(), "left in place: {dir:?}");
+    }
+    // Committing again commits nothing more.
+    let again = lake.commit().execute().await.unwrap();
+    assert_eq!(again.runs_committed, 0);
+    assert_eq!(again.unsealed.len(), staged.crashed);
+}
+
+#[tokio::test]
+async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
+    let (_dir, lake) = lake().await;
+    let w = writer(&lake);
+    let spec = SyntheticSpec { seed: 5, ..SyntheticSpec::default() };
+    synthetic::stage_range(&w, &spec, lake.registry(), 0..8).unwrap();
+    let root = staging::default_root(lake.root());
+    let runs = staging::scan(&root, None).unwrap().sealed;
+    assert_eq!(runs.len(), 8);
+
+    // 0: truncated Parquet.
+    let f = runs[0].path.join("metrics.parquet");
+    let bytes = std::fs::read(&f).unwrap();
+    std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+    // 1: wrong schema (an index file where the metrics file should be).
+    std::fs::copy(runs[1].path.join("index.parquet"), runs[1].path.join("metrics.parquet"))
+        .unwrap();
+    // 2: an artifact whose content was changed after its id was computed.
+    let (mut tampered, _) =
+        synthetic::execution(&SyntheticSpec { seed: 77, ..spec.clone() }, lake.registry(), 0)
+            .unwrap();
+    tampered.artifacts[0]
+        .fields
+        .insert("content".into(), FieldValue::String(r#"{"forged":1}"#.into()));
+    let tampered_dir = w.write(&tampered).unwrap();
+    std::fs::remove_dir_all(&runs[2].path).unwrap();
+    // 4: an unexpected file.
+    std::fs::write(runs[4].path.join("notes.txt"), "hi").unwrap();
+    // 5: an edge to an artifact nobody has.
+    let (mut staged, _) =
+        synthetic::execution(&SyntheticSpec { seed: 99, ..spec.clone() }, lake.registry(), 0)
+            .unwrap();
+    staged.execution_edges[0].artifact_id = "f".repeat(32);
+    staged.artifacts.remove(0);
+    staged.artifact_edges.clear();
+    staged.execution_edges.truncate(1);
+    let orphan = w.write(&staged).unwrap();
+
+    let report = lake.commit().execute().await.unwrap();
+    let reasons: Vec<&str> = report.quarantined.iter().map(|(_, r)| r.as_str()).collect();
+    assert_eq!(report.quarantined.len(), 5, "{reasons:#?}");
+    let has = |needle: &str| reasons.iter().any(|r| r.contains(needle));
+    assert!(has("metrics.parquet: unreadable Parquet"), "{reasons:#?}");
+    assert!(has("unexpected column") || has("required column"), "{reasons:#?}");
+    assert!(
+        has("metrics.parquet: artifact_id") && has("does not match its content"),
+        "{reasons:#?}"
+    );
+    assert!(has("notes.txt: unexpected file"), "{reasons:#?}");
+    assert!(has(&format!("edge to unknown artifact `{}`", "f".repeat(32))), "{reasons:#?}");
+    for (path, reason) in &report.quarantined {
+        let note = std::fs::read_to_string(path.join(REASON_FILE)).unwrap();
+        assert_eq!(note.trim(), reason);
+    }
+    assert!(!orphan.exists() && !tampered_dir.exists());
+    assert_eq!(report.runs_committed, 4);
+    assert_eq!(scalar(&lake, "SELECT count(*) FROM executions").await, "4");
+}

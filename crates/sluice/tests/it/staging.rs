@@ -1,0 +1,169 @@
+//! Worker-side staging: layout, sentinel-last, atomic files, scanning.
+
+use std::path::Path;
+
+use crate::common::metrics;
+use deltalake::parquet::file::reader::{FileReader, SerializedFileReader};
+use sluice::records::{ArtifactEdge, Direction, ExecutionEdge, ExecutionRecord};
+use sluice::registry::TypeRegistry;
+use sluice::staging::{self, SENTINEL, StagedExecution, StagingWriter, SyncPolicy};
+
+fn execution(run_id: &str, success: bool) -> ExecutionRecord {
+    ExecutionRecord {
+        execution_run_id: run_id.into(),
+        execution_spec_id: format!("spec-{run_id}"),
+        step_run_id: "step-run-1".into(),
+        origin_step_number: 1,
+        operation_name: "score".into(),
+        params: "{}".into(),
+        timestamp_start: 1_700_000_000_000_000,
+        timestamp_end: Some(1_700_000_000_500_000),
+        worker_id: Some("w1".into()),
+        compute_backend: Some("local".into()),
+        success,
+        error: (!success).then(|| "exit status 3".into()),
+        tool_output: None,
+        metadata: "{}".into(),
+    }
+}
+
+fn parquet_rows(path: &Path) -> i64 {
+    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
+    for rg in reader.metadata().row_groups() {
+        for col in rg.columns() {
+            assert!(
+                matches!(col.compression(), deltalake::parquet::basic::Compression::ZSTD(_)),
+                "{path:?}"
+            );
+        }
+    }
+    reader.metadata().file_metadata().num_rows()
+}
+
+#[test]
+fn a_successful_execution_stages_every_table_sentinel_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = TypeRegistry::builtin();
+    let root = dir.path().join("staging");
+    let writer = StagingWriter::new(&root, registry.clone(), SyncPolicy::Always);
+    assert!(writer.syncs());
+    let outputs = {
+        let tmp = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let lake = rt.block_on(sluice::Lake::init(tmp.path())).unwrap().0;
+        metrics(&lake, 1, 3)
+    };
+    let run_id = "0a1b2c3d4e5f";
+    let staged = StagedExecution {
+        execution: execution(run_id, true),
+        execution_edges: outputs
+            .iter()
+            .map(|a| ExecutionEdge {
+                execution_run_id: run_id.into(),
+                direction: Direction::Output,
+                role: "scores".into(),
+                artifact_id: a.id.to_hex(),
+            })
+            .collect(),
+        artifact_edges: vec![ArtifactEdge {
+            execution_run_id: run_id.into(),
+            source_artifact_id: outputs[0].id.to_hex(),
+            target_artifact_id: outputs[1].id.to_hex(),
+            source_artifact_type: "metric".into(),
+            target_artifact_type: "metric".into(),
+            source_role: "scores".into(),
+            target_role: "scores".into(),
+            group_id: None,
+            step_boundary: false,
+        }],
+        artifacts: outputs,
+    };
+    let run_dir = writer.write(&staged).unwrap();
+    assert_eq!(run_dir, root.join("1_score/0a/1b/0a1b2c3d4e5f"));
+    let mut names: Vec<String> = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "artifact_edges.parquet",
+            "execution_edges.parquet",
+            "executions.parquet",
+            "index.parquet",
+            "metrics.parquet"
+        ]
+    );
+    assert_eq!(parquet_rows(&run_dir.join("metrics.parquet")), 3);
+    assert_eq!(parquet_rows(&run_dir.join("index.parquet")), 3);
+    assert_eq!(parquet_rows(&run_dir.join("execution_edges.parquet")), 3);
+    assert_eq!(parquet_rows(&run_dir.join(SENTINEL)), 1);
+    // The sentinel is the newest file.
+    let mtime = |n: &str| std::fs::metadata(run_dir.join(n)).unwrap().modified().unwrap();
+    for n in &names {
+        assert!(mtime(SENTINEL) >= mtime(n), "{n} written after the sentinel");
+    }
+    // A run is staged once.
+    let err = writer.write(&staged).unwrap_err().to_string();
+    assert!(err.contains("already sealed"), "{err}");
+}
+
+#[test]
+fn failed_executions_and_crashed_workers_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("staging");
+    let writer = StagingWriter::new(&root, TypeRegistry::builtin(), SyncPolicy::Detect);
+    let failed = StagedExecution {
+        execution: execution("ffff0001", false),
+        artifacts: vec![],
+        execution_edges: vec![ExecutionEdge {
+            execution_run_id: "ffff0001".into(),
+            direction: Direction::Input,
+            role: "table".into(),
+            artifact_id: "0".repeat(32),
+        }],
+        artifact_edges: vec![],
+    };
+    let failed_dir = writer.write(&failed).unwrap();
+    assert_eq!(parquet_rows(&failed_dir.join("execution_edges.parquet")), 1);
+    assert!(!failed_dir.join("metrics.parquet").exists());
+
+    // A crashed worker: files but no sentinel.
+    let crashed = writer
+        .write(&StagedExecution { execution: execution("cccc0002", true), ..failed.clone() })
+        .unwrap();
+    std::fs::remove_file(crashed.join(SENTINEL)).unwrap();
+    // Junk that does not fit the layout.
+    std::fs::write(root.join("README"), "x").unwrap();
+    std::fs::create_dir_all(root.join("1_score/zz/yy/aabb0003")).unwrap();
+
+    let found = staging::scan(&root, None).unwrap();
+    assert_eq!(found.sealed.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["ffff0001"]);
+    assert_eq!(found.unsealed.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["cccc0002"]);
+    assert_eq!(found.foreign.len(), 2, "{:?}", found.foreign);
+    assert!(staging::scan(&root, Some(2)).unwrap().sealed.is_empty());
+}
+
+#[test]
+fn names_that_escape_the_staging_root_are_rejected() {
+    let dir = tempfile::tempdir().unwrap();
+    let writer = StagingWriter::new(dir.path(), TypeRegistry::builtin(), SyncPolicy::Never);
+    for (op, run) in
+        [("../evil", "abcd1234"), ("ok", "../../etc/passwd"), ("a/b", "abcd1234"), ("ok", "ab\0cd")]
+    {
+        let mut e = execution(run, true);
+        e.operation_name = op.into();
+        let err = writer
+            .write(&StagedExecution {
+                execution: e,
+                artifacts: vec![],
+                execution_edges: vec![],
+                artifact_edges: vec![],
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("rejected"), "{op}/{run}: {err}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was written");
+}
