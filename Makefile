@@ -21,7 +21,7 @@ python:
 	bash scripts/setup-python.sh
 
 test: python
-	SLUICE_PYTHON=$(SLUICE_VENV)/bin/python $(CARGO) test --workspace --all-targets
+	SLUICE_PYTHON=$(SLUICE_VENV)/bin/python $(CARGO) test --workspace --lib --bins --tests
 	$(CARGO) test --workspace --doc
 
 lint:

@@ -76,6 +76,43 @@ pub enum Command {
         json: bool,
     },
 
+    /// Commit all sealed staging into the lake (finishing interrupted commits first).
+    Commit {
+        /// Only this step's staging.
+        #[arg(long)]
+        step: Option<i32>,
+        /// Run directories per commit sequence (bounds memory).
+        #[arg(long, default_value_t = sluice::commit::DEFAULT_CHUNK)]
+        chunk: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Finish interrupted commits and commit every sealed leftover staging directory.
+    Recover {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Load generators: stage synthetic executions with real worker processes.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+
+    /// Internal: one staging worker process of `sluice bench`.
+    #[command(name = "__stage-worker", hide = true)]
+    StageWorker {
+        #[command(flatten)]
+        workload: Workload,
+        /// First execution index (inclusive).
+        #[arg(long)]
+        from: u64,
+        /// Last execution index (exclusive).
+        #[arg(long)]
+        to: u64,
+    },
+
     /// Add artifacts to the lake and print their ids.
     ///
     /// metric/config: each VALUE is JSON text, or @FILE to read it from a file.
@@ -95,5 +132,61 @@ pub enum Command {
         /// The values (see above).
         #[arg(required = true)]
         values: Vec<String>,
+    },
+}
+
+/// The synthetic workload of the load generators.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Workload {
+    /// Number of executions to stage.
+    #[arg(long, default_value_t = 1000)]
+    pub executions: u64,
+    /// Output artifacts per successful execution.
+    #[arg(long, default_value_t = 3)]
+    pub artifacts_per_execution: usize,
+    /// Fraction of artifacts whose content repeats across executions.
+    #[arg(long, default_value_t = 0.0)]
+    pub duplicate_fraction: f64,
+    /// Fraction of executions that fail (staged with success = false).
+    #[arg(long, default_value_t = 0.0)]
+    pub fail_fraction: f64,
+    /// Fraction of workers that die before writing the sentinel.
+    #[arg(long, default_value_t = 0.0)]
+    pub crash_fraction: f64,
+    /// Seed of the synthetic content.
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Step number of the staged executions.
+    #[arg(long, default_value_t = 1)]
+    pub step: i32,
+}
+
+/// `sluice bench` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Stage synthetic executions into the lake's staging root with W worker processes.
+    Stage {
+        #[command(flatten)]
+        workload: Workload,
+        /// Worker processes.
+        #[arg(long, default_value_t = 2)]
+        workers: u64,
+    },
+    /// Stage and commit a workload into an empty lake (the baseline), fill the
+    /// lake with --existing artifacts, then stage and commit the workload again
+    /// with new content; report both and their ratio.
+    Commit {
+        #[command(flatten)]
+        workload: Workload,
+        /// Worker processes.
+        #[arg(long, default_value_t = 2)]
+        workers: u64,
+        /// Run directories per commit sequence.
+        #[arg(long, default_value_t = sluice::commit::DEFAULT_CHUNK)]
+        chunk: usize,
+        /// Artifacts already in the lake before the measured commits (e.g.
+        /// 100000 vs 1000000 shows how de-duplication scales).
+        #[arg(long, default_value_t = 0)]
+        existing: u64,
     },
 }

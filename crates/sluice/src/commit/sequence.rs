@@ -9,7 +9,6 @@ use deltalake::arrow::datatypes::SchemaRef;
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::kernel::Transaction;
 use deltalake::kernel::transaction::CommitProperties;
-use deltalake::protocol::SaveMode;
 
 use super::journal::{self, JournalEntry, Manifest, Phase, TXN_APP_ID};
 use super::load::{LoadedRun, load_run};
@@ -19,7 +18,7 @@ use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::layout::{self, TableKind};
-use crate::lake::table::{self, writer_properties};
+use crate::lake::table;
 use crate::query::scan;
 use crate::staging::RunDir;
 use crate::staging::paths::parse_step_dir;
@@ -317,14 +316,19 @@ async fn commit_loaded(
         let properties = CommitProperties::default()
             .with_application_transaction(Transaction::new(TXN_APP_ID, seq))
             .with_metadata([("sluice_commit_seq".to_owned(), serde_json::json!(seq))]);
-        let written = handle
-            .write(vec![batch])
-            .with_save_mode(SaveMode::Append)
-            .with_writer_properties(writer_properties())
-            .with_commit_properties(properties)
-            .await
-            .map_err(|e| Error::delta(&spec.name, e))?;
-        versions.insert(spec.name.clone(), written.version().unwrap_or_default());
+        let added_ids: Vec<ArtifactId> =
+            if matches!(spec.kind, TableKind::Content(_) | TableKind::Index) {
+                row_keys(&batch, &["artifact_id"])
+                    .iter()
+                    .map(|k| k.trim_matches('"').parse())
+                    .collect::<Result<_>>()?
+            } else {
+                Vec::new()
+            };
+        let written = table::append_with(handle, &spec, vec![batch], Some(properties)).await?;
+        let version = written.version().unwrap_or_default();
+        table::record_keys(lake.root(), &spec, version, &added_ids);
+        versions.insert(spec.name.clone(), version);
     }
     let steps = layout::steps_table();
     versions.insert(steps.name.clone(), journal::table_txn(lake, &steps).await?.1);

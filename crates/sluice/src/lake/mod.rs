@@ -9,6 +9,7 @@
 //! data or recreates a table that exists.
 
 pub mod config;
+pub mod key_filter;
 pub mod layout;
 pub mod table;
 

@@ -182,13 +182,67 @@ pub async fn append(
     spec: &TableSpec,
     batches: Vec<RecordBatch>,
 ) -> Result<DeltaTable> {
+    append_with(table, spec, batches, None).await
+}
+
+/// Append batches in one commit with commit properties (app transactions,
+/// commit metadata).
+pub async fn append_with(
+    table: DeltaTable,
+    spec: &TableSpec,
+    batches: Vec<RecordBatch>,
+    properties: Option<deltalake::kernel::transaction::CommitProperties>,
+) -> Result<DeltaTable> {
     if batches.iter().all(|b| b.num_rows() == 0) {
         return Ok(table);
     }
-    table
+    let mut builder = table
         .write(batches)
         .with_save_mode(SaveMode::Append)
-        .with_writer_properties(writer_properties())
-        .await
-        .map_err(|e| Error::delta(&spec.name, e))
+        .with_writer_properties(writer_properties());
+    if let Some(properties) = properties {
+        builder = builder.with_commit_properties(properties);
+    }
+    builder.await.map_err(|e| Error::delta(&spec.name, e))
+}
+
+/// Record the key filter of the ids a version of a table added (see
+/// [`key_filter`](super::key_filter)). Failure only costs lookup speed, so it
+/// is logged, not returned.
+pub fn record_keys(
+    root: &Path,
+    spec: &TableSpec,
+    version: u64,
+    ids: &[crate::artifact::ArtifactId],
+) {
+    if ids.is_empty() {
+        return;
+    }
+    let dir = table_dir(root, spec);
+    let result = super::key_filter::added_files(&dir, version).and_then(|files| {
+        super::key_filter::write(&dir, version, &super::key_filter::KeyFilter::new(files, ids))
+    });
+    if let Err(e) = result {
+        tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
+    }
+}
+
+/// Relative paths of a table's active data files.
+pub fn active_files(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<String>> {
+    use deltalake::arrow::array::{Array, StringArray, StringViewArray};
+    let state = table.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
+    let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;
+    let Some(column) = adds.column_by_name("path") else { return Ok(Vec::new()) };
+    let any = column.as_any();
+    let out = if let Some(a) = any.downcast_ref::<StringArray>() {
+        (0..a.len()).map(|i| a.value(i).to_owned()).collect()
+    } else if let Some(a) = any.downcast_ref::<StringViewArray>() {
+        (0..a.len()).map(|i| a.value(i).to_owned()).collect()
+    } else {
+        return Err(Error::Internal(format!(
+            "table `{}`: unexpected type of the add-action path column",
+            spec.name
+        )));
+    };
+    Ok(out)
 }

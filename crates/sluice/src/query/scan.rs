@@ -35,8 +35,22 @@ pub async fn select(
     columns: &[&str],
     filter: Option<&str>,
 ) -> Result<Vec<RecordBatch>> {
+    select_in_files(table, name, columns, filter, None).await
+}
+
+/// Like [`select`], reading only the given data files (relative paths).
+pub async fn select_in_files(
+    table: &DeltaTable,
+    name: &str,
+    columns: &[&str],
+    filter: Option<&str>,
+    files: Option<&[String]>,
+) -> Result<Vec<RecordBatch>> {
     let ctx = SessionContext::new();
-    let provider = table.table_provider().await?;
+    let provider = match files {
+        Some(files) => table.table_provider().with_file_paths(files.to_vec()).await?,
+        None => table.table_provider().await?,
+    };
     ctx.register_table("t", provider)?;
     let projection = if columns.is_empty() { "*".to_owned() } else { columns.join(", ") };
     let sql = match filter {

@@ -85,7 +85,7 @@ impl StagingWriter {
             &e.operation_name,
             &e.execution_run_id,
         )?;
-        std::fs::create_dir_all(&dir).map_err(|err| Error::io(&dir, err))?;
+        create_run_dir(&dir)?;
         if dir.join(SENTINEL).exists() {
             return Err(Error::InvalidInput(format!(
                 "{}: already sealed; a run id is staged once",
@@ -147,6 +147,20 @@ impl StagingWriter {
 /// included, so a staged file is self-describing).
 pub fn staging_schema(spec: &TableSpec) -> deltalake::arrow::datatypes::SchemaRef {
     crate::artifact::value::arrow_schema(&spec.columns)
+}
+
+/// Create a run directory. A committer removes shard directories it empties,
+/// which can race with this creation; retry a few times when a parent
+/// vanishes underneath.
+fn create_run_dir(dir: &Path) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        match std::fs::create_dir_all(dir) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt < 10 => attempt += 1,
+            Err(e) => return Err(Error::io(dir, e)),
+        }
+    }
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod commit;
+mod commit_props;
 mod common;
 mod custom_types;
 mod identity;

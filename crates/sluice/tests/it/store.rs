@@ -70,3 +70,32 @@ async fn get_many_and_list_by_type_and_step() {
     assert_eq!(index.rows, 6);
     assert!(index.bytes > 0 && index.files == 1 && index.version == 1, "{index:?}");
 }
+
+#[tokio::test]
+async fn key_filters_speed_up_dedup_but_never_decide_it() {
+    let (dir, lake) = lake().await;
+    let a = metrics(&lake, 1, 10);
+    let b = metrics(&lake, 2, 10);
+    lake.put(&a).await.unwrap();
+    lake.put(&b).await.unwrap();
+    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::key_filter::KEYS_DIR);
+    let mut sidecars: Vec<_> =
+        std::fs::read_dir(&keys).unwrap().map(|e| e.unwrap().path()).collect();
+    sidecars.sort();
+    assert_eq!(sidecars.len(), 2, "one key filter per write: {sidecars:?}");
+
+    let mut both = a.clone();
+    both.extend(b.iter().cloned());
+    assert_eq!(lake.put(&both).await.unwrap().already_present, 20);
+    // A lost sidecar and a corrupted one: slower lookups, same answer.
+    std::fs::remove_file(&sidecars[0]).unwrap();
+    std::fs::write(&sidecars[1], b"garbage").unwrap();
+    let again = lake.put(&both).await.unwrap();
+    assert_eq!(again.already_present, 20);
+    assert_eq!(again.rows_added["metrics"], 0);
+    let n = lake.sql("SELECT count(*) AS n FROM metrics").execute().await.unwrap();
+    assert_eq!(
+        sluice::query::format::render(&n.batches, sluice::query::OutputFormat::Csv).unwrap(),
+        "n\n20\n"
+    );
+}

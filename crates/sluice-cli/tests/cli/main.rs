@@ -7,30 +7,33 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-struct Lake {
+mod concurrency;
+mod crash;
+
+pub(crate) struct Lake {
     _dir: tempfile::TempDir,
-    root: PathBuf,
+    pub(crate) root: PathBuf,
 }
 
 impl Lake {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("lake");
         Lake { _dir: dir, root }
     }
 
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_sluice"))
-            .arg("--lake")
-            .arg(&self.root)
-            .args(args)
-            .env_remove("SLUICE_LAKE")
-            .output()
-            .unwrap()
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command.arg("--lake").arg(&self.root).args(args).env_remove("SLUICE_LAKE");
+        command
+    }
+
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
     }
 
     /// Run and require success; returns stdout.
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             out.status.success(),
@@ -41,7 +44,7 @@ impl Lake {
     }
 
     /// Run and require failure; returns stderr.
-    fn fails(&self, args: &[&str]) -> String {
+    pub(crate) fn fails(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(!out.status.success(), "sluice {args:?} should fail");
         String::from_utf8(out.stderr).unwrap()

@@ -1,5 +1,8 @@
 //! One function per command.
 
+mod bench;
+mod commit;
+
 use std::path::Path;
 
 use anyhow::{Context, bail};
@@ -22,6 +25,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Show { id, json } => show(&root, &id, json).await,
         Command::Put { type_key, step, metadata, values } => {
             put(&root, &type_key, step, metadata.as_deref(), &values).await
+        }
+        Command::Commit { step, chunk, json } => commit::commit(&root, step, chunk, json).await,
+        Command::Recover { json } => {
+            commit::commit(&root, None, sluice::commit::DEFAULT_CHUNK, json).await
+        }
+        Command::Bench(bench) => bench::run(&root, bench).await,
+        Command::StageWorker { workload, from, to } => {
+            bench::stage_worker(&root, &workload, from, to).await
         }
     }
 }
@@ -249,4 +260,11 @@ async fn put(
         );
     }
     Ok(())
+}
+
+/// The first value of a one-row, one-column query, as text.
+pub(crate) async fn scalar(lake: &Lake, sql: &str) -> anyhow::Result<String> {
+    let result = lake.sql(sql).execute().await?;
+    let csv = sluice::query::format::render(&result.batches, OutputFormat::Csv)?;
+    Ok(csv.lines().nth(1).unwrap_or_default().to_owned())
 }

@@ -1,0 +1,179 @@
+//! `sluice bench`: load generators that stage exactly as real workers do.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use sluice::Lake;
+use sluice::staging::synthetic::{self, SyntheticSpec};
+use sluice::staging::{self, StagingWriter, SyncPolicy};
+
+use crate::args::{BenchCommand, Workload};
+use crate::output::print;
+
+fn spec(w: &Workload, seed: u64) -> SyntheticSpec {
+    SyntheticSpec {
+        seed,
+        step: w.step,
+        operation: "bench".into(),
+        artifacts_per_execution: w.artifacts_per_execution,
+        duplicate_fraction: w.duplicate_fraction,
+        fail_fraction: w.fail_fraction,
+        crash_fraction: w.crash_fraction,
+    }
+}
+
+/// The worker process: stage executions `from..to`.
+pub async fn stage_worker(
+    root: &Path,
+    workload: &Workload,
+    from: u64,
+    to: u64,
+) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let writer = StagingWriter::new(
+        staging::default_root(lake.root()),
+        lake.registry().clone(),
+        SyncPolicy::Detect,
+    );
+    let spec = spec(workload, workload.seed);
+    let registry = lake.registry().clone();
+    tokio::task::spawn_blocking(move || {
+        synthetic::stage_range(&writer, &spec, &registry, from..to)
+    })
+    .await??;
+    Ok(())
+}
+
+/// Stage a workload with `workers` processes; returns seconds.
+async fn stage(root: &Path, workload: &Workload, workers: u64) -> anyhow::Result<f64> {
+    let exe = std::env::current_exe().context("locating the sluice binary")?;
+    let workers = workers.max(1);
+    let per = workload.executions.div_ceil(workers);
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for w in 0..workers {
+        let (from, to) = (w * per, ((w + 1) * per).min(workload.executions));
+        if from >= to {
+            continue;
+        }
+        let child = tokio::process::Command::new(&exe)
+            .arg("--lake")
+            .arg(root)
+            .arg("__stage-worker")
+            .args(["--executions", &workload.executions.to_string()])
+            .args(["--artifacts-per-execution", &workload.artifacts_per_execution.to_string()])
+            .args(["--duplicate-fraction", &workload.duplicate_fraction.to_string()])
+            .args(["--fail-fraction", &workload.fail_fraction.to_string()])
+            .args(["--crash-fraction", &workload.crash_fraction.to_string()])
+            .args(["--seed", &workload.seed.to_string()])
+            .args(["--step", &workload.step.to_string()])
+            .args(["--from", &from.to_string(), "--to", &to.to_string()])
+            .spawn()
+            .context("starting a staging worker")?;
+        children.push(child);
+    }
+    for mut child in children {
+        let status = child.wait().await?;
+        if !status.success() {
+            bail!("a staging worker failed: {status}");
+        }
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Add `n` unique metric artifacts to the lake, in commits of 100k, spread
+/// over 10 steps (not timed as part of the figures).
+async fn fill(lake: &Lake, n: u64, seed: u64) -> anyhow::Result<()> {
+    const CHUNK: u64 = 100_000;
+    let mut done = 0;
+    while done < n {
+        let end = (done + CHUNK).min(n);
+        let artifacts = (done..end)
+            .map(|i| {
+                sluice::Draft::metric(serde_json::json!({"fill": i, "seed": seed}))?
+                    .with_step((i % 10) as i32)
+                    .finalize(lake.registry())
+            })
+            .collect::<sluice::Result<Vec<_>>>()?;
+        lake.append_unchecked(&artifacts).await?;
+        done = end;
+    }
+    Ok(())
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn describe(w: &Workload, workers: u64) -> String {
+    format!(
+        "{} executions x {} artifacts, {} worker processes, duplicate {:.2}, fail {:.2}, crash {:.2}",
+        w.executions,
+        w.artifacts_per_execution,
+        workers,
+        w.duplicate_fraction,
+        w.fail_fraction,
+        w.crash_fraction
+    )
+}
+
+pub async fn run(root: &Path, command: BenchCommand) -> anyhow::Result<()> {
+    Lake::init(root).await?;
+    match command {
+        BenchCommand::Stage { workload, workers } => {
+            let secs = stage(root, &workload, workers).await?;
+            print(&format!(
+                "workload: {}\nstage: {secs:.3} s, {:.0} executions/s",
+                describe(&workload, workers),
+                workload.executions as f64 / secs
+            ))
+        }
+        BenchCommand::Commit { workload, workers, chunk, existing } => {
+            let lake = Lake::open(root).await?;
+            let mut lines = vec![format!("workload: {}", describe(&workload, workers))];
+            let mut baseline = None;
+            for (round, seed) in [(0, workload.seed), (1, workload.seed.wrapping_add(1_000_003))] {
+                if round == 1 && existing > 0 {
+                    let started = Instant::now();
+                    fill(&lake, existing, seed).await?;
+                    lines.push(format!(
+                        "filled the lake with {existing} artifacts in {:.1} s",
+                        started.elapsed().as_secs_f64()
+                    ));
+                }
+                let existing = super::scalar(&lake, "SELECT count(*) FROM index").await?;
+                let w = Workload { seed, ..workload.clone() };
+                let stage_secs = stage(root, &w, workers).await?;
+                let report = lake.commit().with_chunk_size(chunk).execute().await?;
+                let secs = report.duration.as_secs_f64();
+                let rows: u64 = report.rows_added.values().sum();
+                lines.push(format!(
+                    "round {round}: stage {stage_secs:.3} s ({:.0} executions/s); commit into a lake of {existing} artifacts: \
+                     {secs:.3} s, {:.0} executions/s, {:.0} rows/s ({rows} rows, {} quarantined, {} unsealed)",
+                    w.executions as f64 / stage_secs,
+                    report.runs_committed as f64 / secs,
+                    rows as f64 / secs,
+                    report.quarantined.len(),
+                    report.unsealed.len(),
+                ));
+                match baseline {
+                    None => baseline = Some(secs),
+                    Some(base) => lines.push(format!(
+                        "ratio: commit into the populated lake / commit into an empty lake (baseline) = {:.2}",
+                        secs / base
+                    )),
+                }
+            }
+            lines.push(format!("peak RSS: {:.0} MiB", peak_rss_mib()));
+            print(&lines.join("\n"))
+        }
+    }
+}

@@ -1,0 +1,84 @@
+//! `sluice commit` and `sluice recover`.
+
+use std::path::Path;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use sluice::Lake;
+use sluice::commit::CommitReport;
+
+use crate::output::print;
+
+pub async fn commit(
+    root: &Path,
+    step: Option<i32>,
+    chunk: usize,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} committing [{bar:30}] {pos}/{len} run dirs ({per_sec}, eta {eta})",
+        )?
+        .progress_chars("=> "),
+    );
+    let progress_bar = bar.clone();
+    let report = lake
+        .commit()
+        .with_step(step)
+        .with_chunk_size(chunk)
+        .with_progress(Box::new(move |done, total| {
+            progress_bar.set_length(total as u64);
+            progress_bar.set_position(done as u64);
+        }))
+        .execute()
+        .await?;
+    bar.finish_and_clear();
+    if as_json {
+        return print(&serde_json::to_string_pretty(&report_json(&report))?);
+    }
+    print(&summary(&report))
+}
+
+fn report_json(r: &CommitReport) -> serde_json::Value {
+    json!({
+        "runs_committed": r.runs_committed,
+        "unsealed": r.unsealed,
+        "quarantined": r.quarantined.iter().map(|(p, why)| json!({"path": p, "reason": why})).collect::<Vec<_>>(),
+        "rows_added": r.rows_added,
+        "rows_deduplicated": r.rows_deduplicated,
+        "sequences": r.sequences,
+        "recovered_sequences": r.recovered,
+        "seconds": r.duration.as_secs_f64(),
+    })
+}
+
+/// The human summary of a commit.
+pub fn summary(r: &CommitReport) -> String {
+    let mut out = format!(
+        "committed {} run dirs in {:.2}s ({} sequences{})\n",
+        r.runs_committed,
+        r.duration.as_secs_f64(),
+        r.sequences.len(),
+        if r.recovered.is_empty() {
+            String::new()
+        } else {
+            format!(", {} recovered", r.recovered.len())
+        }
+    );
+    out.push_str(&format!("skipped unsealed: {}\n", r.unsealed.len()));
+    for path in r.unsealed.iter().take(10) {
+        out.push_str(&format!("  {}\n", path.display()));
+    }
+    out.push_str(&format!("quarantined: {}\n", r.quarantined.len()));
+    for (path, why) in &r.quarantined {
+        out.push_str(&format!("  {}: {why}\n", path.display()));
+    }
+    out.push_str("table              added  deduplicated\n");
+    for (table, added) in &r.rows_added {
+        let dedup = r.rows_deduplicated.get(table).copied().unwrap_or(0);
+        out.push_str(&format!("{table:<16} {added:>8} {dedup:>13}\n"));
+    }
+    out
+}

@@ -1,0 +1,261 @@
+//! Key filters: de-duplication against a large table without reading its keys.
+//!
+//! Content ids are uniformly random, so no file layout lets a lookup of many
+//! new ids skip files by min/max statistics: every file's range covers almost
+//! the whole id space. Instead, every sluice write to a content table or the
+//! index leaves a small sidecar next to the table,
+//! `<table>/_sluice_keys/{version:020}.keys`, holding a Bloom filter of the ids
+//! that version added and the data files that hold them.
+//!
+//! To find which of K incoming ids a table already has:
+//!
+//! 1. list the table's active files;
+//! 2. probe each id against each sidecar whose files are all still active
+//!    (K × sidecars hash probes, in memory);
+//! 3. read ids only from the files of sidecars that answered "maybe", looking
+//!    only for the ids that hit, plus every active file no sidecar covers
+//!    (written by another tool, compacted, or a write that died before its
+//!    sidecar), looking for all ids.
+//!
+//! New ids almost never hit (false-positive rate 1%), so the cost of a commit
+//! follows the number of sidecars, not the number of rows. A missing or
+//! unreadable sidecar only makes a lookup slower, never wrong: its files count
+//! as uncovered. Delta readers and vacuum ignore `_`-prefixed directories.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use crate::artifact::ArtifactId;
+use crate::error::{Error, Result};
+
+/// Sidecar directory inside a table.
+pub const KEYS_DIR: &str = "_sluice_keys";
+
+const MAGIC: &[u8; 8] = b"SLKEYS01";
+
+/// Bits per key (about 1% false positives with 7 probes).
+const BITS_PER_KEY: usize = 10;
+const PROBES: u32 = 7;
+
+/// A Bloom filter over artifact ids, with the files whose ids it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyFilter {
+    /// Table data files (relative paths, as in the Delta log).
+    pub files: Vec<String>,
+    bits: Vec<u64>,
+}
+
+impl KeyFilter {
+    /// A filter of `ids` for `files`.
+    pub fn new(files: Vec<String>, ids: &[ArtifactId]) -> Self {
+        let words = (ids.len() * BITS_PER_KEY).div_ceil(64).max(1);
+        let mut filter = KeyFilter { files, bits: vec![0; words] };
+        for id in ids {
+            for bit in filter.positions(id) {
+                filter.bits[bit / 64] |= 1 << (bit % 64);
+            }
+        }
+        filter
+    }
+
+    fn positions(&self, id: &ArtifactId) -> impl Iterator<Item = usize> + use<> {
+        // Ids are already uniform hashes: split them into two 64-bit hashes
+        // and use double hashing for the probes.
+        let bytes = id.as_bytes();
+        let mut a = [0u8; 8];
+        let mut b = [0u8; 8];
+        a.copy_from_slice(&bytes[..8]);
+        b.copy_from_slice(&bytes[8..]);
+        let (h1, h2) = (u64::from_le_bytes(a), u64::from_le_bytes(b) | 1);
+        let m = (self.bits.len() * 64) as u64;
+        (0..PROBES).map(move |i| (h1.wrapping_add(u64::from(i).wrapping_mul(h2)) % m) as usize)
+    }
+
+    /// Whether the id may be in the filter (false: certainly not).
+    pub fn may_contain(&self, id: &ArtifactId) -> bool {
+        self.positions(id).all(|bit| self.bits[bit / 64] & (1 << (bit % 64)) != 0)
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16 + self.bits.len() * 8);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(self.files.len() as u32).to_le_bytes());
+        for f in &self.files {
+            out.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            out.extend_from_slice(f.as_bytes());
+        }
+        out.extend_from_slice(&(self.bits.len() as u32).to_le_bytes());
+        for w in &self.bits {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut rest = bytes.strip_prefix(MAGIC)?;
+        let mut take = |n: usize| -> Option<&[u8]> {
+            if rest.len() < n {
+                return None;
+            }
+            let (head, tail) = rest.split_at(n);
+            rest = tail;
+            Some(head)
+        };
+        let u32_at = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        let nfiles = u32_at(take(4)?);
+        let mut files = Vec::with_capacity(nfiles);
+        for _ in 0..nfiles {
+            let len = u32_at(take(4)?);
+            files.push(String::from_utf8(take(len)?.to_vec()).ok()?);
+        }
+        let words = u32_at(take(4)?);
+        let mut bits = Vec::with_capacity(words);
+        for _ in 0..words {
+            let w = take(8)?;
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            bits.push(u64::from_le_bytes(a));
+        }
+        (words > 0).then_some(KeyFilter { files, bits })
+    }
+}
+
+fn keys_dir(table_dir: &Path) -> PathBuf {
+    table_dir.join(KEYS_DIR)
+}
+
+/// Write the sidecar of a table version (atomically; best effort is enough,
+/// a missing sidecar only costs speed).
+pub fn write(table_dir: &Path, version: u64, filter: &KeyFilter) -> Result<()> {
+    let dir = keys_dir(table_dir);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let path = dir.join(format!("{version:020}.keys"));
+    let tmp = dir.join(format!(".{version:020}.keys.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, filter.encode()).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
+}
+
+/// Every readable sidecar of a table, by version.
+pub fn read_all(table_dir: &Path) -> BTreeMap<u64, KeyFilter> {
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(keys_dir(table_dir)) else { return out };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(version) = name.strip_suffix(".keys").and_then(|v| v.parse::<u64>().ok()) else {
+            continue;
+        };
+        match std::fs::read(entry.path()).ok().and_then(|b| KeyFilter::decode(&b)) {
+            Some(filter) => {
+                out.insert(version, filter);
+            }
+            None => {
+                tracing::warn!(path = %entry.path().display(), "ignoring an unreadable key filter")
+            }
+        }
+    }
+    out
+}
+
+/// The data files a Delta version added, from its log entry.
+pub fn added_files(table_dir: &Path, version: u64) -> Result<Vec<String>> {
+    let path = table_dir.join("_delta_log").join(format!("{version:020}.json"));
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let mut files = Vec::new();
+    for line in text.lines() {
+        let action: serde_json::Value = serde_json::from_str(line).map_err(|e| Error::Json {
+            context: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        if let Some(p) = action.get("add").and_then(|a| a.get("path")).and_then(|p| p.as_str()) {
+            files.push(p.to_owned());
+        }
+    }
+    Ok(files)
+}
+
+/// Plan of a lookup: which files to read for which ids.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LookupPlan {
+    /// Files no sidecar covers: read them for every id.
+    pub uncovered: Vec<String>,
+    /// Files of sidecars that may hold some ids, and the ids that hit.
+    pub candidates: Vec<(Vec<String>, Vec<ArtifactId>)>,
+}
+
+/// Decide which files must be read to look up `ids`.
+pub fn plan(
+    active: &[String],
+    filters: &BTreeMap<u64, KeyFilter>,
+    ids: &[ArtifactId],
+) -> LookupPlan {
+    let active_set: BTreeSet<&str> = active.iter().map(String::as_str).collect();
+    let mut covered: BTreeSet<&str> = BTreeSet::new();
+    let mut plan = LookupPlan::default();
+    for filter in filters.values() {
+        // A sidecar counts only while every file it describes is active.
+        if filter.files.is_empty() || !filter.files.iter().all(|f| active_set.contains(f.as_str()))
+        {
+            continue;
+        }
+        covered.extend(filter.files.iter().map(String::as_str));
+        let hits: Vec<ArtifactId> =
+            ids.iter().copied().filter(|id| filter.may_contain(id)).collect();
+        if !hits.is_empty() {
+            plan.candidates.push((filter.files.clone(), hits));
+        }
+    }
+    plan.uncovered = active.iter().filter(|f| !covered.contains(f.as_str())).cloned().collect();
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(i: u32) -> ArtifactId {
+        ArtifactId::compute("t", &i.to_le_bytes())
+    }
+
+    #[test]
+    fn no_false_negatives_and_few_false_positives() {
+        let ids: Vec<_> = (0..5000).map(id).collect();
+        let f = KeyFilter::new(vec!["a.parquet".into()], &ids);
+        assert!(ids.iter().all(|i| f.may_contain(i)));
+        let false_positives = (5000..55000).filter(|i| f.may_contain(&id(*i))).count();
+        assert!(false_positives < 1000, "{false_positives} of 50000 (expected ~1%)");
+        assert_eq!(KeyFilter::decode(&f.encode()), Some(f));
+    }
+
+    #[test]
+    fn plan_reads_only_what_may_hold_the_ids() {
+        let old: Vec<_> = (0..100).map(id).collect();
+        let mut filters = BTreeMap::new();
+        filters.insert(1, KeyFilter::new(vec!["f1".into()], &old[..50]));
+        filters.insert(2, KeyFilter::new(vec!["f2".into()], &old[50..]));
+        filters.insert(3, KeyFilter::new(vec!["gone".into()], &old[..10])); // compacted away
+        let active = vec!["f1".to_owned(), "f2".to_owned(), "foreign".to_owned()];
+        let wanted = vec![old[3], id(1000)];
+        let p = plan(&active, &filters, &wanted);
+        assert_eq!(p.uncovered, vec!["foreign".to_owned()]);
+        // The filter holding old[3] answers "maybe"; a sidecar whose file was
+        // compacted away is never used (its ids may be anywhere now).
+        assert!(
+            p.candidates
+                .iter()
+                .any(|(files, hits)| files == &["f1".to_owned()] && hits.contains(&old[3]))
+        );
+        assert!(p.candidates.iter().all(|(files, _)| files != &["gone".to_owned()]));
+        assert!(p.candidates.len() <= 2);
+    }
+
+    #[test]
+    fn garbage_sidecars_are_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(KEYS_DIR)).unwrap();
+        std::fs::write(dir.path().join(KEYS_DIR).join("00000000000000000001.keys"), b"junk")
+            .unwrap();
+        write(dir.path(), 2, &KeyFilter::new(vec!["x".into()], &[id(1)])).unwrap();
+        let all = read_all(dir.path());
+        assert_eq!(all.keys().copied().collect::<Vec<_>>(), vec![2]);
+    }
+}
