@@ -151,3 +151,34 @@ fn commit_killed_at_random_moments_recovers_exactly() {
         "most trials killed a running commit: {killed_mid_commit}/{n}"
     );
 }
+
+#[test]
+fn a_failed_table_commit_keeps_staging_and_recover_finishes_the_sequence() {
+    let lake = Lake::new();
+    lake.ok(&["bench", "stage", "--executions", "60", "--workers", "1", "--seed", "3"]);
+    let reference = Lake::new();
+    reference.ok(&["init"]);
+    copy_dir(&lake.root.join("_staging"), &reference.root.join("_staging"));
+    reference.ok(&["commit"]);
+
+    // The index commit fails: content tables are committed, nothing after.
+    let out = lake.command(&["commit"]).env("SLUICE_FAILPOINT", "commit:index").output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("table `index`"), "the error names the table: {err}");
+    let left = sluice::staging::scan(&lake.root.join("_staging"), None).unwrap();
+    assert_eq!(left.sealed.len(), 60, "staging stays when a table commit fails");
+    let metrics =
+        lake.ok(&["sql", "--format", "csv", "--as-of", "1", "SELECT count(*) AS n FROM metrics"]);
+    assert_eq!(metrics, "n\n180\n", "the content table was committed before the failure");
+    // Readers see the last completed state (nothing) while the sequence is open.
+    assert_eq!(lake.ok(&["sql", "--format", "csv", "SELECT count(*) AS n FROM metrics"]), "n\n0\n");
+
+    let report: serde_json::Value = serde_json::from_str(&lake.ok(&["recover", "--json"])).unwrap();
+    assert_eq!(report["recovered_sequences"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["rows_added"]["metrics"], 0, "content is not committed twice: {report}");
+    let (got, dups) = dump(&lake.root);
+    assert_eq!(dups, 0);
+    assert_eq!(got, dump(&reference.root).0);
+    assert!(sluice::staging::scan(&lake.root.join("_staging"), None).unwrap().sealed.is_empty());
+}

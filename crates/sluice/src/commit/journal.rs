@@ -10,8 +10,9 @@
 //!   Delta application transaction (`sluice-commit`, seq), so recovery can
 //!   tell, table by table, whether the sequence already reached it.
 //!
-//! Readers use the latest `completed` row to read a consistent snapshot of all
-//! tables while a later sequence is still in flight.
+//! The `started` row records every table's version before the sequence; while
+//! a sequence is in flight, readers read those versions, which is the state
+//! the last completed sequence left: a consistent snapshot of all tables.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -59,7 +60,7 @@ pub struct JournalEntry {
     pub phase: Phase,
     /// Run directories in the sequence.
     pub run_count: i64,
-    /// Table versions after the sequence (completed rows only).
+    /// Table versions before (started rows) or after (completed rows) the sequence.
     pub table_versions: BTreeMap<String, u64>,
     /// Rows added per table (completed rows only).
     pub rows_added: BTreeMap<String, u64>,
@@ -137,8 +138,9 @@ pub async fn append(lake: &Lake, entry: &JournalEntry) -> Result<()> {
     Ok(())
 }
 
-/// The table versions of the latest completed sequence, if a later sequence
-/// is still in flight (started, not completed). `None` means: read latest.
+/// The table versions to read while a sequence is in flight (started, not
+/// completed): those recorded when the earliest such sequence started, i.e.
+/// the state after the last completed one. `None` means: read latest.
 pub async fn pinned_versions(lake: &Lake) -> Result<Option<BTreeMap<String, u64>>> {
     let spec = layout::commits_table();
     if !table::is_table(&table::table_dir(lake.root(), &spec)) {
@@ -147,19 +149,22 @@ pub async fn pinned_versions(lake: &Lake) -> Result<Option<BTreeMap<String, u64>
     let entries = read(lake).await?;
     let completed: std::collections::BTreeSet<i64> =
         entries.iter().filter(|e| e.phase == Phase::Completed).map(|e| e.seq).collect();
-    let in_flight =
-        entries.iter().any(|e| e.phase == Phase::Started && !completed.contains(&e.seq));
-    if !in_flight {
-        return Ok(None);
+    Ok(entries
+        .iter()
+        .find(|e| e.phase == Phase::Started && !completed.contains(&e.seq))
+        .map(|e| e.table_versions.clone()))
+}
+
+/// The current version of every table the commit sequence writes.
+pub async fn current_versions(lake: &Lake) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for spec in lake.table_specs() {
+        if spec.kind == layout::TableKind::Commits {
+            continue;
+        }
+        out.insert(spec.name.clone(), table_txn(lake, &spec).await?.1);
     }
-    Ok(Some(
-        entries
-            .iter()
-            .rev()
-            .find(|e| e.phase == Phase::Completed)
-            .map(|e| e.table_versions.clone())
-            .unwrap_or_default(),
-    ))
+    Ok(out)
 }
 
 fn manifest_dir(staging_root: &Path) -> PathBuf {
