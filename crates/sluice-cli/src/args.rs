@@ -96,6 +96,13 @@ pub enum Command {
         json: bool,
     },
 
+    /// Report pending, unsealed and quarantined staging and unfinished commits.
+    Doctor {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+
     /// Load generators: stage synthetic executions with real worker processes.
     #[command(subcommand)]
     Bench(BenchCommand),

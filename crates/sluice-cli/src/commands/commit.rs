@@ -82,3 +82,57 @@ pub fn summary(r: &CommitReport) -> String {
     }
     out
 }
+
+pub async fn doctor(root: &Path, as_json: bool) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let d = sluice::commit::doctor::diagnose(&lake).await?;
+    if as_json {
+        return print(&serde_json::to_string_pretty(&json!({
+            "clean": d.is_clean(),
+            "sealed_waiting": d.sealed,
+            "unsealed": d.unsealed,
+            "quarantined": d.quarantined.iter().map(|(p, why)| json!({"path": p, "reason": why})).collect::<Vec<_>>(),
+            "pending_manifests": d.pending_manifests,
+            "unfinished_sequences": d.unfinished_sequences,
+            "foreign": d.foreign,
+        }))?);
+    }
+    let mut out = String::new();
+    if d.is_clean() {
+        out.push_str("clean: nothing staged, nothing quarantined, no unfinished commit\n");
+    }
+    if d.sealed > 0 {
+        out.push_str(&format!("{} sealed run dirs wait for `sluice commit`\n", d.sealed));
+    }
+    if !d.pending_manifests.is_empty() || !d.unfinished_sequences.is_empty() {
+        out.push_str(&format!(
+            "unfinished commit sequences {:?} (manifests {:?}): run `sluice recover`\n",
+            d.unfinished_sequences, d.pending_manifests
+        ));
+    }
+    if !d.unsealed.is_empty() {
+        out.push_str(&format!(
+            "{} unsealed run dirs (crashed or still running workers):\n",
+            d.unsealed.len()
+        ));
+        for p in &d.unsealed {
+            out.push_str(&format!("  {}\n", p.display()));
+        }
+    }
+    if !d.quarantined.is_empty() {
+        out.push_str(&format!("{} quarantined run dirs:\n", d.quarantined.len()));
+        for (p, why) in &d.quarantined {
+            out.push_str(&format!("  {}: {why}\n", p.display()));
+        }
+    }
+    if !d.foreign.is_empty() {
+        out.push_str(&format!(
+            "{} entries in the staging root that do not fit its layout:\n",
+            d.foreign.len()
+        ));
+        for p in &d.foreign {
+            out.push_str(&format!("  {}\n", p.display()));
+        }
+    }
+    print(&out)
+}

@@ -30,6 +30,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Recover { json } => {
             commit::commit(&root, None, sluice::commit::DEFAULT_CHUNK, json).await
         }
+        Command::Doctor { json } => commit::doctor(&root, json).await,
         Command::Bench(bench) => bench::run(&root, bench).await,
         Command::StageWorker { workload, from, to } => {
             bench::stage_worker(&root, &workload, from, to).await

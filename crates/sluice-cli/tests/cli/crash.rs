@@ -182,3 +182,48 @@ fn a_failed_table_commit_keeps_staging_and_recover_finishes_the_sequence() {
     assert_eq!(got, dump(&reference.root).0);
     assert!(sluice::staging::scan(&lake.root.join("_staging"), None).unwrap().sealed.is_empty());
 }
+
+#[test]
+fn doctor_reports_what_is_pending_and_what_was_quarantined() {
+    let lake = Lake::new();
+    lake.ok(&["init"]);
+    assert!(lake.ok(&["doctor"]).starts_with("clean"));
+    lake.ok(&[
+        "bench",
+        "stage",
+        "--executions",
+        "20",
+        "--workers",
+        "1",
+        "--crash-fraction",
+        "0.3",
+        "--seed",
+        "8",
+    ]);
+    let d: serde_json::Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    let unsealed = d["unsealed"].as_array().unwrap().len();
+    assert!(unsealed > 0 && d["sealed_waiting"].as_u64().unwrap() as usize == 20 - unsealed, "{d}");
+    // Break one sealed run, then commit: it is quarantined, doctor says why.
+    let sealed = sluice::staging::scan(&lake.root.join("_staging"), None).unwrap().sealed;
+    std::fs::write(sealed[0].path.join("index.parquet"), b"not parquet").unwrap();
+    let out =
+        lake.command(&["commit"]).env("SLUICE_FAILPOINT", "commit:executions").output().unwrap();
+    assert!(!out.status.success());
+    let d: serde_json::Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    assert_eq!(d["quarantined"].as_array().unwrap().len(), 1, "{d}");
+    assert!(
+        d["quarantined"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("index.parquet: unreadable Parquet"),
+        "{d}"
+    );
+    assert_eq!(d["unfinished_sequences"].as_array().unwrap().len(), 1, "{d}");
+    assert_eq!(d["pending_manifests"].as_array().unwrap().len(), 1, "{d}");
+    lake.ok(&["recover"]);
+    let d: serde_json::Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    assert!(
+        d["unfinished_sequences"].as_array().unwrap().is_empty() && d["sealed_waiting"] == 0,
+        "{d}"
+    );
+}

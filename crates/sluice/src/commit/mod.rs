@@ -22,6 +22,7 @@
 //! times gives the lake an uninterrupted commit would have given. If a table
 //! commit fails, the error names the table and the staging stays.
 
+pub mod doctor;
 pub mod journal;
 mod load;
 mod quarantine;

@@ -108,11 +108,9 @@ async fn load_valid(
 ) -> Result<Vec<LoadedRun>> {
     let registry = ctx.lake.registry().clone();
     let specs = ctx.lake.table_specs();
-    let results = tokio::task::spawn_blocking(move || {
-        runs.into_iter().map(|dir| (load_run(&registry, &specs, &dir), dir)).collect::<Vec<_>>()
-    })
-    .await
-    .map_err(|e| Error::Internal(format!("loading staged runs: {e}")))?;
+    let results = tokio::task::spawn_blocking(move || load_parallel(&registry, &specs, runs))
+        .await
+        .map_err(|e| Error::Internal(format!("loading staged runs: {e}")))?;
     let mut loaded = Vec::with_capacity(results.len());
     for (result, dir) in results {
         match result {
@@ -165,6 +163,37 @@ async fn load_valid(
             report.quarantined.push((to, reason));
         }
     }
+}
+
+/// Load run directories on all cores (reading and checking them is most of a
+/// commit's work), keeping their order.
+fn load_parallel(
+    registry: &crate::registry::TypeRegistry,
+    specs: &[crate::lake::layout::TableSpec],
+    runs: Vec<RunDir>,
+) -> Vec<(std::result::Result<LoadedRun, super::Rejection>, RunDir)> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+    let per = runs.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = runs
+            .chunks(per)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|dir| (load_run(registry, specs, dir), dir.clone()))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(results) => results,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
 }
 
 /// Give a staged batch exactly the table's schema: columns by name, cast to
