@@ -221,6 +221,20 @@ fn python_deltalake_and_polars_read_every_table() {
     lake.ok(&["put", "-t", "data", "--step", "2", csv]);
     lake.ok(&["put", "-t", "file_ref", "--step", "2", csv]);
     lake.ok(&["put", "-t", "sample", "--step", "3", r#"{"name": "s", "ok": true, "blob": "xyz"}"#]);
+    // Executions, edges and the journal, through real staging and commit.
+    lake.ok(&[
+        "bench",
+        "stage",
+        "--executions",
+        "6",
+        "--workers",
+        "1",
+        "--fail-fraction",
+        "0.3",
+        "--seed",
+        "4",
+    ]);
+    lake.ok(&["commit"]);
 
     let tables: Value = serde_json::from_str(&lake.ok(&["tables", "--json"])).unwrap();
     let mut expected = serde_json::Map::new();
