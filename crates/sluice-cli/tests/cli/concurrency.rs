@@ -41,3 +41,46 @@ fn staging_workers_and_a_committer_run_at_once() {
     let left = sluice::staging::scan(&lake.root.join("_staging"), None).unwrap();
     assert!(left.sealed.is_empty() && left.unsealed.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_put_during_a_commit_never_duplicates_an_artifact() {
+    let lake = Lake::new();
+    lake.ok(&["init"]);
+    // Staged content drawn from a pool of 16 metrics `{"pool": v}`.
+    lake.ok(&[
+        "bench",
+        "stage",
+        "--executions",
+        "300",
+        "--workers",
+        "2",
+        "--duplicate-fraction",
+        "1.0",
+        "--seed",
+        "5",
+    ]);
+    let mut commit = lake
+        .command(&["commit", "--chunk", "50"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pool: Vec<String> = (0..16).map(|v| format!("{{\"pool\": {v}}}")).collect();
+    let mut args = vec!["put", "--type", "metric", "--step", "1"];
+    args.extend(pool.iter().map(String::as_str));
+    lake.ok(&args);
+    assert!(commit.wait().unwrap().success());
+    let counts = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT count(*) AS n, count(DISTINCT artifact_id) AS d FROM metrics",
+    ]);
+    assert_eq!(counts, "n,d\n16,16\n");
+    let counts = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT count(*) AS n, count(DISTINCT artifact_id) AS d FROM index",
+    ]);
+    assert_eq!(counts, "n,d\n16,16\n");
+}

@@ -207,12 +207,14 @@ impl<'a> CommitBuilder<'a> {
     }
 }
 
-/// One committer at a time per staging root: an exclusive advisory lock,
-/// released by the OS if the committer dies.
-struct CommitLock(std::fs::File);
+/// One lake writer at a time: an exclusive advisory lock on
+/// `<lake>/_staging/.commit.lock`, released by the OS if the holder dies.
+/// Commits fail fast when it is held; direct puts wait for it.
+pub(crate) struct CommitLock(std::fs::File);
 
 impl CommitLock {
-    fn acquire(root: &std::path::Path) -> Result<Self> {
+    fn open(root: &std::path::Path) -> Result<(std::fs::File, PathBuf)> {
+        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
         let path = root.join(".commit.lock");
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -220,6 +222,11 @@ impl CommitLock {
             .write(true)
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
+        Ok((file, path))
+    }
+
+    fn acquire(root: &std::path::Path) -> Result<Self> {
+        let (file, path) = Self::open(root)?;
         match file.try_lock() {
             Ok(()) => Ok(CommitLock(file)),
             Err(std::fs::TryLockError::WouldBlock) => Err(Error::InvalidInput(format!(
@@ -228,6 +235,20 @@ impl CommitLock {
                 path.display()
             ))),
             Err(std::fs::TryLockError::Error(e)) => Err(Error::io(path, e)),
+        }
+    }
+
+    /// Wait until the lock is free, polling without blocking the runtime.
+    pub(crate) async fn wait(root: &std::path::Path) -> Result<Self> {
+        let (file, path) = Self::open(root)?;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(CommitLock(file)),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, e)),
+            }
         }
     }
 }

@@ -24,8 +24,13 @@ pub struct PutReport {
 impl Lake {
     /// Write artifacts to their content tables, then to the index. Ids already
     /// in the lake and repeats within `artifacts` are skipped, so a put is
-    /// idempotent. Each table is one Delta commit.
+    /// idempotent. Each table is one Delta commit. Waits while a commit holds
+    /// the lake's writer lock.
     pub async fn put(&self, artifacts: &[Artifact]) -> Result<PutReport> {
+        // Serialize with commits: two writers checking the same ids at once
+        // would both find them new.
+        let _lock =
+            crate::commit::CommitLock::wait(&crate::staging::default_root(self.root())).await?;
         let mut report = PutReport::default();
         let mut seen = BTreeSet::new();
         let mut by_type: BTreeMap<&str, Vec<&Artifact>> = BTreeMap::new();
