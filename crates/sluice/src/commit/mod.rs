@@ -158,7 +158,7 @@ impl<'a> CommitBuilder<'a> {
         let started = Instant::now();
         let root = self.staging_root.clone();
         std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
-        let _lock = CommitLock::acquire(&root)?;
+        let _lock = CommitLock::wait(&root).await?;
         for spec in self.lake.table_specs() {
             table::ensure(self.lake.root(), &spec).await?;
         }
@@ -209,7 +209,7 @@ impl<'a> CommitBuilder<'a> {
 
 /// One lake writer at a time: an exclusive advisory lock on
 /// `<lake>/_staging/.commit.lock`, released by the OS if the holder dies.
-/// Commits fail fast when it is held; direct puts wait for it.
+/// Commits and direct puts wait for it; a waiting writer logs why.
 pub(crate) struct CommitLock(std::fs::File);
 
 impl CommitLock {
@@ -225,26 +225,18 @@ impl CommitLock {
         Ok((file, path))
     }
 
-    fn acquire(root: &std::path::Path) -> Result<Self> {
-        let (file, path) = Self::open(root)?;
-        match file.try_lock() {
-            Ok(()) => Ok(CommitLock(file)),
-            Err(std::fs::TryLockError::WouldBlock) => Err(Error::InvalidInput(format!(
-                "another commit is running on {} (lock {}). Help: wait for it, or run `sluice recover` after it ends",
-                root.display(),
-                path.display()
-            ))),
-            Err(std::fs::TryLockError::Error(e)) => Err(Error::io(path, e)),
-        }
-    }
-
     /// Wait until the lock is free, polling without blocking the runtime.
     pub(crate) async fn wait(root: &std::path::Path) -> Result<Self> {
         let (file, path) = Self::open(root)?;
+        let mut told = false;
         loop {
             match file.try_lock() {
                 Ok(()) => return Ok(CommitLock(file)),
                 Err(std::fs::TryLockError::WouldBlock) => {
+                    if !told {
+                        tracing::info!(lock = %path.display(), "another writer holds the lake; waiting");
+                        told = true;
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 }
                 Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, e)),
