@@ -228,7 +228,14 @@ pub fn remove_manifest(staging_root: &Path, seq: i64) -> Result<()> {
 
 /// The Delta application-transaction version of `sluice-commit` in a table.
 pub async fn table_txn(lake: &Lake, spec: &TableSpec) -> Result<(Option<i64>, u64)> {
-    let handle = table::open(lake.root(), spec).await?;
+    txn_of(&table::open(lake.root(), spec).await?, spec).await
+}
+
+/// [`table_txn`] of an already open table.
+pub async fn txn_of(
+    handle: &deltalake::DeltaTable,
+    spec: &TableSpec,
+) -> Result<(Option<i64>, u64)> {
     let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
     let txn = state
         .transaction_version(handle.log_store().as_ref(), TXN_APP_ID)

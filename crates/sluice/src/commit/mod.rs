@@ -159,8 +159,12 @@ impl<'a> CommitBuilder<'a> {
         let root = self.staging_root.clone();
         std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         let _lock = CommitLock::wait(&root).await?;
+        // `Lake::open` reconciled the tables that exist; create the missing
+        // ones (e.g. the journal of a lake made before it existed).
         for spec in self.lake.table_specs() {
-            table::ensure(self.lake.root(), &spec).await?;
+            if !table::is_table(&table::table_dir(self.lake.root(), &spec)) {
+                table::ensure(self.lake.root(), &spec).await?;
+            }
         }
         let sync = self.sync.should_sync(&root);
         let mut report = CommitReport::default();

@@ -245,6 +245,16 @@ fn failpoint(table: &str) -> Result<()> {
     }
 }
 
+/// The `artifact_id` column of a content or index batch, parsed.
+fn artifact_ids(batch: &RecordBatch) -> Result<Vec<ArtifactId>> {
+    let column = batch
+        .column_by_name("artifact_id")
+        .ok_or_else(|| Error::Internal("a content batch without `artifact_id`".into()))?;
+    (0..batch.num_rows())
+        .map(|row| read_value(column.as_ref(), row).as_str().unwrap_or_default().parse())
+        .collect()
+}
+
 /// Run ids of this sequence that an earlier sequence already committed.
 async fn committed_runs(lake: &Lake, runs: &[LoadedRun]) -> Result<BTreeSet<String>> {
     let spec = layout::executions_table();
@@ -260,14 +270,10 @@ async fn committed_runs(lake: &Lake, runs: &[LoadedRun]) -> Result<BTreeSet<Stri
             scan::in_list_int("origin_step_number", steps.iter().copied()),
             scan::in_list("execution_run_id", chunk.iter().cloned())
         );
-        for batch in scan::select(&handle, &spec.name, &["execution_run_id"], Some(&filter)).await?
-        {
-            for row in 0..batch.num_rows() {
-                if let Some(id) = read_value(batch.column(0).as_ref(), row).as_str() {
-                    out.insert(id.to_owned());
-                }
-            }
-        }
+        out.extend(
+            scan::select_strings(&handle, &spec.name, "execution_run_id", Some(&filter), None)
+                .await?,
+        );
     }
     Ok(out)
 }
@@ -302,7 +308,8 @@ async fn commit_loaded(
             continue;
         }
         failpoint(&spec.name)?;
-        let (txn, version) = journal::table_txn(lake, &spec).await?;
+        let handle = table::open(lake.root(), &spec).await?;
+        let (txn, version) = journal::txn_of(&handle, &spec).await?;
         if txn.is_some_and(|t| t >= seq) {
             versions.insert(spec.name.clone(), version);
             report.rows_added.entry(spec.name.clone()).or_insert(0);
@@ -312,7 +319,6 @@ async fn commit_loaded(
             spec.kind,
             TableKind::Executions | TableKind::ExecutionEdges | TableKind::ArtifactEdges
         );
-        let handle = table::open(lake.root(), &spec).await?;
         let schema = table::arrow_schema(&handle, &spec)?;
         let mut staged = Vec::new();
         for run in &loaded {
@@ -338,15 +344,13 @@ async fn commit_loaded(
         let mut batch = keep(&batch, mask, &spec.name)?;
 
         // Against the lake: content-addressed tables by artifact id.
+        let mut added_ids = Vec::new();
         if matches!(spec.kind, TableKind::Content(_) | TableKind::Index) && batch.num_rows() > 0 {
-            let ids: Vec<String> = row_keys(&batch, &["artifact_id"])
-                .into_iter()
-                .map(|k| k.trim_matches('"').to_owned())
-                .collect();
-            let parsed: Vec<ArtifactId> = ids.iter().map(|s| s.parse()).collect::<Result<_>>()?;
+            let parsed = artifact_ids(&batch)?;
             let present = lake.existing_ids(&spec, parsed.iter().copied()).await?;
             let mask = parsed.iter().map(|id| !present.contains(id)).collect();
             batch = keep(&batch, mask, &spec.name)?;
+            added_ids = parsed.into_iter().filter(|id| !present.contains(id)).collect();
         }
 
         let fresh = batch.num_rows() as u64;
@@ -359,15 +363,6 @@ async fn commit_loaded(
         let properties = CommitProperties::default()
             .with_application_transaction(Transaction::new(TXN_APP_ID, seq))
             .with_metadata([("sluice_commit_seq".to_owned(), serde_json::json!(seq))]);
-        let added_ids: Vec<ArtifactId> =
-            if matches!(spec.kind, TableKind::Content(_) | TableKind::Index) {
-                row_keys(&batch, &["artifact_id"])
-                    .iter()
-                    .map(|k| k.trim_matches('"').parse())
-                    .collect::<Result<_>>()?
-            } else {
-                Vec::new()
-            };
         let written = table::append_with(handle, &spec, vec![batch], Some(properties)).await?;
         let version = written.version().unwrap_or_default();
         table::record_keys(lake.root(), &spec, version, &added_ids);

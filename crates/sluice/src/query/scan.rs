@@ -61,3 +61,26 @@ pub async fn select_in_files(
         ctx.sql(&sql).await.map_err(|e| Error::InvalidInput(format!("table `{name}`: {e}")))?;
     Ok(df.collect().await?)
 }
+
+/// The non-null text values of one column, `SELECT column FROM table [WHERE
+/// filter]`, optionally reading only the given files.
+pub async fn select_strings(
+    table: &DeltaTable,
+    name: &str,
+    column: &str,
+    filter: Option<&str>,
+    files: Option<&[String]>,
+) -> Result<Vec<String>> {
+    let batches = select_in_files(table, name, &[column], filter, files).await?;
+    let mut out = Vec::new();
+    for batch in &batches {
+        for row in 0..batch.num_rows() {
+            if let crate::artifact::FieldValue::String(text) =
+                crate::store::arrow_convert::read_value(batch.column(0).as_ref(), row)
+            {
+                out.push(text);
+            }
+        }
+    }
+    Ok(out)
+}

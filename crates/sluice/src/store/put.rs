@@ -157,22 +157,16 @@ impl Lake {
             }
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
                 let filter = scan::in_list("artifact_id", chunk.iter().map(ArtifactId::to_hex));
-                let batches = scan::select_in_files(
+                let found = scan::select_strings(
                     &handle,
                     &spec.name,
-                    &["artifact_id"],
+                    "artifact_id",
                     Some(&filter),
                     Some(&files),
                 )
                 .await?;
-                for batch in &batches {
-                    for row in 0..batch.num_rows() {
-                        let value =
-                            crate::store::arrow_convert::read_value(batch.column(0).as_ref(), row);
-                        if let Some(text) = value.as_str() {
-                            present.insert(text.parse()?);
-                        }
-                    }
+                for text in found {
+                    present.insert(text.parse()?);
                 }
             }
         }
