@@ -32,6 +32,15 @@ pub enum Format {
     Json,
 }
 
+/// Dispatch backends.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum BackendArg {
+    /// Worker processes on this machine.
+    Local,
+    /// SLURM job arrays.
+    Slurm,
+}
+
 /// sluice's commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -101,6 +110,70 @@ pub enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+
+    /// Run a pipeline file: every step, cached by content, through staging-commit.
+    Run {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Run every step on this backend (default: each step's own).
+        #[arg(long, value_enum)]
+        backend: Option<BackendArg>,
+        /// Local worker processes (default: number of cores).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Check a pipeline file without running it.
+    Check {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+    },
+
+    /// Show the steps of the latest pipeline run (or of one run).
+    Status {
+        /// A run id or id prefix (default: the latest run).
+        run: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// List pipeline runs, newest first.
+    Runs {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// At most this many runs.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+
+    /// Write a small example pipeline into DIR, run it, and show what to try next.
+    Demo {
+        /// Where to put the pipeline and its lake.
+        #[arg(default_value = "sluice-demo")]
+        dir: PathBuf,
+        /// Local worker processes (default: number of cores).
+        #[arg(long)]
+        workers: Option<usize>,
+    },
+
+    /// Internal: a pipeline worker process (units on stdin, or a SLURM task's slice).
+    #[command(name = "__worker", hide = true)]
+    Worker {
+        /// A units file (SLURM array task mode).
+        #[arg(long)]
+        units: Option<PathBuf>,
+        /// This array task's index.
+        #[arg(long, default_value_t = 0)]
+        task: usize,
+        /// Units per array task.
+        #[arg(long, default_value_t = 1)]
+        per_task: usize,
     },
 
     /// Load generators: stage synthetic executions with real worker processes.
@@ -195,5 +268,15 @@ pub enum BenchCommand {
         /// 100000 vs 1000000 shows how de-duplication scales).
         #[arg(long, default_value_t = 0)]
         existing: u64,
+    },
+    /// End-to-end pipeline overhead: N trivial executions in 2 steps on the
+    /// local backend, then the same pipeline fully cached (needs an empty lake).
+    Pipeline {
+        /// Executions in all (half per step).
+        #[arg(long, default_value_t = 1000)]
+        executions: u64,
+        /// Local worker processes.
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
     },
 }

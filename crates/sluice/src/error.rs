@@ -148,12 +148,41 @@ pub enum Error {
     #[error("{0}")]
     InvalidInput(String),
 
+    /// A pipeline file is invalid; `line` is 1-based, 0 when unknown.
+    #[error("{}: {message}", location(path, *line))]
+    Pipeline {
+        /// The pipeline file.
+        path: PathBuf,
+        /// Line of the offending entry.
+        line: usize,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+
+    /// An operation could not run a unit of work.
+    #[error("operation `{operation}`: {message}")]
+    Operation {
+        /// The operation.
+        operation: String,
+        /// What went wrong.
+        message: String,
+    },
+
     /// An invariant of sluice broke: this is a bug.
     #[error("internal error (a bug in sluice, please report it): {0}")]
     Internal(String),
 }
 
+fn location(path: &std::path::Path, line: usize) -> String {
+    if line == 0 { path.display().to_string() } else { format!("{}:{line}", path.display()) }
+}
+
 impl Error {
+    /// An operation error.
+    pub fn operation(operation: impl Into<String>, message: impl Into<String>) -> Self {
+        Error::Operation { operation: operation.into(), message: message.into() }
+    }
+
     /// Wrap an I/O error with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }

@@ -40,11 +40,14 @@
 //! - [`lake`]: the table tree, schemas, table creation and schema evolution.
 //! - [`store`]: writing and reading artifacts in bulk.
 //! - [`query`]: SQL over every table, time travel, output formats.
+//! - [`staging`] and [`commit`]: how workers' results reach the lake exactly once.
+//! - [`pipeline`]: steps of operations, cached by content, run locally or on SLURM.
 
 pub mod artifact;
 pub mod commit;
 pub mod error;
 pub mod lake;
+pub mod pipeline;
 pub mod query;
 pub mod records;
 pub mod registry;

@@ -175,5 +175,59 @@ pub async fn run(root: &Path, command: BenchCommand) -> anyhow::Result<()> {
             lines.push(format!("peak RSS: {:.0} MiB", peak_rss_mib()));
             print(&lines.join("\n"))
         }
+        BenchCommand::Pipeline { executions, workers } => pipeline(root, executions, workers).await,
     }
+}
+
+/// End-to-end overhead of the pipeline engine: `executions` trivial units in
+/// two steps (generate_data of 1-row tables, then compute_metrics of each),
+/// on the local backend; then the same pipeline again, fully cached.
+async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    if super::scalar(&lake, "SELECT count(*) FROM executions").await? != "0" {
+        bail!("`sluice bench pipeline` needs an empty lake (use --lake with a new directory)");
+    }
+    let half = (executions / 2).max(1);
+    let text = format!(
+        "name = \"bench\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\nparams = {{ tables = {half}, rows = 1 }}\n\
+         [[step]]\nname = \"stats\"\noperation = \"compute_metrics\"\ninputs = {{ t = \"gen.data\" }}\n"
+    );
+    let file = root.join("bench-pipeline.toml");
+    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+    let operations = sluice::pipeline::Operations::linked()?;
+    let mut lines = vec![format!(
+        "workload: 2 steps, {} trivial executions ({half} generate_data units of a 1-row table, {half} compute_metrics units), {workers} local worker processes",
+        2 * half
+    )];
+    let mut cold = None;
+    for round in ["cold run", "cached rerun"] {
+        let pipeline = sluice::pipeline::Pipeline::load(&file, &operations, lake.registry())?;
+        let report = super::pipeline::run_with_progress(
+            &lake,
+            pipeline,
+            operations.clone(),
+            None,
+            Some(workers),
+            false,
+        )
+        .await?;
+        super::pipeline::finish(&report)?;
+        let ran: usize = report.steps.iter().map(|s| s.dispatched).sum();
+        let secs = report.seconds;
+        match cold {
+            None => {
+                cold = Some(secs);
+                lines.push(format!(
+                    "{round}: {secs:.2} s for {ran} executions = {:.1} ms per execution (dispatch, worker, staging, commit, bookkeeping)",
+                    1000.0 * secs / ran.max(1) as f64
+                ));
+            }
+            Some(base) => lines.push(format!(
+                "{round}: {secs:.2} s, {ran} executions dispatched; ratio to the cold run (baseline): {:.3}",
+                secs / base
+            )),
+        }
+    }
+    lines.push(format!("peak RSS (orchestrator): {:.0} MiB", peak_rss_mib()));
+    print(&lines.join("\n"))
 }

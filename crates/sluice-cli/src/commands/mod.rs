@@ -2,12 +2,14 @@
 
 mod bench;
 mod commit;
+mod demo;
+mod pipeline;
 
 use std::path::Path;
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
-use sluice::artifact::{CONFIG, DATA, FILE_REF, FieldValue, Fields, METRIC};
+use sluice::artifact::{CONFIG, DATA, FILE_REF, FieldValue, METRIC};
 use sluice::query::{AsOf, OutputFormat};
 use sluice::{ArtifactId, Draft, Lake};
 
@@ -31,6 +33,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             commit::commit(&root, None, sluice::commit::DEFAULT_CHUNK, json).await
         }
         Command::Doctor { json } => commit::doctor(&root, json).await,
+        Command::Run { pipeline, backend, workers, json } => {
+            pipeline::run(&root, &pipeline, backend, workers, json).await
+        }
+        Command::Check { pipeline } => pipeline::check(&root, &pipeline).await,
+        Command::Status { run, json } => pipeline::status(&root, run.as_deref(), json).await,
+        Command::Runs { json, limit } => pipeline::runs(&root, json, limit).await,
+        Command::Demo { dir, workers } => demo::demo(&dir, workers).await,
+        Command::Worker { units, task, per_task } => {
+            pipeline::worker(&root, units.as_deref(), task, per_task).await
+        }
         Command::Bench(bench) => bench::run(&root, bench).await,
         Command::StageWorker { workload, from, to } => {
             bench::stage_worker(&root, &workload, from, to).await
@@ -231,21 +243,8 @@ async fn put(
             DATA => Draft::data_from_file(Path::new(value))?,
             FILE_REF => Draft::file_ref(Path::new(value))?,
             custom => {
-                let descriptor = lake.registry().descriptor(custom)?;
                 let (json, _) = read_json_arg(value)?;
-                let Value::Object(object) = json else {
-                    bail!("a `{custom}` value must be a JSON object of its columns");
-                };
-                let mut fields = Fields::new();
-                for (name, v) in &object {
-                    let column = descriptor
-                        .columns
-                        .iter()
-                        .find(|c| &c.name == name)
-                        .with_context(|| format!("type `{custom}` has no column `{name}`"))?;
-                    fields.insert(name.clone(), FieldValue::from_json(v, column)?);
-                }
-                Draft::new(custom, fields)
+                Draft::from_json_object(lake.registry(), custom, &json)?
             }
         };
         artifacts

@@ -9,6 +9,8 @@ use serde_json::Value;
 
 mod concurrency;
 mod crash;
+mod pipeline;
+mod slurm;
 
 pub(crate) struct Lake {
     _dir: tempfile::TempDir,

@@ -7,6 +7,10 @@
 
 use std::io::Cursor;
 use std::path::Path;
+use std::sync::Arc;
+
+use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use deltalake::arrow::csv::reader::Format;
 use deltalake::arrow::ipc::reader::{FileReader, StreamReader};
@@ -35,6 +39,14 @@ pub struct TableShape {
 }
 
 impl DataFormat {
+    /// The error for content that is not a valid table of this format.
+    fn invalid(self, e: &dyn std::fmt::Display) -> Error {
+        Error::invalid_artifact(
+            crate::artifact::DATA,
+            format!("content is not a valid {} table: {e}", self.name()),
+        )
+    }
+
     /// The name stored in the `format` column.
     pub fn name(self) -> &'static str {
         match self {
@@ -73,12 +85,7 @@ impl DataFormat {
 
     /// Read the columns and row count of content in this format.
     pub fn shape(self, bytes: &[u8]) -> Result<TableShape> {
-        let bad = |e: &dyn std::fmt::Display| {
-            Error::invalid_artifact(
-                crate::artifact::DATA,
-                format!("content is not a valid {} table: {e}", self.name()),
-            )
-        };
+        let bad = |e: &dyn std::fmt::Display| self.invalid(e);
         match self {
             DataFormat::Csv => {
                 let (schema, rows) = Format::default()
@@ -131,6 +138,41 @@ impl DataFormat {
     }
 }
 
+impl DataFormat {
+    /// Decode content in this format into record batches.
+    pub fn read_batches(self, bytes: &[u8]) -> Result<Vec<RecordBatch>> {
+        let bad = |e: &dyn std::fmt::Display| self.invalid(e);
+        match self {
+            DataFormat::Csv => {
+                let (schema, _) = Format::default()
+                    .with_header(true)
+                    .infer_schema(Cursor::new(bytes), None)
+                    .map_err(|e| bad(&e))?;
+                let reader = deltalake::arrow::csv::ReaderBuilder::new(Arc::new(schema))
+                    .with_header(true)
+                    .build(Cursor::new(bytes))
+                    .map_err(|e| bad(&e))?;
+                reader.map(|b| b.map_err(|e| bad(&e))).collect()
+            }
+            DataFormat::Parquet => {
+                let reader =
+                    ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::copy_from_slice(bytes))
+                        .and_then(|b| b.build())
+                        .map_err(|e| bad(&e))?;
+                reader.map(|b| b.map_err(|e| bad(&e))).collect()
+            }
+            DataFormat::Arrow => {
+                if let Ok(reader) = FileReader::try_new(Cursor::new(bytes), None) {
+                    return reader.map(|b| b.map_err(|e| bad(&e))).collect();
+                }
+                let reader =
+                    StreamReader::try_new(Cursor::new(bytes), None).map_err(|e| bad(&e))?;
+                reader.map(|b| b.map_err(|e| bad(&e))).collect()
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +181,17 @@ mod tests {
     fn csv_shape() {
         let shape = DataFormat::Csv.shape(b"a,b\n1,2\n3,4\n5,6\n").unwrap();
         assert_eq!(shape, TableShape { columns: vec!["a".into(), "b".into()], row_count: 3 });
+    }
+
+    #[test]
+    fn csv_decodes_with_inferred_types() {
+        let batches = DataFormat::Csv.read_batches(b"a,b\n1,x\n2,y\n").unwrap();
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(rows, 2);
+        assert_eq!(
+            batches[0].schema().field(0).data_type(),
+            &deltalake::arrow::datatypes::DataType::Int64
+        );
     }
 
     #[test]

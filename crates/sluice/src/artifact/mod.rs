@@ -108,6 +108,37 @@ impl Draft {
         builtin::file_ref::draft(path)
     }
 
+    /// A draft of any registered type from a JSON object of its columns
+    /// (how custom types are given on the command line and by `command`
+    /// operations).
+    pub fn from_json_object(
+        registry: &TypeRegistry,
+        type_key: &str,
+        value: &serde_json::Value,
+    ) -> Result<Self> {
+        let descriptor = registry.descriptor(type_key)?;
+        let serde_json::Value::Object(object) = value else {
+            return Err(Error::invalid_artifact(
+                type_key,
+                "expected a JSON object of the type's columns",
+            ));
+        };
+        let mut fields = Fields::new();
+        for (name, v) in object {
+            let column = descriptor.columns.iter().find(|c| &c.name == name).ok_or_else(|| {
+                Error::invalid_artifact(
+                    type_key,
+                    format!(
+                        "unknown column `{name}` (the type's columns are: {})",
+                        names(&descriptor.columns)
+                    ),
+                )
+            })?;
+            fields.insert(name.clone(), FieldValue::from_json(v, column)?);
+        }
+        Ok(Draft::new(type_key, fields))
+    }
+
     /// Set the step that produced the artifact (partition column; not hashed).
     #[must_use]
     pub fn with_step(mut self, origin_step_number: i32) -> Self {

@@ -38,14 +38,15 @@ pub async fn select(
     select_in_files(table, name, columns, filter, None).await
 }
 
-/// Like [`select`], reading only the given data files (relative paths).
-pub async fn select_in_files(
+/// The DataFrame of `SELECT columns FROM table [WHERE filter]`, optionally
+/// over only the given data files.
+async fn dataframe(
     table: &DeltaTable,
     name: &str,
     columns: &[&str],
     filter: Option<&str>,
     files: Option<&[String]>,
-) -> Result<Vec<RecordBatch>> {
+) -> Result<deltalake::datafusion::dataframe::DataFrame> {
     let ctx = SessionContext::new();
     let provider = match files {
         Some(files) => table.table_provider().with_file_paths(files.to_vec()).await?,
@@ -57,9 +58,35 @@ pub async fn select_in_files(
         Some(f) => format!("SELECT {projection} FROM t WHERE {f}"),
         None => format!("SELECT {projection} FROM t"),
     };
-    let df =
-        ctx.sql(&sql).await.map_err(|e| Error::InvalidInput(format!("table `{name}`: {e}")))?;
-    Ok(df.collect().await?)
+    ctx.sql(&sql).await.map_err(|e| Error::InvalidInput(format!("table `{name}`: {e}")))
+}
+
+/// Like [`select`], reading only the given data files (relative paths).
+pub async fn select_in_files(
+    table: &DeltaTable,
+    name: &str,
+    columns: &[&str],
+    filter: Option<&str>,
+    files: Option<&[String]>,
+) -> Result<Vec<RecordBatch>> {
+    Ok(dataframe(table, name, columns, filter, files).await?.collect().await?)
+}
+
+/// Stream `SELECT columns FROM table [WHERE filter]` batch by batch, so a
+/// scan of a large table holds one batch at a time.
+pub async fn for_each_batch(
+    table: &DeltaTable,
+    name: &str,
+    columns: &[&str],
+    filter: Option<&str>,
+    mut visit: impl FnMut(&RecordBatch) -> Result<()>,
+) -> Result<()> {
+    use futures::StreamExt;
+    let mut stream = dataframe(table, name, columns, filter, None).await?.execute_stream().await?;
+    while let Some(batch) = stream.next().await {
+        visit(&batch?)?;
+    }
+    Ok(())
 }
 
 /// The non-null text values of one column, `SELECT column FROM table [WHERE

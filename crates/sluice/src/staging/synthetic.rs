@@ -59,7 +59,8 @@ pub struct SyntheticReport {
     pub crashed: usize,
 }
 
-fn unit(seed: u64, parts: &[u64]) -> f64 {
+/// A reproducible number in [0, 1) from a seed and indices (BLAKE3).
+pub fn unit(seed: u64, parts: &[u64]) -> f64 {
     let mut h = blake3::Hasher::new();
     h.update(&seed.to_le_bytes());
     for p in parts {

@@ -59,6 +59,11 @@ impl StagingWriter {
         StagingWriter { root, registry, sync }
     }
 
+    /// The staging root it writes under.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Whether this writer fsyncs (the root is on a shared filesystem, or forced).
     pub fn syncs(&self) -> bool {
         self.sync

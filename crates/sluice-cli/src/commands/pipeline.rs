@@ -1,0 +1,316 @@
+//! `sluice run`, `check`, `status`, `runs` and the hidden worker mode.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use anyhow::bail;
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use sluice::Lake;
+use sluice::pipeline::status::{self, RunState};
+use sluice::pipeline::{BackendKind, Operations, Pipeline, RunEvent, RunReport, StepStatus};
+
+use crate::args::BackendArg;
+use crate::output::{print, text_table};
+
+fn micros_to_text(t: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(t)
+        .map(|d| d.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+/// Load and validate a pipeline against the lake's types.
+async fn load(root: &Path, file: &Path) -> anyhow::Result<(Lake, Pipeline, Operations)> {
+    let (lake, _) = Lake::init(root).await?;
+    let operations = Operations::linked()?;
+    let pipeline = Pipeline::load(file, &operations, lake.registry())?;
+    Ok((lake, pipeline, operations))
+}
+
+pub async fn check(root: &Path, file: &Path) -> anyhow::Result<()> {
+    let (_, pipeline, _) = load(root, file).await?;
+    let mut lines =
+        vec![format!("{}: pipeline `{}` is valid", file.display(), pipeline.config.name)];
+    for (i, step) in pipeline.config.steps.iter().enumerate() {
+        let outputs: Vec<String> =
+            pipeline.outputs[i].iter().map(|(r, t)| format!("{r}: {t}")).collect();
+        lines.push(format!(
+            "  {}. {} ({}) → {}",
+            i + 1,
+            step.name,
+            step.operation,
+            outputs.join(", ")
+        ));
+    }
+    print(&lines.join("\n"))
+}
+
+/// Run a pipeline with progress bars; the report is printed and returned.
+pub async fn run_with_progress(
+    lake: &Lake,
+    pipeline: Pipeline,
+    operations: Operations,
+    backend: Option<BackendKind>,
+    workers: Option<usize>,
+    show_progress: bool,
+) -> anyhow::Result<RunReport> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!(
+                "\nstopping: no new units are dispatched; finished results are committed (Ctrl-C again to abort)"
+            );
+            flag.store(true, Ordering::SeqCst);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+    let multi = MultiProgress::new();
+    if !show_progress {
+        multi.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let bars: Arc<Mutex<BTreeMap<i32, (ProgressBar, usize)>>> =
+        Arc::new(Mutex::new(BTreeMap::new()));
+    let style =
+        ProgressStyle::with_template("{prefix:<24} [{bar:25}] {pos}/{len} {msg} (eta {eta})")?
+            .progress_chars("=> ");
+    let observer_bars = bars.clone();
+    let observer = Arc::new(move |event: RunEvent| {
+        let Ok(mut bars) = observer_bars.lock() else { return };
+        match event {
+            RunEvent::StepStarted { number, name, total, cached, skipped } => {
+                let bar = multi.add(ProgressBar::new((total - cached) as u64));
+                bar.set_style(style.clone());
+                bar.set_prefix(format!("{number}. {name}"));
+                bar.set_message(if skipped {
+                    "skipped: cached".to_owned()
+                } else {
+                    format!("{cached} cached")
+                });
+                bars.insert(number, (bar, 0));
+            }
+            RunEvent::UnitFinished { number, success } => {
+                if let Some((bar, failed)) = bars.get_mut(&number) {
+                    bar.inc(1);
+                    if !success {
+                        *failed += 1;
+                        bar.set_message(format!("{failed} failed"));
+                    }
+                }
+            }
+            RunEvent::Committing { number } => {
+                if let Some((bar, _)) = bars.get(&number) {
+                    bar.set_message("committing");
+                }
+            }
+            RunEvent::StepFinished(s) => {
+                if let Some((bar, _)) = bars.get(&s.number) {
+                    bar.finish_with_message(format!(
+                        "{}: {} ok, {} cached, {} failed",
+                        s.status.as_str(),
+                        s.succeeded,
+                        s.cached,
+                        s.failed
+                    ));
+                }
+            }
+        }
+    });
+    let exe = std::env::current_exe()?;
+    let mut builder = lake
+        .run(pipeline, operations)
+        .with_worker_program(Some(exe))
+        .with_backend(backend)
+        .with_cancel_flag(cancel)
+        .with_observer(observer);
+    if let Some(w) = workers {
+        builder = builder.with_workers(w);
+    }
+    let report = builder.execute().await?;
+    if let Ok(bars) = bars.lock() {
+        for (bar, _) in bars.values() {
+            bar.finish_and_clear();
+        }
+    }
+    Ok(report)
+}
+
+pub async fn run(
+    root: &Path,
+    file: &Path,
+    backend: Option<BackendArg>,
+    workers: Option<usize>,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let (lake, pipeline, operations) = load(root, file).await?;
+    let backend = backend.map(|b| match b {
+        BackendArg::Local => BackendKind::Local,
+        BackendArg::Slurm => BackendKind::Slurm,
+    });
+    let report = run_with_progress(&lake, pipeline, operations, backend, workers, !as_json).await?;
+    if as_json {
+        print(&serde_json::to_string_pretty(&report)?)?;
+    } else {
+        print(&report_text(&report))?;
+    }
+    finish(&report)
+}
+
+/// Exit status of a run: an error when it was cancelled or units failed.
+pub fn finish(report: &RunReport) -> anyhow::Result<()> {
+    if report.cancelled {
+        bail!("the run was cancelled; rerun it to continue where it stopped");
+    }
+    let failed = report.failed_units();
+    if failed > 0 {
+        bail!("{failed} units failed (see `sluice status`); a rerun retries only them");
+    }
+    Ok(())
+}
+
+/// The summary table of a run.
+pub fn report_text(report: &RunReport) -> String {
+    let rows: Vec<Vec<String>> = report
+        .steps
+        .iter()
+        .map(|s| {
+            vec![
+                format!("{}. {}", s.number, s.name),
+                s.operation.clone(),
+                s.status.as_str().to_owned(),
+                s.total.to_string(),
+                s.cached.to_string(),
+                s.dispatched.to_string(),
+                s.failed.to_string(),
+                s.outputs.iter().map(|(r, n)| format!("{r}={n}")).collect::<Vec<_>>().join(" "),
+                format!("{:.2}", s.seconds),
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "pipeline `{}` run {} in {:.2}s\n",
+        report.pipeline, report.pipeline_run_id, report.seconds
+    );
+    out.push_str(&text_table(
+        &["step", "operation", "status", "units", "cached", "ran", "failed", "outputs", "seconds"],
+        &rows,
+    ));
+    for s in &report.steps {
+        for (run, error) in s.failures.iter().take(5) {
+            out.push_str(&format!("  failed in `{}`: run {run}: {error}\n", s.name));
+        }
+    }
+    out
+}
+
+pub async fn status(root: &Path, run: Option<&str>, as_json: bool) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let state = status::status(&lake, run).await?;
+    if as_json {
+        return print(&serde_json::to_string_pretty(&state)?);
+    }
+    print(&status_text(&state))
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".into(), |v| v.to_string())
+}
+
+fn status_text(state: &RunState) -> String {
+    let mut out = format!(
+        "pipeline `{}` run {}: {} (started {}, last update {})\n",
+        state.pipeline,
+        state.pipeline_run_id,
+        state.status.as_str(),
+        micros_to_text(state.started),
+        micros_to_text(state.updated)
+    );
+    let rows: Vec<Vec<String>> = state
+        .steps
+        .iter()
+        .map(|s| {
+            vec![
+                format!("{}. {}", s.number, s.name),
+                s.operation.clone(),
+                s.status.as_str().to_owned(),
+                opt(s.total),
+                opt(s.cached),
+                opt(s.succeeded),
+                opt(s.failed),
+                s.seconds.map_or_else(|| "-".into(), |x| format!("{x:.2}")),
+            ]
+        })
+        .collect();
+    out.push_str(&text_table(
+        &["step", "operation", "status", "units", "cached", "succeeded", "failed", "seconds"],
+        &rows,
+    ));
+    let mut any = false;
+    for s in &state.steps {
+        if let Some(e) = &s.error {
+            out.push_str(&format!("step `{}`: {e}\n", s.name));
+        }
+        for (run, error) in &s.failures {
+            if !any {
+                out.push_str("failed executions:\n");
+                any = true;
+            }
+            out.push_str(&format!("  {run} ({}): {error}\n", s.name));
+        }
+    }
+    if any {
+        out.push_str(
+            "the tool output of a failed execution:\n  sluice sql \"SELECT error, tool_output FROM executions WHERE execution_run_id = '<run>'\"\n",
+        );
+    }
+    if state.status == StepStatus::Running {
+        out.push_str("(a step is still running, or its run was killed before it finished)\n");
+    }
+    out
+}
+
+pub async fn runs(root: &Path, as_json: bool, limit: usize) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let mut all = status::runs(&lake).await?;
+    all.truncate(limit);
+    if as_json {
+        return print(&serde_json::to_string_pretty(&all)?);
+    }
+    let rows: Vec<Vec<String>> = all
+        .iter()
+        .map(|r| {
+            let units: i64 = r.steps.iter().filter_map(|s| s.total).sum();
+            let failed: i64 = r.steps.iter().filter_map(|s| s.failed).sum();
+            vec![
+                r.pipeline_run_id.clone(),
+                r.pipeline.clone(),
+                r.status.as_str().to_owned(),
+                micros_to_text(r.started),
+                r.steps.len().to_string(),
+                units.to_string(),
+                failed.to_string(),
+            ]
+        })
+        .collect();
+    print(&text_table(&["run", "pipeline", "status", "started", "steps", "units", "failed"], &rows))
+}
+
+pub async fn worker(
+    root: &Path,
+    units: Option<&Path>,
+    task: usize,
+    per_task: usize,
+) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let operations = Operations::linked()?;
+    match units {
+        Some(file) => {
+            sluice::pipeline::worker::run_slice(&lake, &operations, file, task, per_task).await?;
+        }
+        None => sluice::pipeline::worker::serve_stdin(&lake, &operations).await?,
+    }
+    Ok(())
+}

@@ -1,0 +1,433 @@
+//! `sluice run`: real pipelines with real worker processes.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use super::{Lake, json_lines};
+
+struct Fixture {
+    lake: Lake,
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture { lake: Lake::new(), dir: tempfile::tempdir().unwrap() }
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// `sluice run --json`; returns (success, report).
+    fn run(&self, pipeline: &str, workers: &str) -> (bool, Value) {
+        let file = self.write("pipeline.toml", pipeline);
+        let out = self.lake.run(&["run", file.to_str().unwrap(), "--json", "--workers", workers]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!("no JSON report ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr))
+        });
+        (out.status.success(), report)
+    }
+
+    fn run_ok(&self, pipeline: &str) -> Value {
+        let (ok, report) = self.run(pipeline, "2");
+        assert!(ok, "run failed: {report:#}");
+        report
+    }
+
+    fn ids(&self, sql: &str) -> BTreeSet<String> {
+        json_lines(&self.lake.ok(&["sql", "--format", "json", sql]))
+            .iter()
+            .map(|r| r.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn count(&self, sql: &str) -> i64 {
+        let rows = json_lines(&self.lake.ok(&["sql", "--format", "json", sql]));
+        rows[0].as_object().unwrap().values().next().unwrap().as_i64().unwrap()
+    }
+}
+
+fn step<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no step {name} in {report:#}"))
+}
+
+fn dispatched(report: &Value) -> u64 {
+    report["steps"].as_array().unwrap().iter().map(|s| s["dispatched"].as_u64().unwrap()).sum()
+}
+
+const COPY: &str = r#"for f in inputs/t/*; do cp "$f" "outputs/t/$(basename "$f")"; done"#;
+
+fn linear(where_clause: &str) -> String {
+    format!(
+        r#"name = "linear"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 6, rows = 50, seed = 3 }}
+
+[[step]]
+name = "square"
+operation = "command"
+command = ["sh", "-c", "for f in inputs/t/*.csv; do awk -F, -v OFS=, 'NR == 1 {{ print; next }} {{ $2 = $2 * $2; print }}' \"$f\" > outputs/t/$(basename $f); done"]
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+batch = {{ artifacts_per_unit = 2 }}
+
+[[step]]
+name = "stats"
+operation = "compute_metrics"
+inputs = {{ t = "square.t" }}
+
+[[step]]
+name = "keep"
+operation = "filter"
+inputs = {{ candidates = "square.t" }}
+params = {{ metric = "stats.metrics", where = "{where_clause}" }}
+"#
+    )
+}
+
+#[test]
+fn linear_pipeline_runs_then_caches_then_reruns_only_what_changed() {
+    let f = Fixture::new();
+    let first = f.run_ok(&linear("x_mean > 0.333"));
+    assert_eq!(step(&first, "gen")["total"], 6);
+    assert_eq!(step(&first, "square")["total"], 3, "2 tables per unit");
+    assert_eq!(step(&first, "square")["outputs"]["t"], 6);
+    assert_eq!(step(&first, "stats")["outputs"]["metrics"], 6);
+    let kept = step(&first, "keep")["outputs"]["kept"].as_u64().unwrap();
+    assert!((1..6).contains(&kept), "the predicate splits the tables: {kept}");
+    assert_eq!(dispatched(&first), 6 + 3 + 6 + 1);
+
+    // The filter agrees with the metrics in the lake.
+    let contents = json_lines(&f.lake.ok(&[
+        "sql",
+        "--format",
+        "json",
+        "SELECT content FROM metrics WHERE origin_step_number = 3",
+    ]));
+    let passing = contents
+        .iter()
+        .map(|r| serde_json::from_str::<Value>(r["content"].as_str().unwrap()).unwrap())
+        .filter(|m| m["x_mean"].as_f64().unwrap() > 0.333)
+        .count();
+    assert_eq!(passing as u64, kept);
+    // Lineage: every metric derives from a squared table, every squared table from a generated one.
+    assert_eq!(f.count("SELECT count(*) FROM artifact_edges WHERE source_artifact_type = 'data' AND target_artifact_type = 'metric'"), 6);
+    assert_eq!(
+        f.count(
+            "SELECT count(*) FROM artifact_edges WHERE source_role = 't' AND target_role = 't'"
+        ),
+        6
+    );
+
+    let artifacts = f.ids("SELECT artifact_id FROM index");
+    let executions = f.count("SELECT count(*) FROM executions");
+
+    // Identical rerun: nothing dispatched, the same artifacts, no new executions.
+    let again = f.run_ok(&linear("x_mean > 0.333"));
+    assert_eq!(dispatched(&again), 0, "{again:#}");
+    for s in again["steps"].as_array().unwrap() {
+        assert_eq!(s["status"], "skipped", "{s:#}");
+    }
+    assert_eq!(f.ids("SELECT artifact_id FROM index"), artifacts);
+    assert_eq!(f.count("SELECT count(*) FROM executions"), executions);
+    assert_eq!(step(&again, "keep")["outputs"]["kept"].as_u64().unwrap(), kept);
+
+    // A new predicate reruns only the filter.
+    let changed = f.run_ok(&linear("x_mean > 0.2"));
+    for name in ["gen", "square", "stats"] {
+        assert_eq!(step(&changed, name)["status"], "skipped");
+    }
+    assert_eq!(step(&changed, "keep")["dispatched"], 1);
+    assert_eq!(dispatched(&changed), 1);
+
+    // status and runs read the steps table.
+    let status: Value = serde_json::from_str(&f.lake.ok(&["status", "--json"])).unwrap();
+    assert_eq!(status["pipeline"], "linear");
+    assert_eq!(status["steps"].as_array().unwrap().len(), 4);
+    let runs: Value = serde_json::from_str(&f.lake.ok(&["runs", "--json"])).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 3);
+    let text = f.lake.ok(&["status"]);
+    assert!(text.contains("4. keep") && text.contains("completed"), "{text}");
+}
+
+#[test]
+fn fan_out_fan_in_zip_and_cross() {
+    let f = Fixture::new();
+    let pipeline = format!(
+        r#"name = "shapes"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 3, rows = 10 }}
+
+[[step]]
+name = "left"
+operation = "command"
+command = ["sh", "-c", '{COPY}']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+
+[[step]]
+name = "right"
+operation = "compute_metrics"
+inputs = {{ t = "gen.data" }}
+
+[[step]]
+name = "both"
+operation = "merge"
+inputs = {{ a = "gen.data", b = "left.t" }}
+
+[[step]]
+name = "pairs"
+operation = "command"
+command = ["sh", "-c", 'ls inputs/d inputs/m > /dev/null && echo "{{\"n\": $(ls inputs/d inputs/m | wc -l)}}" > outputs/o/pair.json']
+inputs = {{ d = "gen.data", m = "right.metrics" }}
+outputs = {{ o = "metric" }}
+
+[[step]]
+name = "grid"
+operation = "command"
+command = ["sh", "-c", 'echo "{{\"grid\": \"$(ls inputs/d)-$(ls inputs/m)\"}}" > outputs/o/cell.json']
+inputs = {{ d = "gen.data", m = "right.metrics" }}
+outputs = {{ o = "metric" }}
+pairing = "cross"
+"#
+    );
+    let report = f.run_ok(&pipeline);
+    // Fan-out: two steps read gen; fan-in: merge of identical copies is deduplicated.
+    assert_eq!(step(&report, "left")["outputs"]["t"], 3);
+    assert_eq!(step(&report, "right")["outputs"]["metrics"], 3);
+    assert_eq!(step(&report, "both")["outputs"]["merged"], 3, "copies have the same content ids");
+    // zip: 3 units of (table, metric); cross: 9.
+    assert_eq!(step(&report, "pairs")["total"], 3);
+    assert_eq!(step(&report, "grid")["total"], 9);
+    assert_eq!(step(&report, "grid")["outputs"]["o"], 9, "every combination differs");
+    assert_eq!(f.count("SELECT count(*) FROM execution_edges e JOIN executions x ON e.execution_run_id = x.execution_run_id WHERE x.origin_step_number = 6 AND e.direction = 'input'"), 18);
+}
+
+#[test]
+fn partial_failure_is_recorded_and_a_rerun_runs_only_the_failed_units() {
+    let f = Fixture::new();
+    let marker = f.dir.path().join("broken");
+    std::fs::write(&marker, "").unwrap();
+    let pipeline = format!(
+        r#"name = "flaky"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 5, rows = 5 }}
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", 'if [ -e {marker} ] && [ -e inputs/t/table_0002.csv ]; then echo "bad table" >&2; exit 3; fi; {COPY}']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+"#,
+        marker = marker.display()
+    );
+    let (ok, first) = f.run(&pipeline, "2");
+    assert!(!ok, "a failed unit makes the run exit non-zero");
+    let work = step(&first, "work");
+    assert_eq!(work["status"], "completed", "continue keeps the good results");
+    assert_eq!(work["failed"], 1);
+    assert_eq!(work["outputs"]["t"], 4);
+    let failure = &work["failures"][0];
+    assert!(failure[1].as_str().unwrap().contains("exit status 3"), "{failure}");
+    let tool = f.lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT tool_output FROM executions WHERE NOT success",
+    ]);
+    assert!(tool.contains("bad table"), "{tool}");
+    let status = f.lake.ok(&["status"]);
+    assert!(status.contains("exit status 3") && status.contains("tool_output"), "{status}");
+
+    std::fs::remove_file(&marker).unwrap();
+    let second = f.run_ok(&pipeline);
+    assert_eq!(step(&second, "gen")["status"], "skipped");
+    assert_eq!(step(&second, "work")["dispatched"], 1, "only the failed unit reruns");
+    assert_eq!(step(&second, "work")["cached"], 4);
+    assert_eq!(step(&second, "work")["outputs"]["t"], 5);
+}
+
+#[test]
+fn a_killed_worker_fails_only_its_unit() {
+    let f = Fixture::new();
+    let pipeline = format!(
+        r#"name = "kill"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 6, rows = 5 }}
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", 'if [ -e inputs/t/table_0003.csv ]; then kill -9 $PPID; sleep 5; fi; {COPY}']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+"#
+    );
+    let (ok, report) = f.run(&pipeline, "2");
+    assert!(!ok);
+    let work = step(&report, "work");
+    assert_eq!(work["failed"], 1, "{work:#}");
+    assert_eq!(work["succeeded"], 5);
+    assert!(work["failures"][0][1].as_str().unwrap().contains("SIGKILL"), "{work:#}");
+    assert_eq!(f.count("SELECT count(*) FROM executions WHERE origin_step_number = 2 AND NOT success AND error LIKE '%worker process died%'"), 1);
+}
+
+#[test]
+fn fail_fast_stops_dispatching_and_the_pipeline() {
+    let f = Fixture::new();
+    let pipeline = format!(
+        r#"name = "ff"
+failure = "fail_fast"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 8, rows = 5 }}
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", 'if [ -e inputs/t/table_0001.csv ]; then exit 1; fi; {COPY}']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+
+[[step]]
+name = "after"
+operation = "compute_metrics"
+inputs = {{ t = "work.t" }}
+"#
+    );
+    let (ok, report) = f.run(&pipeline, "1");
+    assert!(!ok);
+    assert_eq!(report["stopped_by_failure"], true);
+    let work = step(&report, "work");
+    assert_eq!(work["status"], "failed");
+    assert!(work["not_run"].as_u64().unwrap() > 0, "{work:#}");
+    assert_eq!(report["steps"].as_array().unwrap().len(), 2, "`after` never ran");
+}
+
+#[test]
+fn ctrl_c_cancels_commits_what_finished_and_a_rerun_continues() {
+    let f = Fixture::new();
+    let pipeline = format!(
+        r#"name = "slow"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 12, rows = 5 }}
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", 'sleep 0.5; {COPY}']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+"#
+    );
+    let file = f.write("pipeline.toml", &pipeline);
+    let child = f
+        .lake
+        .command(&["run", file.to_str().unwrap(), "--json", "--workers", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until some units of `work` are committed... by watching staging progress.
+    let started = std::time::Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let steps = f.lake.root.join("_staging");
+        let work_started = std::fs::read_dir(&steps)
+            .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("2_")))
+            .unwrap_or(false);
+        if work_started || started.elapsed().as_secs() > 60 {
+            break;
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["cancelled"], true, "{report:#}");
+    let work = step(&report, "work");
+    assert_eq!(work["status"], "cancelled");
+    let done = work["succeeded"].as_u64().unwrap();
+    assert!((1..12).contains(&done), "{work:#}");
+    assert_eq!(
+        f.count("SELECT count(*) FROM executions WHERE origin_step_number = 2 AND success") as u64,
+        done
+    );
+    let status = f.lake.ok(&["status"]);
+    assert!(status.contains("cancelled"), "{status}");
+
+    let rest = f.run_ok(&pipeline);
+    assert_eq!(step(&rest, "work")["dispatched"].as_u64().unwrap(), 12 - done);
+    assert_eq!(step(&rest, "work")["outputs"]["t"], 12);
+}
+
+#[test]
+fn check_reports_validation_errors_with_file_and_line() {
+    let f = Fixture::new();
+    let file = f.write(
+        "bad.toml",
+        "name = \"bad\"\n\n[[step]]\nname = \"a\"\noperation = \"generate_data\"\n\n[[step]]\nname = \"b\"\noperation = \"compute_metrics\"\ninputs = { t = \"c.data\" }\n",
+    );
+    let err = f.lake.fails(&["check", file.to_str().unwrap()]);
+    assert!(err.contains("bad.toml:7: step `b`: input `t` refers to unknown step `c`"), "{err}");
+    let err = f.lake.fails(&["run", file.to_str().unwrap()]);
+    assert!(err.contains("bad.toml:7"), "{err}");
+    let good = f.write("good.toml", &linear("mean > 0"));
+    let out = f.lake.ok(&["check", good.to_str().unwrap()]);
+    assert!(out.contains("is valid") && out.contains("4. keep (filter) → kept: data"), "{out}");
+}
+
+#[test]
+fn demo_runs_and_a_second_run_is_cached() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().join("demo");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["demo", demo.to_str().unwrap(), "--workers", "2"])
+        .env_remove("SLUICE_LAKE")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("4. keep") && text.contains("Try next") && text.contains("sql"),
+        "{text}"
+    );
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args([
+            "--lake",
+            demo.join("lake").to_str().unwrap(),
+            "run",
+            demo.join("pipeline.toml").to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(again.status.success());
+    let report: Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(dispatched(&report), 0);
+}

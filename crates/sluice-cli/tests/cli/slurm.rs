@@ -1,0 +1,131 @@
+//! The SLURM backend on a real single-node SLURM (`scripts/slurm.sh up`,
+//! which `.ci/run` runs). Without SLURM these tests fail in CI (`CI` set) and
+//! are skipped with a note elsewhere.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::Lake;
+
+fn slurm_available() -> bool {
+    let up = std::process::Command::new("sinfo")
+        .args(["-h", "-o", "%t"])
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    if !up {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the SLURM tests: start SLURM with `bash scripts/slurm.sh up`"
+        );
+        eprintln!("SLURM is not running here; skipping (bash scripts/slurm.sh up starts it)");
+    }
+    up
+}
+
+fn pipeline(dir: &Path, marker: &Path) -> String {
+    format!(
+        r#"name = "on-slurm"
+backend = "slurm"
+
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 6, rows = 20 }}
+batch = {{ units_per_worker = 2 }}
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", '''
+if [ -e inputs/t/table_0001.csv ]; then echo "table 1 is bad" >&2; exit 4; fi
+if [ -e inputs/t/table_0004.csv ] && [ -e {marker} ]; then touch {dir}/killed-task-started; sleep 600; fi
+for f in inputs/t/*; do cp "$f" outputs/t/; done
+''']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+resources = {{ cpus = 1, memory_gb = 1, time = "00:10:00" }}
+
+[[step]]
+name = "stats"
+operation = "compute_metrics"
+inputs = {{ t = "work.t" }}
+backend = "local"
+"#,
+        marker = marker.display(),
+        dir = dir.display(),
+    )
+}
+
+#[test]
+fn a_pipeline_runs_on_slurm_with_a_failing_and_a_killed_task() {
+    if !slurm_available() {
+        return;
+    }
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("kill-me");
+    std::fs::write(&marker, "").unwrap();
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(&file, pipeline(dir.path(), &marker)).unwrap();
+
+    let child = lake
+        .command(&["run", file.to_str().unwrap(), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Cancel the array task that hangs, from outside, as an operator would.
+    let started = Instant::now();
+    while !dir.path().join("killed-task-started").exists() {
+        assert!(started.elapsed() < Duration::from_secs(240), "the hanging task never started");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let jobs = std::process::Command::new("squeue")
+        .args(["-h", "-n", "sluice-work", "-o", "%i"])
+        .output()
+        .unwrap();
+    let hanging: Vec<String> = String::from_utf8_lossy(&jobs.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(hanging.len(), 1, "one task still runs: {hanging:?}");
+    assert!(std::process::Command::new("scancel").arg(&hanging[0]).status().unwrap().success());
+
+    let out = child.wait_with_output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(!out.status.success(), "failed units make the run fail");
+    let work = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "work").unwrap();
+    assert_eq!(work["total"], 6);
+    assert_eq!(work["succeeded"], 4, "{work:#}");
+    assert_eq!(work["failed"], 2, "{work:#}");
+    let errors: Vec<&str> =
+        work["failures"].as_array().unwrap().iter().map(|f| f[1].as_str().unwrap()).collect();
+    assert!(errors.iter().any(|e| e.contains("exit status 4")), "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("was cancelled") && e.contains("log:")), "{errors:?}");
+    let stats = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "stats").unwrap();
+    assert_eq!(stats["outputs"]["metrics"], 4, "the good results flow on");
+    let backends = lake.ok(&["sql", "--format", "csv", "SELECT DISTINCT compute_backend, worker_id LIKE '%slurm-%' AS in_task FROM executions WHERE origin_step_number = 1"]);
+    assert!(backends.contains("slurm,true"), "{backends}");
+
+    // Fix both problems: a rerun on SLURM submits only the two failed units.
+    std::fs::remove_file(&marker).unwrap();
+    let fixed = pipeline(dir.path(), &marker).replace("exit 4", "true");
+    std::fs::write(&file, fixed).unwrap();
+    let again = lake.run(&["run", file.to_str().unwrap(), "--json"]);
+    let report: Value = serde_json::from_slice(&again.stdout).unwrap();
+    let work = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "work").unwrap();
+    // The command changed, so its units are new work; gen is cached whole.
+    assert_eq!(report["steps"][0]["status"], "skipped");
+    assert_eq!(work["failed"], 0, "{work:#}");
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+}

@@ -1,0 +1,76 @@
+//! Dispatch backends: where a step's units run.
+//!
+//! - [`local`]: a pool of worker processes on this machine (the `sluice`
+//!   binary in worker mode), or, when no worker program is set, tasks in the
+//!   orchestrating process.
+//! - [`slurm`]: one job array per step, on a shared filesystem.
+//!
+//! A backend returns one [`Outcome`] per dispatched unit. A unit whose worker
+//! died (or whose SLURM task was cancelled, timed out or ran out of memory)
+//! is `Lost`; the orchestrator then stages a failed execution for it, so
+//! every dispatched unit ends up in the executions table.
+
+pub mod local;
+pub mod slurm;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::worker::UnitReport;
+
+/// What happened to one dispatched unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The worker ran it and staged its execution (success or failure).
+    Reported(UnitReport),
+    /// Its sealed staging directory is there (SLURM: success is read from
+    /// the lake after the commit).
+    Staged,
+    /// The worker never staged it: why.
+    Lost(String),
+}
+
+/// Shared state of one step's dispatch.
+#[derive(Clone)]
+pub struct Dispatch {
+    /// The lake root (workers open it).
+    pub lake_root: PathBuf,
+    /// The worker program and its leading arguments (`[exe]`), or none for
+    /// in-process execution.
+    pub worker_program: Option<PathBuf>,
+    /// Worker processes (local) at most.
+    pub workers: usize,
+    /// Set when dispatching must stop (Ctrl-C or a fail-fast failure).
+    pub stop: Arc<AtomicBool>,
+    /// Set by Ctrl-C only.
+    pub cancelled: Arc<AtomicBool>,
+    /// Stop at the first failure.
+    pub fail_fast: bool,
+    /// Called after each unit: (succeeded).
+    pub on_unit: Arc<dyn Fn(bool) + Send + Sync>,
+}
+
+impl std::fmt::Debug for Dispatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatch")
+            .field("workers", &self.workers)
+            .field("fail_fast", &self.fail_fast)
+            .finish()
+    }
+}
+
+impl Dispatch {
+    /// Whether dispatching should stop.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst) || self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Record a finished unit; a failure under fail-fast stops dispatching.
+    pub fn finished(&self, success: bool) {
+        if !success && self.fail_fast {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+        (self.on_unit)(success);
+    }
+}

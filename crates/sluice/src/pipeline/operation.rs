@@ -1,0 +1,265 @@
+//! Operations: what a step does to each unit of its inputs.
+//!
+//! An operation is a Rust type implementing [`Operation`]. The built-ins live
+//! in [`super::ops`]; a user's crate registers its own with
+//! [`register_operation!`](crate::register_operation) and every binary that
+//! links it (their own binary calling `sluice_cli::main_entry`) knows them in
+//! `sluice run` and in its worker processes, SLURM array tasks included.
+//!
+//! An operation never writes to the lake: it returns [`Output`]s and the
+//! worker stages them (artifacts, edges, the execution row) for the committer.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::artifact::{Artifact, ArtifactId, Draft};
+use crate::error::{Error, Result};
+use crate::lake::Lake;
+use crate::pipeline::config::StepConfig;
+
+/// What validation knows when it asks an operation for its output roles.
+#[derive(Debug)]
+pub struct Signature<'a> {
+    /// The step.
+    pub step: &'a StepConfig,
+    /// Type of every input role (implicit ones included).
+    pub input_types: &'a BTreeMap<String, String>,
+}
+
+/// How a step's inputs become units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grouping {
+    /// Pair the roles (zip or cross) and batch `artifacts_per_unit` sets per unit.
+    Paired,
+    /// One unit with every input artifact of every role (filter, merge).
+    WholeStream,
+}
+
+/// An operation a step can run.
+pub trait Operation: Send + Sync + 'static {
+    /// The name steps use in `operation = "…"`.
+    fn name(&self) -> &str;
+
+    /// Bump when the operation's behaviour changes: it is part of every
+    /// execution's cache key, so results of older versions are not reused.
+    fn version(&self) -> String {
+        "1".into()
+    }
+
+    /// Output role → artifact type for this step, or why the step is invalid
+    /// (wrong input types, missing params). Called before anything runs.
+    fn outputs(
+        &self,
+        signature: &Signature<'_>,
+    ) -> std::result::Result<BTreeMap<String, String>, String>;
+
+    /// Inputs the operation takes from its params rather than `inputs`
+    /// (role → `"<step>.<role>"`), e.g. `filter`'s `metric`.
+    fn implicit_inputs(&self, _step: &StepConfig) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    /// For operations without inputs: one JSON descriptor per unit of work
+    /// (e.g. one per table to generate, one per file to ingest). Descriptors
+    /// are part of the cache key.
+    fn source_units(&self, _step: &StepConfig) -> Result<Option<Vec<serde_json::Value>>> {
+        Ok(None)
+    }
+
+    /// How inputs are grouped into units.
+    fn grouping(&self) -> Grouping {
+        Grouping::Paired
+    }
+
+    /// Run in the orchestrating process instead of a worker (cheap
+    /// operations that only read the lake, like `filter`).
+    fn inline(&self) -> bool {
+        false
+    }
+
+    /// Whether the unit's input artifacts are loaded (content included) into
+    /// [`UnitContext::inputs`]; operations that only pass ids on say no.
+    fn needs_content(&self) -> bool {
+        true
+    }
+
+    /// Run one unit. Called on a blocking thread inside the tokio runtime: use
+    /// [`UnitContext::block_on`] for async lake reads.
+    fn run(&self, ctx: &UnitContext) -> Result<Vec<Output>>;
+}
+
+/// One result of a unit.
+#[derive(Debug, Clone)]
+pub enum Output {
+    /// A new artifact for `role`. `derived_from` lists the input artifacts it
+    /// derives from; `None` means every input of the unit.
+    New {
+        /// Output role.
+        role: String,
+        /// The artifact (the worker sets its step and finalizes it).
+        draft: Draft,
+        /// Lineage.
+        derived_from: Option<Vec<ArtifactId>>,
+    },
+    /// An artifact already in the lake passed on under `role` (filter, merge).
+    Existing {
+        /// Output role.
+        role: String,
+        /// The artifact.
+        id: ArtifactId,
+    },
+}
+
+/// Everything an operation sees of its unit.
+#[derive(Debug)]
+pub struct UnitContext {
+    /// The step.
+    pub step: StepConfig,
+    /// The step's number.
+    pub step_number: i32,
+    /// The unit's source descriptors (operations without inputs).
+    pub sources: Vec<serde_json::Value>,
+    /// Input artifact ids by role, in stream order.
+    pub input_ids: BTreeMap<String, Vec<ArtifactId>>,
+    /// Input artifacts by role, in stream order (empty when the operation
+    /// does not need content).
+    pub inputs: BTreeMap<String, Vec<Artifact>>,
+    /// A scratch directory for this unit, removed afterwards.
+    pub work_dir: PathBuf,
+    /// The lake (read-only use).
+    pub lake: Lake,
+    /// The run id of this execution.
+    pub run_id: String,
+    tool_output: Arc<Mutex<Option<String>>>,
+    handle: tokio::runtime::Handle,
+}
+
+impl UnitContext {
+    pub(crate) fn new(
+        job: &crate::pipeline::worker::UnitJob,
+        inputs: BTreeMap<String, Vec<Artifact>>,
+        work_dir: PathBuf,
+        lake: Lake,
+    ) -> Self {
+        UnitContext {
+            step: job.step.clone(),
+            step_number: job.step_number,
+            sources: job.unit.sources.clone(),
+            input_ids: job.unit.inputs.clone(),
+            inputs,
+            work_dir,
+            lake,
+            run_id: job.run_id.clone(),
+            tool_output: Arc::new(Mutex::new(None)),
+            handle: tokio::runtime::Handle::current(),
+        }
+    }
+
+    /// The operation's parameters.
+    pub fn params(&self) -> &serde_json::Map<String, serde_json::Value> {
+        &self.step.params
+    }
+
+    /// A parameter, or an error naming it.
+    pub fn param(&self, name: &str) -> Result<&serde_json::Value> {
+        self.step.params.get(name).ok_or_else(|| {
+            Error::operation(&self.step.operation, format!("parameter `{name}` is required"))
+        })
+    }
+
+    /// All input artifacts, every role, in role then stream order.
+    pub fn all_inputs(&self) -> impl Iterator<Item = &Artifact> {
+        self.inputs.values().flatten()
+    }
+
+    /// Keep a tool's output (its tail is stored in `executions.tool_output`).
+    pub fn set_tool_output(&self, text: String) {
+        if let Ok(mut slot) = self.tool_output.lock() {
+            *slot = Some(text);
+        }
+    }
+
+    pub(crate) fn take_tool_output(&self) -> Option<String> {
+        self.tool_output.lock().ok().and_then(|mut s| s.take())
+    }
+
+    /// Run an async lake read from the operation's (blocking) thread.
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.handle.block_on(future)
+    }
+
+    /// The unit's scratch directory.
+    pub fn work_dir(&self) -> &Path {
+        &self.work_dir
+    }
+}
+
+/// A registered operation (see [`register_operation!`](crate::register_operation)).
+pub struct OperationRegistration {
+    /// Builds the operation.
+    pub make: fn() -> Box<dyn Operation>,
+}
+
+inventory::collect!(OperationRegistration);
+
+/// Register an operation type (which must implement [`Operation`] and
+/// `Default`) for every binary that links the crate.
+#[macro_export]
+macro_rules! register_operation {
+    ($ty:ty) => {
+        $crate::inventory::submit! {
+            $crate::pipeline::operation::OperationRegistration {
+                make: || ::std::boxed::Box::new(<$ty as ::std::default::Default>::default()),
+            }
+        }
+    };
+}
+
+/// The operations known to this binary: built-ins and linked ones.
+#[derive(Clone)]
+pub struct Operations {
+    ops: Arc<BTreeMap<String, Arc<dyn Operation>>>,
+}
+
+impl std::fmt::Debug for Operations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.ops.keys()).finish()
+    }
+}
+
+impl Operations {
+    /// Built-ins plus every operation registered with `register_operation!`.
+    /// A linked operation may not reuse a built-in's name.
+    pub fn linked() -> Result<Self> {
+        let mut ops: BTreeMap<String, Arc<dyn Operation>> = BTreeMap::new();
+        for op in super::ops::builtins() {
+            ops.insert(op.name().to_owned(), Arc::from(op));
+        }
+        let builtin: Vec<String> = ops.keys().cloned().collect();
+        for registration in inventory::iter::<OperationRegistration> {
+            let op: Arc<dyn Operation> = Arc::from((registration.make)());
+            let name = op.name().to_owned();
+            if builtin.contains(&name) || ops.contains_key(&name) {
+                return Err(Error::operation(name, "registered twice (or shadows a built-in)"));
+            }
+            ops.insert(name, op);
+        }
+        Ok(Operations { ops: Arc::new(ops) })
+    }
+
+    /// An operation by name.
+    pub fn get(&self, name: &str) -> Result<Arc<dyn Operation>> {
+        self.ops.get(name).cloned().ok_or_else(|| {
+            Error::operation(
+                name,
+                format!("unknown operation (known: {})", self.names().join(", ")),
+            )
+        })
+    }
+
+    /// Every operation's name.
+    pub fn names(&self) -> Vec<String> {
+        self.ops.keys().cloned().collect()
+    }
+}

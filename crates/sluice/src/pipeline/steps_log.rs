@@ -1,0 +1,216 @@
+//! The `steps` table: every state transition of every step, appended.
+//!
+//! A step run writes `running` when it starts and one final row:
+//! `completed` (possibly with failed units, under the `continue` policy),
+//! `failed`, `skipped` (its spec completed before) or `cancelled`. The final
+//! row's metadata holds the counts, per-phase timings and the step's output
+//! streams (role → artifact ids in stream order), so that a later run that
+//! skips the step can wire its outputs downstream without any other lookup.
+
+use std::collections::BTreeMap;
+
+use deltalake::arrow::record_batch::RecordBatch;
+use serde::{Deserialize, Serialize};
+
+use crate::artifact::{ArtifactId, FieldValue, canonical_json};
+use crate::error::{Error, Result};
+use crate::lake::{Lake, layout, table};
+use crate::query::scan;
+use crate::store::arrow_convert::{build_array, read_value};
+
+/// A step's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Dispatching or waiting for units.
+    Running,
+    /// Finished; some units may have failed (see the counts).
+    Completed,
+    /// Stopped by a failure (fail_fast, or every unit failed).
+    Failed,
+    /// Its spec completed before: nothing ran.
+    Skipped,
+    /// Interrupted (Ctrl-C).
+    Cancelled,
+}
+
+impl StepStatus {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Running => "running",
+            StepStatus::Completed => "completed",
+            StepStatus::Failed => "failed",
+            StepStatus::Skipped => "skipped",
+            StepStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Parse a stored name.
+    pub fn parse(text: &str) -> Option<Self> {
+        [Self::Running, Self::Completed, Self::Failed, Self::Skipped, Self::Cancelled]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+/// Output streams of a step: role → artifact ids in stream order.
+pub type Streams = BTreeMap<String, Vec<ArtifactId>>;
+
+/// One row of the steps table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRecord {
+    /// The step run.
+    pub step_run_id: String,
+    /// The step's spec (its cache key).
+    pub step_spec_id: String,
+    /// The pipeline run.
+    pub pipeline_run_id: String,
+    /// 1-based position in the pipeline.
+    pub step_number: i32,
+    /// Name.
+    pub step_name: String,
+    /// State.
+    pub status: StepStatus,
+    /// Operation.
+    pub operation_name: String,
+    /// Canonical params.
+    pub params: String,
+    /// Units in the step.
+    pub total_count: Option<i64>,
+    /// Units that succeeded (cached ones included).
+    pub succeeded_count: Option<i64>,
+    /// Units that failed.
+    pub failed_count: Option<i64>,
+    /// When, µs since the epoch.
+    pub timestamp: i64,
+    /// Wall time of the step run.
+    pub duration_seconds: Option<f64>,
+    /// Why the step failed or was cancelled.
+    pub error: Option<String>,
+    /// JSON: pipeline name, counts (cached, dispatched), timings, outputs.
+    pub metadata: serde_json::Value,
+}
+
+impl StepRecord {
+    fn value(&self, column: &str) -> Result<FieldValue> {
+        let s = |v: &str| FieldValue::String(v.to_owned());
+        let int = |v: Option<i64>| v.map_or(FieldValue::Null, FieldValue::Int);
+        Ok(match column {
+            "step_run_id" => s(&self.step_run_id),
+            "step_spec_id" => s(&self.step_spec_id),
+            "pipeline_run_id" => s(&self.pipeline_run_id),
+            "step_number" => FieldValue::Int(i64::from(self.step_number)),
+            "step_name" => s(&self.step_name),
+            "status" => s(self.status.as_str()),
+            "operation_name" => s(&self.operation_name),
+            "params" => s(&self.params),
+            "total_count" => int(self.total_count),
+            "succeeded_count" => int(self.succeeded_count),
+            "failed_count" => int(self.failed_count),
+            "timestamp" => FieldValue::TimestampMicros(self.timestamp),
+            "duration_seconds" => self.duration_seconds.map_or(FieldValue::Null, FieldValue::Float),
+            "error" => self.error.as_deref().map_or(FieldValue::Null, s),
+            "metadata" => FieldValue::String(canonical_json::to_string(&self.metadata)?),
+            _ => FieldValue::Null,
+        })
+    }
+
+    /// The output streams recorded in the metadata of a final row.
+    pub fn outputs(&self) -> Streams {
+        self.metadata
+            .get("outputs")
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Append one row.
+pub async fn append(lake: &Lake, record: &StepRecord) -> Result<()> {
+    let spec = layout::steps_table();
+    let handle = table::open(lake.root(), &spec).await?;
+    let schema = table::arrow_schema(&handle, &spec)?;
+    let mut columns = Vec::new();
+    for field in schema.fields() {
+        let value = record.value(field.name())?;
+        columns.push(build_array(&spec.name, field, std::iter::once(&value))?);
+    }
+    let batch = RecordBatch::try_new(schema, columns)
+        .map_err(|e| Error::arrow("building a steps row", e))?;
+    table::append(handle, &spec, vec![batch]).await?;
+    Ok(())
+}
+
+const COLUMNS: [&str; 15] = [
+    "step_run_id",
+    "step_spec_id",
+    "pipeline_run_id",
+    "step_number",
+    "step_name",
+    "status",
+    "operation_name",
+    "params",
+    "total_count",
+    "succeeded_count",
+    "failed_count",
+    "timestamp",
+    "duration_seconds",
+    "error",
+    "metadata",
+];
+
+/// Rows matching a SQL filter over the steps table, ordered by time.
+pub async fn read(lake: &Lake, filter: Option<&str>) -> Result<Vec<StepRecord>> {
+    let spec = layout::steps_table();
+    let handle = table::open(lake.root(), &spec).await?;
+    let mut out = Vec::new();
+    scan::for_each_batch(&handle, &spec.name, &COLUMNS, filter, |batch| {
+        for row in 0..batch.num_rows() {
+            let get = |i: usize| read_value(batch.column(i).as_ref(), row);
+            let text = |i: usize| get(i).as_str().map(str::to_owned);
+            let Some(status) = text(5).as_deref().and_then(StepStatus::parse) else { continue };
+            out.push(StepRecord {
+                step_run_id: text(0).unwrap_or_default(),
+                step_spec_id: text(1).unwrap_or_default(),
+                pipeline_run_id: text(2).unwrap_or_default(),
+                step_number: get(3)
+                    .as_int()
+                    .and_then(|v| i32::try_from(v).ok())
+                    .unwrap_or_default(),
+                step_name: text(4).unwrap_or_default(),
+                status,
+                operation_name: text(6).unwrap_or_default(),
+                params: text(7).unwrap_or_default(),
+                total_count: get(8).as_int(),
+                succeeded_count: get(9).as_int(),
+                failed_count: get(10).as_int(),
+                timestamp: match get(11) {
+                    FieldValue::TimestampMicros(t) => t,
+                    other => other.as_int().unwrap_or_default(),
+                },
+                duration_seconds: match get(12) {
+                    FieldValue::Float(f) => Some(f),
+                    _ => None,
+                },
+                error: text(13),
+                metadata: text(14).and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default(),
+            });
+        }
+        Ok(())
+    })
+    .await?;
+    out.sort_by_key(|r| (r.timestamp, r.step_number));
+    Ok(out)
+}
+
+/// The latest `completed` row of a step spec with no failed units: the
+/// step-level cache.
+pub async fn completed_spec(lake: &Lake, step_spec_id: &str) -> Result<Option<StepRecord>> {
+    let filter =
+        format!("step_spec_id = '{}' AND status = 'completed'", step_spec_id.replace('\'', "''"));
+    let rows = read(lake, Some(&filter)).await?;
+    Ok(rows
+        .into_iter()
+        .rev()
+        .find(|r| r.failed_count.unwrap_or(0) == 0 && r.metadata.get("outputs").is_some()))
+}

@@ -1,0 +1,388 @@
+//! The worker side of a pipeline: run one unit and stage its results.
+//!
+//! A worker process (`sluice __worker`) reads [`UnitJob`]s, one JSON line
+//! each, from stdin (local backend) or a slice of a units file (a SLURM array
+//! task), runs the operation and stages everything through
+//! [`StagingWriter`]: output artifacts, input/output execution edges,
+//! derivation edges and, last, the execution row. A failed unit stages its
+//! input edges and an execution row with `success = false` and the error, so
+//! the failure is recorded in the lake and the unit reruns next time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::{BackendKind, StepConfig};
+use super::operation::{Operations, Output, UnitContext};
+use super::plan::Unit;
+use crate::artifact::{Artifact, ArtifactId, canonical_json};
+use crate::error::{Error, Result};
+use crate::lake::Lake;
+use crate::records::{ArtifactEdge, Direction, ExecutionEdge, ExecutionRecord};
+use crate::staging::{StagedExecution, StagingWriter, paths};
+
+/// Everything a worker needs to run one unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnitJob {
+    /// The step.
+    pub step: StepConfig,
+    /// Its number (1-based; the partition of what it produces).
+    pub step_number: i32,
+    /// The step run this unit belongs to.
+    pub step_run_id: String,
+    /// The pipeline run.
+    pub pipeline_run_id: String,
+    /// The run id of this execution.
+    pub run_id: String,
+    /// Where it runs.
+    pub backend: BackendKind,
+    /// Type of each input role.
+    pub input_types: BTreeMap<String, String>,
+    /// The unit.
+    pub unit: Unit,
+}
+
+/// What a worker tells the orchestrator after a unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitReport {
+    /// The execution run id.
+    pub run_id: String,
+    /// Whether the unit succeeded.
+    pub success: bool,
+    /// The error, when it failed.
+    pub error: Option<String>,
+}
+
+fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// The operation's results, before staging.
+struct Produced {
+    artifacts: Vec<Artifact>,
+    outputs: Vec<(String, ArtifactId)>,
+    derivations: Vec<(ArtifactId, String, Vec<ArtifactId>)>,
+}
+
+/// Run one unit and stage its results (success or failure). Errors are
+/// returned only when staging itself fails.
+pub async fn execute_unit(
+    lake: &Lake,
+    operations: &Operations,
+    writer: &StagingWriter,
+    job: &UnitJob,
+    worker_id: &str,
+) -> Result<UnitReport> {
+    let started = now_micros();
+    let clock = Instant::now();
+    let outcome = run_operation(lake, operations, job).await;
+    let (produced, error, tool_output) = match outcome {
+        Ok((produced, tool_output)) => (Some(produced), None, tool_output),
+        Err((error, tool_output)) => (None, Some(error), tool_output),
+    };
+    let mut metadata = serde_json::json!({
+        "pipeline_run_id": job.pipeline_run_id,
+        "step_name": job.step.name,
+        "unit_index": job.unit.index,
+        "seconds": clock.elapsed().as_secs_f64(),
+    });
+    if !job.unit.sources.is_empty() {
+        metadata["sources"] = serde_json::Value::Array(job.unit.sources.clone());
+    }
+    let staged =
+        staged_execution(job, produced, error.clone(), tool_output, started, worker_id, metadata)?;
+    let success = staged.execution.success;
+    let writer = writer.clone();
+    tokio::task::spawn_blocking(move || writer.write(&staged))
+        .await
+        .map_err(|e| Error::Internal(format!("staging task: {e}")))??;
+    Ok(UnitReport { run_id: job.run_id.clone(), success, error })
+}
+
+/// Stage a failed execution for a unit whose worker could not (it died, its
+/// SLURM task was cancelled or ran out of memory). Leftovers of the dead
+/// worker's unsealed directory are removed first.
+pub fn stage_failure(
+    writer: &StagingWriter,
+    job: &UnitJob,
+    error: &str,
+    worker_id: &str,
+) -> Result<()> {
+    let dir = paths::run_dir(writer.root(), job.step_number, &job.step.operation, &job.run_id)?;
+    if dir.join(crate::staging::SENTINEL).exists() {
+        return Ok(());
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    }
+    // The dead worker's sandbox (best effort: it only costs space).
+    if let Some(lake_root) = writer.root().parent() {
+        let _ = std::fs::remove_dir_all(lake_root.join("_work").join(&job.run_id));
+    }
+    let metadata = serde_json::json!({
+        "pipeline_run_id": job.pipeline_run_id,
+        "step_name": job.step.name,
+        "unit_index": job.unit.index,
+        "recorded_by": "orchestrator",
+    });
+    let staged = staged_execution(
+        job,
+        None,
+        Some(error.to_owned()),
+        None,
+        now_micros(),
+        worker_id,
+        metadata,
+    )?;
+    writer.write(&staged)?;
+    Ok(())
+}
+
+async fn run_operation(
+    lake: &Lake,
+    operations: &Operations,
+    job: &UnitJob,
+) -> std::result::Result<(Produced, Option<String>), (String, Option<String>)> {
+    let plain = |e: Error| (e.to_string(), None);
+    let op = operations.get(&job.step.operation).map_err(plain)?;
+    let mut inputs: BTreeMap<String, Vec<Artifact>> = BTreeMap::new();
+    if op.needs_content() {
+        let ids: Vec<ArtifactId> = job.unit.inputs.values().flatten().copied().collect();
+        let mut found = lake.get_many(&ids).await.map_err(plain)?;
+        for (role, ids) in &job.unit.inputs {
+            let mut list = Vec::with_capacity(ids.len());
+            for id in ids {
+                let artifact = found.get(id).cloned().ok_or_else(|| {
+                    (format!("input `{role}` artifact {id} is not in the lake"), None)
+                })?;
+                list.push(artifact);
+            }
+            inputs.insert(role.clone(), list);
+        }
+        found.clear();
+    }
+    let work_dir = lake.root().join("_work").join(&job.run_id);
+    if work_dir.exists() {
+        std::fs::remove_dir_all(&work_dir).map_err(|e| plain(Error::io(&work_dir, e)))?;
+    }
+    std::fs::create_dir_all(&work_dir).map_err(|e| plain(Error::io(&work_dir, e)))?;
+    let ctx = UnitContext::new(job, inputs, work_dir.clone(), lake.clone());
+    let registry = lake.registry().clone();
+    let step_number = job.step_number;
+    let result = tokio::task::spawn_blocking(move || {
+        let result = op.run(&ctx);
+        let tool_output = ctx.take_tool_output();
+        (result.and_then(|outputs| finalize(outputs, &registry, step_number)), tool_output)
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&work_dir);
+    match result {
+        Ok((Ok(produced), tool_output)) => Ok((produced, tool_output)),
+        Ok((Err(e), tool_output)) => Err((e.to_string(), tool_output)),
+        Err(e) if e.is_panic() => {
+            Err((format!("operation `{}` panicked", job.step.operation), None))
+        }
+        Err(e) => Err((format!("operation task failed: {e}"), None)),
+    }
+}
+
+fn finalize(
+    outputs: Vec<Output>,
+    registry: &crate::registry::TypeRegistry,
+    step: i32,
+) -> Result<Produced> {
+    let mut produced =
+        Produced { artifacts: Vec::new(), outputs: Vec::new(), derivations: Vec::new() };
+    let mut seen = BTreeSet::new();
+    for output in outputs {
+        match output {
+            Output::New { role, draft, derived_from } => {
+                let type_key = draft.type_key().to_owned();
+                let artifact = draft.with_step(step).finalize(registry).map_err(|e| {
+                    Error::operation("output", format!("role `{role}` ({type_key}): {e}"))
+                })?;
+                produced.outputs.push((role.clone(), artifact.id));
+                produced.derivations.push((artifact.id, role, derived_from.unwrap_or_default()));
+                if seen.insert(artifact.id) {
+                    produced.artifacts.push(artifact);
+                }
+            }
+            Output::Existing { role, id } => produced.outputs.push((role, id)),
+        }
+    }
+    Ok(produced)
+}
+
+fn staged_execution(
+    job: &UnitJob,
+    produced: Option<Produced>,
+    error: Option<String>,
+    tool_output: Option<String>,
+    started: i64,
+    worker_id: &str,
+    metadata: serde_json::Value,
+) -> Result<StagedExecution> {
+    let run = &job.run_id;
+    let mut execution_edges = BTreeSet::new();
+    let mut input_role: BTreeMap<ArtifactId, &String> = BTreeMap::new();
+    for (role, ids) in &job.unit.inputs {
+        for id in ids {
+            input_role.entry(*id).or_insert(role);
+            execution_edges.insert(ExecutionEdge {
+                execution_run_id: run.clone(),
+                direction: Direction::Input,
+                role: role.clone(),
+                artifact_id: id.to_hex(),
+            });
+        }
+    }
+    let mut artifact_edges = BTreeSet::new();
+    let mut artifacts = Vec::new();
+    if let Some(produced) = produced {
+        let types: BTreeMap<ArtifactId, &str> =
+            produced.artifacts.iter().map(|a| (a.id, a.type_key.as_str())).collect();
+        for (role, id) in &produced.outputs {
+            execution_edges.insert(ExecutionEdge {
+                execution_run_id: run.clone(),
+                direction: Direction::Output,
+                role: role.clone(),
+                artifact_id: id.to_hex(),
+            });
+        }
+        for (target, target_role, sources) in &produced.derivations {
+            let sources: Vec<ArtifactId> = if sources.is_empty() {
+                input_role.keys().copied().collect()
+            } else {
+                sources.clone()
+            };
+            for source in sources {
+                let Some(source_role) = input_role.get(&source) else { continue };
+                artifact_edges.insert(ArtifactEdge {
+                    execution_run_id: run.clone(),
+                    source_artifact_id: source.to_hex(),
+                    target_artifact_id: target.to_hex(),
+                    source_artifact_type: job
+                        .input_types
+                        .get(*source_role)
+                        .cloned()
+                        .unwrap_or_default(),
+                    target_artifact_type: types
+                        .get(target)
+                        .map(|t| (*t).to_owned())
+                        .unwrap_or_default(),
+                    source_role: (*source_role).clone(),
+                    target_role: target_role.clone(),
+                    group_id: Some(job.unit.spec_id.clone()),
+                    step_boundary: true,
+                });
+            }
+        }
+        artifacts = produced.artifacts;
+    }
+    let execution = ExecutionRecord {
+        execution_run_id: run.clone(),
+        execution_spec_id: job.unit.spec_id.clone(),
+        step_run_id: job.step_run_id.clone(),
+        origin_step_number: job.step_number,
+        operation_name: job.step.operation.clone(),
+        params: canonical_json::to_string(&serde_json::Value::Object(job.step.params.clone()))?,
+        timestamp_start: started,
+        timestamp_end: Some(now_micros()),
+        worker_id: Some(worker_id.to_owned()),
+        compute_backend: Some(job.backend.as_str().to_owned()),
+        success: error.is_none(),
+        error,
+        tool_output,
+        metadata: canonical_json::to_string(&metadata)?,
+    };
+    Ok(StagedExecution {
+        execution,
+        artifacts,
+        execution_edges: execution_edges.into_iter().collect(),
+        artifact_edges: artifact_edges.into_iter().collect(),
+    })
+}
+
+/// This process's worker id: `host:pid`, plus the SLURM job/task when set.
+pub fn worker_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let mut id = format!("{}:{}", host.trim(), std::process::id());
+    if let (Ok(job), Ok(task)) =
+        (std::env::var("SLURM_ARRAY_JOB_ID"), std::env::var("SLURM_ARRAY_TASK_ID"))
+    {
+        id.push_str(&format!(":slurm-{job}_{task}"));
+    }
+    id
+}
+
+fn staging_writer(lake: &Lake) -> StagingWriter {
+    StagingWriter::new(
+        crate::staging::default_root(lake.root()),
+        lake.registry().clone(),
+        crate::staging::SyncPolicy::Detect,
+    )
+}
+
+/// Worker mode for the local backend: read [`UnitJob`] lines from stdin, run
+/// each, answer with one [`UnitReport`] line on stdout. Returns at EOF.
+pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
+    use std::io::{BufRead, Write};
+    let writer = staging_writer(lake);
+    let id = worker_id();
+    loop {
+        // Plain blocking stdin on a blocking thread, one line at a time.
+        let line = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line).map(|n| (n, line))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("reading stdin: {e}")))?
+        .map_err(|e| Error::io("<stdin>", e))?;
+        let (n, line) = line;
+        if n == 0 {
+            break;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        let job: UnitJob = serde_json::from_str(&line).map_err(|e| Error::Json {
+            context: "a unit job on stdin".into(),
+            message: e.to_string(),
+        })?;
+        let report = execute_unit(lake, operations, &writer, &job, &id).await?;
+        let mut text =
+            serde_json::to_string(&report).map_err(|e| Error::Internal(e.to_string()))?;
+        text.push('\n');
+        let mut stdout = std::io::stdout().lock();
+        stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush())
+            .map_err(|e| Error::io("<stdout>", e))?;
+    }
+    Ok(())
+}
+
+/// Worker mode for a SLURM array task: run units `task*per_task ..
+/// (task+1)*per_task` of a units file (one [`UnitJob`] per line).
+pub async fn run_slice(
+    lake: &Lake,
+    operations: &Operations,
+    units_file: &std::path::Path,
+    task: usize,
+    per_task: usize,
+) -> Result<usize> {
+    let text = std::fs::read_to_string(units_file).map_err(|e| Error::io(units_file, e))?;
+    let writer = staging_writer(lake);
+    let id = worker_id();
+    let mut done = 0;
+    for line in text.lines().skip(task * per_task).take(per_task.max(1)) {
+        let job: UnitJob = serde_json::from_str(line).map_err(|e| Error::Json {
+            context: format!("a unit job in {}", units_file.display()),
+            message: e.to_string(),
+        })?;
+        execute_unit(lake, operations, &writer, &job, &id).await?;
+        done += 1;
+    }
+    Ok(done)
+}
