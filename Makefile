@@ -21,6 +21,7 @@ python:
 	bash scripts/setup-python.sh
 
 test: python
+	$(CARGO) build --workspace --examples
 	SLUICE_PYTHON=$(SLUICE_VENV)/bin/python $(CARGO) test --workspace --lib --bins --tests
 	$(CARGO) test --workspace --doc
 

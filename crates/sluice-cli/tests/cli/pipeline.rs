@@ -431,3 +431,61 @@ fn demo_runs_and_a_second_run_is_cached() {
     let report: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(dispatched(&report), 0);
 }
+
+#[test]
+fn a_users_binary_runs_its_rust_operation_in_worker_processes() {
+    // Built by `make test` (`cargo build --examples`) next to the sluice binary.
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_sluice"))
+        .with_file_name("examples")
+        .join("custom_operation");
+    if !exe.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must build the examples first: {}",
+            exe.display()
+        );
+        eprintln!("{} is not built (cargo build --examples); skipping", exe.display());
+        return;
+    }
+    let f = Fixture::new();
+    for (name, text) in [("a.txt", "one two three"), ("b.txt", "four five")] {
+        f.write(name, text);
+    }
+    let file = f.write(
+        "words.toml",
+        &format!(
+            "name = \"words\"\n[[step]]\nname = \"in\"\noperation = \"ingest_files\"\nparams = {{ paths = \"{}/*.txt\" }}\n\
+             [[step]]\nname = \"count\"\noperation = \"word_count\"\ninputs = {{ f = \"in.files\" }}\n",
+            f.dir.path().display()
+        ),
+    );
+    // The plain sluice binary does not know the operation...
+    let err = f.lake.fails(&["check", file.to_str().unwrap()]);
+    assert!(err.contains("unknown operation"), "{err}");
+    // ...the user's binary does, in its workers too.
+    let out = std::process::Command::new(&exe)
+        .args([
+            "--lake",
+            f.lake.root.to_str().unwrap(),
+            "run",
+            file.to_str().unwrap(),
+            "--json",
+            "--workers",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(step(&report, "count")["outputs"]["counts"], 2);
+    let words: BTreeSet<i64> =
+        json_lines(&f.lake.ok(&["sql", "--format", "json", "SELECT content FROM metrics"]))
+            .iter()
+            .map(|r| {
+                serde_json::from_str::<Value>(r["content"].as_str().unwrap()).unwrap()["words"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect();
+    assert_eq!(words, BTreeSet::from([2, 3]));
+}

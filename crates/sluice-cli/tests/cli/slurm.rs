@@ -76,24 +76,30 @@ fn a_pipeline_runs_on_slurm_with_a_failing_and_a_killed_task() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Cancel the array task that hangs, from outside, as an operator would.
+    // Cancel the array task that hangs, from outside, as an operator would,
+    // once it is the only task of the step left in the queue.
     let started = Instant::now();
-    while !dir.path().join("killed-task-started").exists() {
-        assert!(started.elapsed() < Duration::from_secs(240), "the hanging task never started");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let jobs = std::process::Command::new("squeue")
-        .args(["-h", "-n", "sluice-work", "-o", "%i"])
-        .output()
-        .unwrap();
-    let hanging: Vec<String> = String::from_utf8_lossy(&jobs.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect();
-    assert_eq!(hanging.len(), 1, "one task still runs: {hanging:?}");
-    assert!(std::process::Command::new("scancel").arg(&hanging[0]).status().unwrap().success());
+    let hanging = loop {
+        assert!(started.elapsed() < Duration::from_secs(300), "the hanging task never ran alone");
+        std::thread::sleep(Duration::from_millis(300));
+        if !dir.path().join("killed-task-started").exists() {
+            continue;
+        }
+        let jobs = std::process::Command::new("squeue")
+            .args(["-h", "-n", "sluice-work", "-o", "%i"])
+            .output()
+            .unwrap();
+        let queued: Vec<String> = String::from_utf8_lossy(&jobs.stdout)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if let [only] = queued.as_slice() {
+            break only.clone();
+        }
+    };
+    assert!(std::process::Command::new("scancel").arg(&hanging).status().unwrap().success());
 
     let out = child.wait_with_output().unwrap();
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {

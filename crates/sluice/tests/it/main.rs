@@ -11,6 +11,7 @@ mod common;
 mod custom_types;
 mod identity;
 mod lake_tree;
+mod pipeline;
 mod schema_evolution;
 mod sql;
 mod staging;

@@ -1,0 +1,143 @@
+//! Pipelines through the library, in process: a linked Rust operation, file
+//! ingestion, and what the cache does when inputs change.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Value, json};
+use sluice::Draft;
+use sluice::pipeline::operation::{Operation, Output, Signature, UnitContext};
+use sluice::pipeline::{Operations, Pipeline, PipelineConfig, StepStatus};
+
+use crate::common;
+
+/// A user's operation: every number of a metric, doubled.
+#[derive(Default)]
+struct DoubleMetrics;
+
+fn double(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => n.as_f64().map_or(Value::Null, |x| json!(2.0 * x)),
+        Value::Object(m) => Value::Object(m.iter().map(|(k, v)| (k.clone(), double(v))).collect()),
+        other => other.clone(),
+    }
+}
+
+impl Operation for DoubleMetrics {
+    fn name(&self) -> &str {
+        "double_metrics"
+    }
+
+    fn outputs(&self, s: &Signature<'_>) -> Result<BTreeMap<String, String>, String> {
+        if s.input_types.values().any(|t| t != "metric") {
+            return Err("takes metrics".into());
+        }
+        Ok(BTreeMap::from([("doubled".into(), "metric".into())]))
+    }
+
+    fn run(&self, ctx: &UnitContext) -> sluice::Result<Vec<Output>> {
+        ctx.all_inputs()
+            .map(|m| {
+                Ok(Output::New {
+                    role: "doubled".into(),
+                    draft: Draft::metric(double(&m.json_content()?))?,
+                    derived_from: Some(vec![m.id]),
+                })
+            })
+            .collect()
+    }
+}
+
+sluice::register_operation!(DoubleMetrics);
+
+fn pipeline(text: &str, lake: &sluice::Lake) -> Pipeline {
+    let config = PipelineConfig::parse(text, Path::new("test.toml")).unwrap();
+    Pipeline::validate(config, &Operations::linked().unwrap(), lake.registry()).unwrap()
+}
+
+#[tokio::test]
+async fn a_linked_rust_operation_runs_in_a_pipeline() {
+    let (_dir, lake) = common::lake().await;
+    let text = r#"
+name = "rust-op"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 4, rows = 10 }
+[[step]]
+name = "stats"
+operation = "compute_metrics"
+inputs = { t = "gen.data" }
+[[step]]
+name = "double"
+operation = "double_metrics"
+inputs = { m = "stats.metrics" }
+"#;
+    let ops = Operations::linked().unwrap();
+    assert!(ops.names().contains(&"double_metrics".to_owned()));
+    let report =
+        lake.run(pipeline(text, &lake), ops.clone()).with_workers(2).execute().await.unwrap();
+    assert_eq!(report.failed_units(), 0);
+    assert_eq!(report.steps[2].outputs["doubled"], 4);
+    // Each doubled metric derives from its metric, and has twice its rows.
+    let rows = lake
+        .sql(
+            "SELECT s.content AS a, d.content AS b FROM artifact_edges e \
+             JOIN metrics s ON s.artifact_id = e.source_artifact_id \
+             JOIN metrics d ON d.artifact_id = e.target_artifact_id WHERE e.target_role = 'doubled'",
+        )
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(rows.num_rows(), 4);
+    let json_rows =
+        sluice::query::format::render(&rows.batches, sluice::query::OutputFormat::Json).unwrap();
+    for line in json_rows.lines() {
+        let row: Value = serde_json::from_str(line).unwrap();
+        let a: Value = serde_json::from_str(row["a"].as_str().unwrap()).unwrap();
+        let b: Value = serde_json::from_str(row["b"].as_str().unwrap()).unwrap();
+        assert_eq!(b["rows"].as_f64().unwrap(), 2.0 * a["rows"].as_f64().unwrap());
+    }
+    // The same steps in another pipeline file are the same work: all skipped.
+    let again = lake
+        .run(pipeline(&text.replace("rust-op", "renamed"), &lake), ops)
+        .execute()
+        .await
+        .unwrap();
+    assert!(again.steps.iter().all(|s| s.status == StepStatus::Skipped), "{again:?}");
+}
+
+#[tokio::test]
+async fn ingest_files_reruns_only_changed_files() {
+    let (_dir, lake) = common::lake().await;
+    let files = tempfile::tempdir().unwrap();
+    for i in 0..5 {
+        std::fs::write(files.path().join(format!("f{i}.txt")), format!("content {i}")).unwrap();
+    }
+    std::fs::write(files.path().join("skip.bin"), "not matched").unwrap();
+    let text = format!(
+        "name = \"ingest\"\n[[step]]\nname = \"in\"\noperation = \"ingest_files\"\nparams = {{ paths = \"{}/*.txt\" }}\n",
+        files.path().display()
+    );
+    let ops = Operations::linked().unwrap();
+    let first = lake.run(pipeline(&text, &lake), ops.clone()).execute().await.unwrap();
+    assert_eq!(first.steps[0].dispatched, 5);
+    assert_eq!(first.steps[0].outputs["files"], 5);
+    let refs = lake.list("file_ref", &sluice::store::ListFilter::default()).await.unwrap();
+    assert_eq!(refs.len(), 5);
+    assert!(refs.iter().all(|r| r.field("path").as_str().unwrap().ends_with(".txt")));
+
+    let same = lake.run(pipeline(&text, &lake), ops.clone()).execute().await.unwrap();
+    assert_eq!(same.steps[0].status, StepStatus::Skipped);
+
+    // One file changes: only its unit runs; the others come from the cache.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::write(files.path().join("f2.txt"), "changed content").unwrap();
+    let changed = lake.run(pipeline(&text, &lake), ops).execute().await.unwrap();
+    let step = &changed.steps[0];
+    assert_eq!((step.dispatched, step.cached), (1, 4), "{step:?}");
+    assert_eq!(step.outputs["files"], 5);
+    let hashes = lake.sql("SELECT DISTINCT content_hash FROM file_refs").execute().await.unwrap();
+    let n: usize = hashes.batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(n, 6, "the old and the new content of f2 are both recorded");
+}
