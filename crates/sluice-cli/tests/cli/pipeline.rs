@@ -69,12 +69,16 @@ fn dispatched(report: &Value) -> u64 {
 const COPY: &str = r#"for f in inputs/t/*; do cp "$f" "outputs/t/$(basename "$f")"; done"#;
 
 fn linear(where_clause: &str) -> String {
+    linear_seeded(where_clause, 3)
+}
+
+fn linear_seeded(where_clause: &str, seed: u64) -> String {
     format!(
         r#"name = "linear"
 [[step]]
 name = "gen"
 operation = "generate_data"
-params = {{ tables = 6, rows = 50, seed = 3 }}
+params = {{ tables = 6, rows = 50, seed = {seed} }}
 
 [[step]]
 name = "square"
@@ -153,12 +157,19 @@ fn linear_pipeline_runs_then_caches_then_reruns_only_what_changed() {
     assert_eq!(step(&changed, "keep")["dispatched"], 1);
     assert_eq!(dispatched(&changed), 1);
 
+    // A new seed upstream changes every input downstream: everything reruns.
+    let reseeded = f.run_ok(&linear_seeded("x_mean > 0.2", 4));
+    assert_eq!(step(&reseeded, "gen")["dispatched"], 6);
+    assert_eq!(step(&reseeded, "square")["dispatched"], 3);
+    assert_eq!(step(&reseeded, "stats")["dispatched"], 6);
+    assert_eq!(step(&reseeded, "keep")["dispatched"], 1);
+
     // status and runs read the steps table.
     let status: Value = serde_json::from_str(&f.lake.ok(&["status", "--json"])).unwrap();
     assert_eq!(status["pipeline"], "linear");
     assert_eq!(status["steps"].as_array().unwrap().len(), 4);
     let runs: Value = serde_json::from_str(&f.lake.ok(&["runs", "--json"])).unwrap();
-    assert_eq!(runs.as_array().unwrap().len(), 3);
+    assert_eq!(runs.as_array().unwrap().len(), 4);
     let text = f.lake.ok(&["status"]);
     assert!(text.contains("4. keep") && text.contains("completed"), "{text}");
 }
