@@ -33,7 +33,7 @@ fmt:
 	$(CARGO) fmt --all
 
 bench:
-	$(CARGO) bench -p sluice
+	$(CARGO) bench --workspace --bench lake --bench commit --bench cache
 
 demo: build
 	bash scripts/demo.sh

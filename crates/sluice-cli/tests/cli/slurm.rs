@@ -135,3 +135,43 @@ fn a_pipeline_runs_on_slurm_with_a_failing_and_a_killed_task() {
     assert_eq!(work["failed"], 0, "{work:#}");
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
 }
+
+#[test]
+fn a_task_over_its_time_limit_is_reported_as_timed_out() {
+    if !slurm_available() {
+        return;
+    }
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &file,
+        r#"name = "too-slow"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 2, rows = 5 }
+
+[[step]]
+name = "slow"
+operation = "command"
+command = ["sh", "-c", 'if [ -e inputs/t/table_0001.csv ]; then sleep 600; fi; cp inputs/t/* outputs/t/']
+inputs = { t = "gen.data" }
+outputs = { t = "data" }
+backend = "slurm"
+resources = { time = "00:01:00" }
+"#,
+    )
+    .unwrap();
+    let out = lake.run(&["run", file.to_str().unwrap(), "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let slow = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "slow").unwrap();
+    assert_eq!(slow["succeeded"], 1, "{slow:#}");
+    assert_eq!(slow["failed"], 1, "{slow:#}");
+    let error = slow["failures"][0][1].as_str().unwrap();
+    assert!(error.contains("timed out") && error.contains("--time"), "{error}");
+    let stored =
+        lake.ok(&["sql", "--format", "csv", "SELECT error FROM executions WHERE NOT success"]);
+    assert!(stored.contains("timed out"), "{stored}");
+}

@@ -20,7 +20,7 @@ use super::{Dispatch, Outcome};
 use crate::error::{Error, Result};
 use crate::pipeline::config::StepConfig;
 use crate::pipeline::worker::UnitJob;
-use crate::staging::{ExpectedRun, WaitOptions, wait_for_runs};
+use crate::staging::{ExpectedRun, WaitOptions, WaitOutcome, wait_for_runs};
 
 /// Settings of the SLURM backend.
 #[derive(Debug, Clone)]
@@ -175,20 +175,29 @@ pub async fn run(
             run_id: j.run_id.clone(),
         })
         .collect();
-    let root = staging_root.to_path_buf();
-    let wait = WaitOptions {
-        timeout: if cancelled { Duration::from_secs(2) } else { options.sentinel_timeout },
-        ..WaitOptions::default()
+    // One NFS-safe poll for everything; then wait (up to the timeout) only
+    // for units whose task completed: a cancelled, failed, timed-out or
+    // killed task will not stage anything more.
+    let poll = |runs: Vec<ExpectedRun>, timeout: Duration| {
+        let root = staging_root.to_path_buf();
+        async move {
+            let wait = WaitOptions { timeout, ..WaitOptions::default() };
+            tokio::task::spawn_blocking(move || wait_for_runs(&root, &runs, wait))
+                .await
+                .map_err(|e| Error::Internal(e.to_string()))?
+        }
     };
-    let outcome = tokio::task::spawn_blocking(move || wait_for_runs(&root, &expected, wait))
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))??;
+    let first = poll(expected, Duration::ZERO).await?;
     let mut results = Vec::new();
-    for (run, _) in &outcome.ready {
-        dispatch.finished(true);
-        results.push((run.run_id.clone(), Outcome::Staged));
-    }
-    if outcome.missing.is_empty() || cancelled {
+    let staged = |ready: &[(ExpectedRun, std::path::PathBuf)],
+                  results: &mut Vec<(String, Outcome)>| {
+        for (run, _) in ready {
+            dispatch.finished(true);
+            results.push((run.run_id.clone(), Outcome::Staged));
+        }
+    };
+    staged(&first.ready, &mut results);
+    if first.missing.is_empty() || cancelled {
         return Ok(results);
     }
     let id = job_id.clone();
@@ -197,6 +206,17 @@ pub async fn run(
         .map_err(|e| Error::Internal(e.to_string()))?;
     let index: BTreeMap<&str, usize> =
         jobs.iter().enumerate().map(|(i, j)| (j.run_id.as_str(), i)).collect();
+    let task_of = |run: &ExpectedRun| index.get(run.run_id.as_str()).map_or(0, |i| i / per_task);
+    let (expected_late, dead): (Vec<ExpectedRun>, Vec<ExpectedRun>) = first
+        .missing
+        .into_iter()
+        .partition(|run| states.get(&task_of(run)).is_none_or(|(state, _)| state == "COMPLETED"));
+    let late = poll(expected_late, options.sentinel_timeout).await?;
+    staged(&late.ready, &mut results);
+    let outcome = WaitOutcome {
+        missing: late.missing.into_iter().chain(dead).collect(),
+        ..WaitOutcome::default()
+    };
     for run in &outcome.missing {
         let task = index.get(run.run_id.as_str()).map_or(0, |i| i / per_task);
         let (state, exit) =
