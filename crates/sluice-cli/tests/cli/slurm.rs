@@ -175,3 +175,62 @@ resources = { time = "00:01:00" }
         lake.ok(&["sql", "--format", "csv", "SELECT error FROM executions WHERE NOT success"]);
     assert!(stored.contains("timed out"), "{stored}");
 }
+
+#[test]
+fn ctrl_c_cancels_the_running_array() {
+    if !slurm_available() {
+        return;
+    }
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &file,
+        format!(
+            r#"name = "interrupted"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 3, rows = 5 }}
+
+[[step]]
+name = "hang"
+operation = "command"
+command = ["sh", "-c", 'touch {}/started; sleep 600']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+backend = "slurm"
+"#,
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let child = lake
+        .command(&["run", file.to_str().unwrap(), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !dir.path().join("started").exists() {
+        assert!(started.elapsed() < Duration::from_secs(240), "no task started");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    assert!(started.elapsed() < Duration::from_secs(300), "the run did not stop promptly");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["cancelled"], true, "{report:#}");
+    let hang = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "hang").unwrap();
+    assert_eq!(hang["status"], "cancelled", "{hang:#}");
+    assert_eq!(hang["not_run"], 3, "{hang:#}");
+    let queued = std::process::Command::new("squeue")
+        .args(["-h", "-n", "sluice-hang", "-o", "%i"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&queued.stdout).trim().is_empty(), "the array was cancelled");
+    let status = lake.ok(&["status"]);
+    assert!(status.contains("cancelled"), "{status}");
+}
