@@ -80,5 +80,44 @@ fn bench_store(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_finalize, bench_store);
+/// One artifact by id (what a worker does for each input) from lakes built
+/// by 100k-artifact commits: 100k vs 1M (`SLUICE_BENCH_LOOKUP`). The index is
+/// not partitioned and ids are random, so without key filters every index
+/// file would be read; with them, only the files of the commit that added it.
+fn bench_lookup(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let registry = TypeRegistry::builtin();
+    let sizes: Vec<usize> = std::env::var("SLUICE_BENCH_LOOKUP")
+        .unwrap_or_else(|_| "100000,1000000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let mut group = c.benchmark_group("lookup");
+    group.sample_size(10);
+    for n in sizes {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = rt.block_on(Lake::init(dir.path())).unwrap().0;
+        let mut probe = None;
+        for start in (0..n).step_by(100_000) {
+            let chunk: Vec<Artifact> = (start..(start + 100_000).min(n))
+                .map(|i| {
+                    Draft::metric(serde_json::json!({ "i": i }))
+                        .unwrap()
+                        .with_step((i % 10) as i32)
+                        .finalize(&registry)
+                        .unwrap()
+                })
+                .collect();
+            probe = Some(chunk[chunk.len() / 2].id);
+            rt.block_on(lake.append_unchecked(&chunk)).unwrap();
+        }
+        let id = probe.unwrap();
+        group.bench_function(format!("get_1_of_{n}"), |b| {
+            b.iter(|| assert_eq!(rt.block_on(lake.get(id)).unwrap().id, id))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench_finalize, bench_store, bench_lookup);
 criterion_main!(benches);

@@ -22,8 +22,10 @@
 //! unreadable sidecar only makes a lookup slower, never wrong: its files count
 //! as uncovered. Delta readers and vacuum ignore `_`-prefixed directories.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
 
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
@@ -142,8 +144,21 @@ pub fn write(table_dir: &Path, version: u64, filter: &KeyFilter) -> Result<()> {
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
 }
 
-/// Every readable sidecar of a table, by version.
-pub fn read_all(table_dir: &Path) -> BTreeMap<u64, KeyFilter> {
+/// Parsed sidecars of this process, by path, with the size and modification
+/// time they had when parsed (a sidecar is written once, but a lake can be
+/// deleted and made again at the same path). Unreadable ones are remembered
+/// as `None` so they are reported once.
+type SidecarCache = HashMap<PathBuf, (u64, Option<SystemTime>, Option<Arc<KeyFilter>>)>;
+
+fn sidecar_cache() -> &'static Mutex<SidecarCache> {
+    static CACHE: OnceLock<Mutex<SidecarCache>> = OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Every readable sidecar of a table, by version. Sidecars are parsed once
+/// per process (a worker looking up inputs unit after unit pays only a
+/// directory listing and a `stat` per sidecar).
+pub fn read_all(table_dir: &Path) -> BTreeMap<u64, Arc<KeyFilter>> {
     let mut out = BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(keys_dir(table_dir)) else { return out };
     for entry in entries.flatten() {
@@ -151,13 +166,28 @@ pub fn read_all(table_dir: &Path) -> BTreeMap<u64, KeyFilter> {
         let Some(version) = name.strip_suffix(".keys").and_then(|v| v.parse::<u64>().ok()) else {
             continue;
         };
-        match std::fs::read(entry.path()).ok().and_then(|b| KeyFilter::decode(&b)) {
-            Some(filter) => {
-                out.insert(version, filter);
-            }
+        let path = entry.path();
+        let Ok(meta) = entry.metadata() else { continue };
+        let stamp = (meta.len(), meta.modified().ok());
+        let cached = sidecar_cache().lock().ok().and_then(|c| {
+            c.get(&path).filter(|(len, at, _)| (*len, *at) == stamp).map(|e| e.2.clone())
+        });
+        let filter = match cached {
+            Some(filter) => filter,
             None => {
-                tracing::warn!(path = %entry.path().display(), "ignoring an unreadable key filter")
+                let parsed =
+                    std::fs::read(&path).ok().and_then(|b| KeyFilter::decode(&b)).map(Arc::new);
+                if parsed.is_none() {
+                    tracing::warn!(path = %path.display(), "ignoring an unreadable key filter");
+                }
+                if let Ok(mut c) = sidecar_cache().lock() {
+                    c.insert(path.clone(), (stamp.0, stamp.1, parsed.clone()));
+                }
+                parsed
             }
+        };
+        if let Some(filter) = filter {
+            out.insert(version, filter);
         }
     }
     out
@@ -192,7 +222,7 @@ pub struct LookupPlan {
 /// Decide which files must be read to look up `ids`.
 pub fn plan(
     active: &[String],
-    filters: &BTreeMap<u64, KeyFilter>,
+    filters: &BTreeMap<u64, Arc<KeyFilter>>,
     ids: &[ArtifactId],
 ) -> LookupPlan {
     let active_set: BTreeSet<&str> = active.iter().map(String::as_str).collect();
@@ -234,12 +264,26 @@ mod tests {
     }
 
     #[test]
+    fn cached_sidecars_are_reread_when_the_file_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = KeyFilter::new(vec!["a".into()], &[id(1)]);
+        write(dir.path(), 4, &first).unwrap();
+        assert_eq!(*read_all(dir.path())[&4], first);
+        assert_eq!(*read_all(dir.path())[&4], first, "served from the cache");
+        // The lake is made again at the same path: a new sidecar, same version.
+        let second =
+            KeyFilter::new(vec!["b".into(), "c".into()], &(10..400).map(id).collect::<Vec<_>>());
+        write(dir.path(), 4, &second).unwrap();
+        assert_eq!(*read_all(dir.path())[&4], second);
+    }
+
+    #[test]
     fn plan_reads_only_what_may_hold_the_ids() {
         let old: Vec<_> = (0..100).map(id).collect();
         let mut filters = BTreeMap::new();
-        filters.insert(1, KeyFilter::new(vec!["f1".into()], &old[..50]));
-        filters.insert(2, KeyFilter::new(vec!["f2".into()], &old[50..]));
-        filters.insert(3, KeyFilter::new(vec!["gone".into()], &old[..10])); // compacted away
+        filters.insert(1, Arc::new(KeyFilter::new(vec!["f1".into()], &old[..50])));
+        filters.insert(2, Arc::new(KeyFilter::new(vec!["f2".into()], &old[50..])));
+        filters.insert(3, Arc::new(KeyFilter::new(vec!["gone".into()], &old[..10]))); // compacted away
         let active = vec!["f1".to_owned(), "f2".to_owned(), "foreign".to_owned()];
         let wanted = vec![old[3], id(1000)];
         let p = plan(&active, &filters, &wanted);

@@ -6,7 +6,7 @@ use crate::artifact::{Artifact, ArtifactId};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::table;
+use crate::lake::{key_filter, table};
 use crate::query::scan;
 use crate::store::arrow_convert::read_value;
 use crate::store::rows;
@@ -36,12 +36,14 @@ impl Lake {
         let handle = table::open(self.root(), &spec).await?;
         let mut out = BTreeMap::new();
         for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
+            let Some(files) = self.files_for(&handle, &spec, chunk)? else { continue };
             let filter = scan::in_list("artifact_id", chunk.iter().map(ArtifactId::to_hex));
-            let batches = scan::select(
+            let batches = scan::select_in_files(
                 &handle,
                 &spec.name,
                 &["artifact_id", "artifact_type", "origin_step_number"],
                 Some(&filter),
+                Some(&files),
             )
             .await?;
             for batch in &batches {
@@ -84,6 +86,8 @@ impl Lake {
             let spec = TableSpec::content(self.registry().descriptor(type_key)?);
             let handle = table::open(self.root(), &spec).await?;
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
+                let chunk_ids: Vec<ArtifactId> = chunk.iter().map(|(id, _)| *id).collect();
+                let Some(files) = self.files_for(&handle, &spec, &chunk_ids)? else { continue };
                 let mut steps: Vec<i32> = chunk.iter().map(|(_, s)| *s).collect();
                 steps.sort_unstable();
                 steps.dedup();
@@ -93,7 +97,9 @@ impl Lake {
                     scan::in_list_int("origin_step_number", steps.iter().copied()),
                     scan::in_list("artifact_id", chunk.iter().map(|(id, _)| id.to_hex())),
                 );
-                for artifact in self.read_content(&handle, &spec, type_key, Some(&filter)).await? {
+                for artifact in
+                    self.read_content(&handle, &spec, type_key, Some(&filter), Some(&files)).await?
+                {
                     out.insert(artifact.id, artifact);
                 }
             }
@@ -112,12 +118,32 @@ impl Lake {
         let handle = table::open(self.root(), &spec).await?;
         let predicate = filter.step.map(|s| format!("origin_step_number = {s}"));
         let mut artifacts =
-            self.read_content(&handle, &spec, type_key, predicate.as_deref()).await?;
+            self.read_content(&handle, &spec, type_key, predicate.as_deref(), None).await?;
         artifacts.sort_by_key(|a| a.id);
         if let Some(limit) = filter.limit {
             artifacts.truncate(limit);
         }
         Ok(artifacts)
+    }
+
+    /// The data files of a table that may hold `ids`, by its key filters
+    /// (files no filter covers included); `None` when none can. A lookup by
+    /// id then reads the files of the commits that added those ids instead
+    /// of every file (ids are random, so file statistics cannot prune).
+    fn files_for(
+        &self,
+        handle: &deltalake::DeltaTable,
+        spec: &TableSpec,
+        ids: &[ArtifactId],
+    ) -> Result<Option<Vec<String>>> {
+        let active = table::active_files(handle, spec)?;
+        let filters = key_filter::read_all(&table::table_dir(self.root(), spec));
+        let plan = key_filter::plan(&active, &filters, ids);
+        let mut files: std::collections::BTreeSet<String> = plan.uncovered.into_iter().collect();
+        for (candidates, _) in plan.candidates {
+            files.extend(candidates);
+        }
+        Ok((!files.is_empty()).then(|| files.into_iter().collect()))
     }
 
     async fn read_content(
@@ -126,10 +152,11 @@ impl Lake {
         spec: &TableSpec,
         type_key: &str,
         filter: Option<&str>,
+        files: Option<&[String]>,
     ) -> Result<Vec<Artifact>> {
         let type_columns: Vec<String> =
             self.registry().descriptor(type_key)?.columns.iter().map(|c| c.name.clone()).collect();
-        let batches = scan::select(handle, &spec.name, &[], filter).await?;
+        let batches = scan::select_in_files(handle, &spec.name, &[], filter, files).await?;
         let mut out = Vec::new();
         for batch in &batches {
             out.extend(rows::artifacts_from_batch(&spec.name, type_key, &type_columns, batch)?);
