@@ -328,6 +328,7 @@ fn staging_writer(lake: &Lake) -> StagingWriter {
 /// each, answer with one [`UnitReport`] line on stdout. Returns at EOF.
 pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
     use std::io::{BufRead, Write};
+    let lake = &lake.clone().with_snapshot_reads();
     let writer = staging_writer(lake);
     let id = worker_id();
     loop {
@@ -373,6 +374,7 @@ pub async fn run_slice(
     per_task: usize,
 ) -> Result<usize> {
     let text = std::fs::read_to_string(units_file).map_err(|e| Error::io(units_file, e))?;
+    let lake = &lake.clone().with_snapshot_reads();
     let writer = staging_writer(lake);
     let id = worker_id();
     let mut done = 0;

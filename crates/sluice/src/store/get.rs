@@ -33,7 +33,7 @@ impl Lake {
     /// Look up ids in the index.
     pub async fn locate(&self, ids: &[ArtifactId]) -> Result<BTreeMap<ArtifactId, IndexEntry>> {
         let spec = layout::index_table();
-        let handle = table::open(self.root(), &spec).await?;
+        let handle = self.read_table(&spec).await?;
         let mut out = BTreeMap::new();
         for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
             let Some(files) = self.files_for(&handle, &spec, chunk)? else { continue };
@@ -84,7 +84,7 @@ impl Lake {
         let mut out = BTreeMap::new();
         for (type_key, wanted) in by_type {
             let spec = TableSpec::content(self.registry().descriptor(type_key)?);
-            let handle = table::open(self.root(), &spec).await?;
+            let handle = self.read_table(&spec).await?;
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
                 let chunk_ids: Vec<ArtifactId> = chunk.iter().map(|(id, _)| *id).collect();
                 let Some(files) = self.files_for(&handle, &spec, &chunk_ids)? else { continue };
@@ -115,7 +115,7 @@ impl Lake {
     /// List the artifacts of a type, optionally of one step, ordered by id.
     pub async fn list(&self, type_key: &str, filter: &ListFilter) -> Result<Vec<Artifact>> {
         let spec = TableSpec::content(self.registry().descriptor(type_key)?);
-        let handle = table::open(self.root(), &spec).await?;
+        let handle = self.read_table(&spec).await?;
         let predicate = filter.step.map(|s| format!("origin_step_number = {s}"));
         let mut artifacts =
             self.read_content(&handle, &spec, type_key, predicate.as_deref(), None).await?;

@@ -141,3 +141,18 @@ async fn ingest_files_reruns_only_changed_files() {
     let n: usize = hashes.batches.iter().map(|b| b.num_rows()).sum();
     assert_eq!(n, 6, "the old and the new content of f2 are both recorded");
 }
+
+#[tokio::test]
+async fn snapshot_reads_keep_the_snapshot_a_worker_started_with() {
+    let (_dir, lake) = common::lake().await;
+    let before = common::metrics(&lake, 1, 3);
+    lake.put(&before).await.unwrap();
+    let worker = lake.clone().with_snapshot_reads();
+    let ids: Vec<_> = before.iter().map(|a| a.id).collect();
+    assert_eq!(worker.get_many(&ids).await.unwrap().len(), 3);
+    let after = common::metrics(&lake, 2, 2);
+    lake.put(&after).await.unwrap();
+    assert!(lake.get(after[0].id).await.is_ok(), "a plain handle reads the latest version");
+    assert!(worker.get(after[0].id).await.is_err(), "the worker keeps its snapshot");
+    assert_eq!(worker.get(before[1].id).await.unwrap(), before[1]);
+}
