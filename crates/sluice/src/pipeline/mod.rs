@@ -37,6 +37,26 @@ pub mod steps_log;
 pub mod validate;
 pub mod worker;
 
+/// How a child process ended, for execution errors: `exit status N`, or
+/// `killed by signal N` (naming SIGKILL, what an OOM killer or `kill -9` sends).
+pub(crate) fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (_, Some(9)) => "killed by signal 9 (SIGKILL)".into(),
+        (_, Some(s)) => format!("killed by signal {s}"),
+        (Some(c), _) => format!("exit status {c}"),
+        _ => status.to_string(),
+    }
+}
+
+/// This machine's host name, read once (run ids and worker ids use it).
+pub(crate) fn hostname() -> &'static str {
+    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_owned()
+    })
+}
+
 pub use config::{BackendKind, FailurePolicy, Pairing, PipelineConfig, StepConfig};
 pub use operation::{Operation, Operations, Output, UnitContext};
 pub use run::{RunBuilder, RunEvent, RunReport, StepSummary};

@@ -118,8 +118,7 @@ pub fn new_run_id() -> String {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     hasher.update(&now.as_nanos().to_le_bytes());
     hasher.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    hasher.update(host.as_bytes());
+    hasher.update(super::hostname().as_bytes());
     crate::artifact::id::hex(&hasher.finalize().as_bytes()[..16])
 }
 

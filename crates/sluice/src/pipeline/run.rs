@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 use serde_json::json;
@@ -463,8 +463,7 @@ impl RunBuilder<'_> {
         // 6. Results and outputs, from the lake.
         let results = cache::step_results(self.lake, number, &step_run_id).await?;
         let mut good_runs: HashSet<String> = HashSet::new();
-        for (unit, run, was_cached) in &unit_runs {
-            let _ = unit;
+        for (_, run, was_cached) in &unit_runs {
             if *was_cached {
                 summary.succeeded += 1;
                 good_runs.insert(run.clone());
@@ -548,9 +547,4 @@ impl RunBuilder<'_> {
         steps_log::append(self.lake, &row).await?;
         Ok((summary, outputs, step_spec_id))
     }
-}
-
-/// Seconds as a `Duration` (for callers formatting summaries).
-pub fn seconds(s: f64) -> Duration {
-    Duration::from_secs_f64(s.max(0.0))
 }

@@ -306,8 +306,7 @@ fn staged_execution(
 
 /// This process's worker id: `host:pid`, plus the SLURM job/task when set.
 pub fn worker_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let mut id = format!("{}:{}", host.trim(), std::process::id());
+    let mut id = format!("{}:{}", super::hostname(), std::process::id());
     if let (Ok(job), Ok(task)) =
         (std::env::var("SLURM_ARRAY_JOB_ID"), std::env::var("SLURM_ARRAY_TASK_ID"))
     {

@@ -29,14 +29,44 @@ pub struct IndexEntry {
     pub origin_step_number: i32,
 }
 
+/// Which data files of one table may hold given ids, by its key filters
+/// (files no filter covers included). A lookup by id then reads the files of
+/// the commits that added those ids instead of every file: ids are random,
+/// so file statistics cannot prune. Active files and sidecars are read once
+/// per lookup, not per chunk of ids.
+struct IdFiles {
+    active: Vec<String>,
+    filters: BTreeMap<u64, std::sync::Arc<key_filter::KeyFilter>>,
+}
+
+impl IdFiles {
+    fn new(lake: &Lake, handle: &deltalake::DeltaTable, spec: &TableSpec) -> Result<Self> {
+        Ok(IdFiles {
+            active: table::active_files(handle, spec)?,
+            filters: key_filter::read_all(&table::table_dir(lake.root(), spec)),
+        })
+    }
+
+    /// The files to read for `ids`; `None` when no file can hold them.
+    fn files(&self, ids: &[ArtifactId]) -> Option<Vec<String>> {
+        let plan = key_filter::plan(&self.active, &self.filters, ids);
+        let mut files: std::collections::BTreeSet<String> = plan.uncovered.into_iter().collect();
+        for (candidates, _) in plan.candidates {
+            files.extend(candidates);
+        }
+        (!files.is_empty()).then(|| files.into_iter().collect())
+    }
+}
+
 impl Lake {
     /// Look up ids in the index.
     pub async fn locate(&self, ids: &[ArtifactId]) -> Result<BTreeMap<ArtifactId, IndexEntry>> {
         let spec = layout::index_table();
         let handle = self.read_table(&spec).await?;
+        let id_files = IdFiles::new(self, &handle, &spec)?;
         let mut out = BTreeMap::new();
         for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
-            let Some(files) = self.files_for(&handle, &spec, chunk)? else { continue };
+            let Some(files) = id_files.files(chunk) else { continue };
             let filter = scan::in_list("artifact_id", chunk.iter().map(ArtifactId::to_hex));
             let batches = scan::select_in_files(
                 &handle,
@@ -85,9 +115,10 @@ impl Lake {
         for (type_key, wanted) in by_type {
             let spec = TableSpec::content(self.registry().descriptor(type_key)?);
             let handle = self.read_table(&spec).await?;
+            let id_files = IdFiles::new(self, &handle, &spec)?;
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
                 let chunk_ids: Vec<ArtifactId> = chunk.iter().map(|(id, _)| *id).collect();
-                let Some(files) = self.files_for(&handle, &spec, &chunk_ids)? else { continue };
+                let Some(files) = id_files.files(&chunk_ids) else { continue };
                 let mut steps: Vec<i32> = chunk.iter().map(|(_, s)| *s).collect();
                 steps.sort_unstable();
                 steps.dedup();
@@ -124,26 +155,6 @@ impl Lake {
             artifacts.truncate(limit);
         }
         Ok(artifacts)
-    }
-
-    /// The data files of a table that may hold `ids`, by its key filters
-    /// (files no filter covers included); `None` when none can. A lookup by
-    /// id then reads the files of the commits that added those ids instead
-    /// of every file (ids are random, so file statistics cannot prune).
-    fn files_for(
-        &self,
-        handle: &deltalake::DeltaTable,
-        spec: &TableSpec,
-        ids: &[ArtifactId],
-    ) -> Result<Option<Vec<String>>> {
-        let active = table::active_files(handle, spec)?;
-        let filters = key_filter::read_all(&table::table_dir(self.root(), spec));
-        let plan = key_filter::plan(&active, &filters, ids);
-        let mut files: std::collections::BTreeSet<String> = plan.uncovered.into_iter().collect();
-        for (candidates, _) in plan.candidates {
-            files.extend(candidates);
-        }
-        Ok((!files.is_empty()).then(|| files.into_iter().collect()))
     }
 
     async fn read_content(

@@ -141,7 +141,8 @@ async fn process_lane(
                     }
                     None => None,
                 };
-                let why = status.map_or_else(|| "unknown status".to_owned(), describe);
+                let why = status
+                    .map_or_else(|| "unknown status".to_owned(), crate::pipeline::describe_exit);
                 dispatch.finished(false);
                 push(
                     results,
@@ -156,14 +157,4 @@ async fn process_lane(
         let _ = w.child.wait().await;
     }
     Ok(())
-}
-
-fn describe(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (_, Some(9)) => "killed by signal 9 (SIGKILL)".into(),
-        (_, Some(s)) => format!("killed by signal {s}"),
-        (Some(c), _) => format!("exit status {c}"),
-        _ => status.to_string(),
-    }
 }

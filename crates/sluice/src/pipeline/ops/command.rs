@@ -105,7 +105,10 @@ impl Operation for CommandOp {
         }
         ctx.set_tool_output(tail(&text, TOOL_OUTPUT_TAIL));
         if !output.status.success() {
-            return Err(op(format!("`{program}` exited with {}", describe(output.status))));
+            return Err(op(format!(
+                "`{program}` exited with {}",
+                crate::pipeline::describe_exit(output.status)
+            )));
         }
 
         let mut outputs = Vec::new();
@@ -135,15 +138,6 @@ impl Operation for CommandOp {
 
 fn mkdir(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))
-}
-
-fn describe(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("exit status {code}"),
-        (None, Some(signal)) => format!("signal {signal}"),
-        _ => status.to_string(),
-    }
 }
 
 /// The last `max` bytes of `text`, cut at a character boundary.
