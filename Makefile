@@ -1,7 +1,7 @@
 # One local entry point that does exactly what CI does.
 #
 #   make test    every test: unit, integration, doc, and the Python interop check
-#   make lint    rustfmt check + clippy with warnings as errors
+#   make lint    structure check (no import cycles, no huge functions), rustfmt, clippy -D warnings
 #   make bench   criterion benchmarks
 #   make demo    build sluice, create a lake in ./lake and query it
 
@@ -21,11 +21,13 @@ python:
 	bash scripts/setup-python.sh
 
 test: python
+	SLUICE_PYTHON=$(SLUICE_VENV)/bin/python bash scripts/test-preflight.sh
 	$(CARGO) build --workspace --examples
 	SLUICE_PYTHON=$(SLUICE_VENV)/bin/python $(CARGO) test --workspace --lib --bins --tests
 	$(CARGO) test --workspace --doc
 
 lint:
+	python3 scripts/check-structure.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 use sluice::Draft;
+use sluice::pipeline::StepError;
 use sluice::pipeline::operation::{Operation, Output, Signature, UnitContext};
 
 /// Counts the words of each input `file_ref` into a metric.
@@ -24,7 +25,7 @@ impl Operation for WordCount {
         "word_count"
     }
 
-    fn outputs(&self, s: &Signature<'_>) -> Result<BTreeMap<String, String>, String> {
+    fn outputs(&self, s: &Signature<'_>) -> Result<BTreeMap<String, String>, StepError> {
         if s.input_types.values().any(|t| t != "file_ref") {
             return Err("word_count takes file_ref inputs".into());
         }

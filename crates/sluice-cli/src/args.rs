@@ -57,7 +57,9 @@ pub enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
-        /// Read the lake as of a table version (e.g. 3) or an RFC 3339 time.
+        /// Read the lake as of a lake version (a commit sequence, e.g. 3), an
+        /// RFC 3339 time, or explicit table versions (e.g. metrics@3,index@5).
+        /// Without it, the latest consistent point.
         #[arg(long)]
         as_of: Option<String>,
     },
@@ -93,20 +95,150 @@ pub enum Command {
         /// Run directories per commit sequence (bounds memory).
         #[arg(long, default_value_t = sluice::commit::DEFAULT_CHUNK)]
         chunk: usize,
+        /// Staged bytes per commit sequence, in MiB (bounds memory).
+        #[arg(long, default_value_t = sluice::commit::DEFAULT_CHUNK_BYTES >> 20)]
+        chunk_mib: u64,
+        /// Give up after waiting this many seconds for the writer lock.
+        #[arg(long)]
+        wait: Option<f64>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
 
-    /// Finish interrupted commits and commit every sealed leftover staging directory.
+    /// Finish interrupted commits, close sequences nothing can finish, and
+    /// commit every sealed leftover staging directory.
     Recover {
+        /// Give up after waiting this many seconds for the writer lock.
+        #[arg(long)]
+        wait: Option<f64>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
 
-    /// Report pending, unsealed and quarantined staging and unfinished commits.
+    /// Where an artifact came from and what it fed: ancestors and/or
+    /// descendants through the provenance edges, each with its type, step
+    /// and the execution that made it.
+    Lineage {
+        /// The artifact id.
+        id: String,
+        /// Ancestors only.
+        #[arg(long, conflicts_with_all = ["down", "both"])]
+        up: bool,
+        /// Descendants only.
+        #[arg(long, conflicts_with_all = ["up", "both"])]
+        down: bool,
+        /// Both (the default).
+        #[arg(long)]
+        both: bool,
+        /// Levels to walk each way.
+        #[arg(long, default_value_t = 10)]
+        depth: usize,
+        /// Keep only nodes of this artifact type.
+        #[arg(long = "type")]
+        artifact_type: Option<String>,
+        /// Keep only nodes of this step.
+        #[arg(long)]
+        step: Option<i32>,
+        /// text, json, dot, mermaid or html (one self-contained page).
+        #[arg(long, default_value = "text")]
+        format: String,
+        /// Write to this file instead of stdout.
+        #[arg(short = 'o', long)]
+        output: Option<std::path::PathBuf>,
+    },
+
+    /// Lake versions (commit sequences: time, runs, rows added per table), or
+    /// one table's Delta history.
+    History {
+        /// One table's Delta history instead of the lake's versions.
+        #[arg(long)]
+        table: Option<String>,
+        /// At most this many, newest first.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Compact tables: Delta OPTIMIZE per partition, Z-ordered by the
+    /// column each table is looked up by, zstd; key filters rewritten.
+    Compact {
+        /// One table (default: all).
+        #[arg(long)]
+        table: Option<String>,
+        /// One step's partition.
+        #[arg(long)]
+        step: Option<i32>,
+        /// Z-order columns, comma-separated ("" for plain bin-packing).
+        #[arg(long)]
+        zorder: Option<String>,
+        /// Target file size in MiB.
+        #[arg(long)]
+        target_size_mib: Option<u64>,
+        /// Only report files and bytes now.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Remove data files no version within the retention needs (Delta
+    /// VACUUM), and sluice's own leftovers.
+    Vacuum {
+        /// One table (default: all).
+        #[arg(long)]
+        table: Option<String>,
+        /// Retention in hours (default 168; shorter needs --force).
+        #[arg(long, default_value_t = 168.0)]
+        retention_hours: f64,
+        /// Accept a retention shorter than 168 hours.
+        #[arg(long)]
+        force: bool,
+        /// Also remove files no version ever referenced (crashed writers).
+        #[arg(long)]
+        full: bool,
+        /// Only list what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Write a checkpoint of every table (or one) and drop expired logs.
+    Checkpoint {
+        /// One table (default: all).
+        #[arg(long)]
+        table: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// A pipeline run as a graph: steps, the artifact streams between them,
+    /// status and timings.
+    Graph {
+        /// Run id or prefix (default: the latest run).
+        run: Option<String>,
+        /// text, json, dot, mermaid or html.
+        #[arg(long, default_value = "text")]
+        format: String,
+        /// Write to this file instead of stdout.
+        #[arg(short = 'o', long)]
+        output: Option<std::path::PathBuf>,
+    },
+
+    /// Report pending, unsealed and quarantined staging, unfinished commits
+    /// and a journal that is behind the tables.
     Doctor {
+        /// Rebuild the commit journal from the tables when it is missing or
+        /// behind them.
+        #[arg(long)]
+        repair: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -239,6 +371,10 @@ pub struct Workload {
     /// Step number of the staged executions.
     #[arg(long, default_value_t = 1)]
     pub step: i32,
+    /// Mix artifact types (metric, config, data, file_ref, and the declared
+    /// type `sample` if the lake has it); file_ref files are written here.
+    #[arg(long)]
+    pub mixed: Option<std::path::PathBuf>,
 }
 
 /// `sluice bench` subcommands.

@@ -62,13 +62,116 @@ pub enum Error {
         source: Box<deltalake::datafusion::error::DataFusionError>,
     },
 
-    /// A JSON document was malformed or not of the expected shape.
-    #[error("invalid JSON ({context}): {message}")]
+    /// A JSON document could not be read or written.
+    #[error("invalid JSON ({context}): {source}")]
     Json {
-        /// What was being read.
+        /// What was being read or written.
         context: String,
-        /// Why it was rejected.
+        /// The underlying error.
+        #[source]
+        source: serde_json::Error,
+    },
+
+    /// A number that JSON cannot hold (NaN or an infinity).
+    #[error("{context}: the number {value} is not finite; JSON has no NaN or infinity")]
+    NonFiniteNumber {
+        /// Where it was found.
+        context: String,
+        /// The value.
+        value: f64,
+    },
+
+    /// A query over one table failed to plan or run.
+    #[error("table `{table}`: {source}")]
+    Query {
+        /// Short name of the table.
+        table: String,
+        /// The underlying error.
+        #[source]
+        source: Box<deltalake::datafusion::error::DataFusionError>,
+    },
+
+    /// A table holds a value sluice cannot interpret: written by another
+    /// tool, a newer sluice, or damaged.
+    #[error(
+        "table `{table}` ({location}): {message}. Help: the row was not written by this version \
+         of sluice or was altered; `sluice doctor` lists what it can repair"
+    )]
+    Corrupt {
+        /// Short name of the table.
+        table: String,
+        /// Which row or column.
+        location: String,
+        /// What is wrong.
         message: String,
+    },
+
+    /// The commit journal does not know sequences the tables record: it was
+    /// removed, replaced or restored from an old copy.
+    #[error(
+        "the commit journal (orchestration/commits) is behind the tables: they record commit \
+         sequence {tables} but the journal's last is {journal}. Committing now could reuse a \
+         sequence number. Help: run `sluice doctor --repair` to rebuild the journal from what the \
+         tables record"
+    )]
+    JournalBehind {
+        /// The journal's highest sequence.
+        journal: i64,
+        /// The tables' highest sequence.
+        tables: i64,
+    },
+
+    /// The writer lock stayed taken longer than the caller would wait.
+    #[error(
+        "gave up waiting for the lake's writer lock {} after {waited:?}: it is held by {holder}. \
+         Help: wait for that process, or stop it if it is stuck",
+        path.display()
+    )]
+    LockTimeout {
+        /// The lock file.
+        path: std::path::PathBuf,
+        /// Who holds it.
+        holder: String,
+        /// How long the caller waited.
+        waited: std::time::Duration,
+    },
+
+    /// Other writers kept taking the next version of a table.
+    #[error(
+        "table `{table}`: {attempts} commit attempts lost to concurrent writers. Help: another \
+         process is committing to the lake in a loop; retry when it is done"
+    )]
+    Contention {
+        /// Short name of the table.
+        table: String,
+        /// Attempts made.
+        attempts: usize,
+    },
+
+    /// A SLURM command failed.
+    #[error("SLURM: `{command}` {message}")]
+    Slurm {
+        /// The command line.
+        command: String,
+        /// What went wrong.
+        message: String,
+    },
+
+    /// A background task of sluice panicked or was cancelled.
+    #[error("{what}: a background task failed: {source}")]
+    Task {
+        /// What the task was doing.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+
+    /// A failure injected for testing (`SLUICE_FAILPOINT`).
+    #[error("injected failure {point} (SLUICE_FAILPOINT is set)")]
+    Injected {
+        /// Where it was injected.
+        point: String,
     },
 
     /// The lake configuration file (`sluice.toml`) is invalid.
@@ -114,6 +217,16 @@ pub enum Error {
         type_key: String,
         /// Why it is invalid.
         message: String,
+    },
+
+    /// A value of a draft does not fit its type's column.
+    #[error("invalid {type_key} artifact: {source}")]
+    InvalidValue {
+        /// Type of the artifact.
+        type_key: String,
+        /// Which column and why.
+        #[source]
+        source: ValueError,
     },
 
     /// An artifact id is malformed.
@@ -168,6 +281,16 @@ pub enum Error {
         message: String,
     },
 
+    /// A step's definition does not fit its operation (found while running).
+    #[error("operation `{operation}`: {source}")]
+    Step {
+        /// The operation.
+        operation: String,
+        /// What is wrong.
+        #[source]
+        source: StepError,
+    },
+
     /// An invariant of sluice broke: this is a bug.
     #[error("internal error (a bug in sluice, please report it): {0}")]
     Internal(String),
@@ -181,6 +304,33 @@ impl Error {
     /// An operation error.
     pub fn operation(operation: impl Into<String>, message: impl Into<String>) -> Self {
         Error::Operation { operation: operation.into(), message: message.into() }
+    }
+
+    /// Wrap a JSON error with what was being read or written.
+    pub fn json(context: impl Into<String>, source: serde_json::Error) -> Self {
+        Error::Json { context: context.into(), source }
+    }
+
+    /// Wrap a failed background task.
+    pub fn task(what: impl Into<String>, source: tokio::task::JoinError) -> Self {
+        Error::Task { what: what.into(), source }
+    }
+
+    /// Wrap a DataFusion error with the table it happened on.
+    pub fn query(
+        table: impl Into<String>,
+        source: deltalake::datafusion::error::DataFusionError,
+    ) -> Self {
+        Error::Query { table: table.into(), source: Box::new(source) }
+    }
+
+    /// A value in a table that sluice cannot interpret.
+    pub fn corrupt(
+        table: impl Into<String>,
+        location: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Error::Corrupt { table: table.into(), location: location.into(), message: message.into() }
     }
 
     /// Wrap an I/O error with the path it happened on.
@@ -220,5 +370,98 @@ impl Error {
 impl From<deltalake::datafusion::error::DataFusionError> for Error {
     fn from(source: deltalake::datafusion::error::DataFusionError) -> Self {
         Error::Sql { source: Box::new(source) }
+    }
+}
+
+/// Why a value does not fit a column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ValueError {
+    /// A required column holds null.
+    #[error("column `{column}` is required but the value is null")]
+    Required {
+        /// The column.
+        column: String,
+    },
+    /// The value is of another type than the column's (or out of its range).
+    #[error("column `{column}` has type {expected} but the value is {found}")]
+    Mismatch {
+        /// The column.
+        column: String,
+        /// The column's type.
+        expected: &'static str,
+        /// What the value is.
+        found: String,
+    },
+}
+
+/// A column type name that is not a known column type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown column type `{name}` (known: {known})")]
+pub struct UnknownColumnType {
+    /// The name given.
+    pub name: String,
+    /// The known names.
+    pub known: String,
+}
+
+/// Why a step's definition cannot run. Validation reports it with the file
+/// and line of the step.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    /// A required parameter is missing.
+    #[error("parameter `{name}` ({expected}) is required")]
+    MissingParam {
+        /// The parameter.
+        name: String,
+        /// What it should hold.
+        expected: String,
+    },
+    /// A parameter is of the wrong form.
+    #[error("parameter `{name}` {problem}")]
+    BadParam {
+        /// The parameter.
+        name: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// An input holds artifacts of a type the operation does not take.
+    #[error("input `{role}` holds `{found}` artifacts, but this operation takes `{expected}`")]
+    InputType {
+        /// The input role.
+        role: String,
+        /// The type it holds.
+        found: String,
+        /// The type the operation takes.
+        expected: String,
+    },
+    /// A `"<step>.<role>"` reference is malformed.
+    #[error("`{text}` is not a reference of the form \"<step>.<output role>\"")]
+    BadReference {
+        /// The text given.
+        text: String,
+    },
+    /// Something about one input.
+    #[error("input `{role}`: {source}")]
+    Input {
+        /// The input role.
+        role: String,
+        /// What is wrong.
+        #[source]
+        source: Box<StepError>,
+    },
+    /// The step's inputs, outputs or command do not fit the operation.
+    #[error("{0}")]
+    Shape(String),
+}
+
+impl From<String> for StepError {
+    fn from(message: String) -> Self {
+        StepError::Shape(message)
+    }
+}
+
+impl From<&str> for StepError {
+    fn from(message: &str) -> Self {
+        StepError::Shape(message.to_owned())
     }
 }

@@ -42,11 +42,16 @@
 //! - [`query`]: SQL over every table, time travel, output formats.
 //! - [`staging`] and [`commit`]: how workers' results reach the lake exactly once.
 //! - [`pipeline`]: steps of operations, cached by content, run locally or on SLURM.
+//! - [`lineage`]: where an artifact came from and what it fed; pipeline runs as graphs.
+//! - [`maintenance`]: history, checkpoints, compaction and vacuum.
 
 pub mod artifact;
 pub mod commit;
 pub mod error;
+pub mod host;
 pub mod lake;
+pub mod lineage;
+pub mod maintenance;
 pub mod pipeline;
 pub mod query;
 pub mod records;

@@ -7,10 +7,10 @@
 use deltalake::arrow::datatypes::SchemaRef;
 use deltalake::arrow::record_batch::RecordBatch;
 
+use crate::artifact::arrow_convert::build_array;
 use crate::artifact::value::FieldValue;
 use crate::error::{Error, Result};
 use crate::lake::layout::TableSpec;
-use crate::store::arrow_convert::build_array;
 
 /// Whether an execution edge is an input or an output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

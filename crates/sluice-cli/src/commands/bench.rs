@@ -20,6 +20,7 @@ fn spec(w: &Workload, seed: u64) -> SyntheticSpec {
         duplicate_fraction: w.duplicate_fraction,
         fail_fraction: w.fail_fraction,
         crash_fraction: w.crash_fraction,
+        mixed: w.mixed.clone(),
     }
 }
 
@@ -57,10 +58,12 @@ async fn stage(root: &Path, workload: &Workload, workers: u64) -> anyhow::Result
         if from >= to {
             continue;
         }
-        let child = tokio::process::Command::new(&exe)
-            .arg("--lake")
-            .arg(root)
-            .arg("__stage-worker")
+        let mut command = tokio::process::Command::new(&exe);
+        command.arg("--lake").arg(root).arg("__stage-worker");
+        if let Some(files) = &workload.mixed {
+            command.arg("--mixed").arg(files);
+        }
+        let child = command
             .args(["--executions", &workload.executions.to_string()])
             .args(["--artifacts-per-execution", &workload.artifacts_per_execution.to_string()])
             .args(["--duplicate-fraction", &workload.duplicate_fraction.to_string()])

@@ -9,12 +9,29 @@ use sluice::commit::CommitReport;
 
 use crate::output::print;
 
-pub async fn commit(
-    root: &Path,
-    step: Option<i32>,
-    chunk: usize,
-    as_json: bool,
-) -> anyhow::Result<()> {
+/// What `sluice commit` and `sluice recover` were asked.
+#[derive(Debug, Clone)]
+pub struct CommitOptions {
+    pub step: Option<i32>,
+    pub chunk: usize,
+    pub chunk_mib: u64,
+    pub wait: Option<f64>,
+    pub recover: bool,
+}
+
+impl Default for CommitOptions {
+    fn default() -> Self {
+        CommitOptions {
+            step: None,
+            chunk: sluice::commit::DEFAULT_CHUNK,
+            chunk_mib: sluice::commit::DEFAULT_CHUNK_BYTES >> 20,
+            wait: None,
+            recover: false,
+        }
+    }
+}
+
+pub async fn commit(root: &Path, options: CommitOptions, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let bar = ProgressBar::new(0);
     bar.set_style(
@@ -24,10 +41,12 @@ pub async fn commit(
         .progress_chars("=> "),
     );
     let progress_bar = bar.clone();
-    let report = lake
-        .commit()
-        .with_step(step)
-        .with_chunk_size(chunk)
+    let builder = if options.recover { lake.recover() } else { lake.commit() };
+    let report = builder
+        .with_step(options.step)
+        .with_chunk_size(options.chunk)
+        .with_chunk_bytes(options.chunk_mib.max(1) << 20)
+        .with_lock_wait(options.wait.map(std::time::Duration::from_secs_f64))
         .with_progress(Box::new(move |done, total| {
             progress_bar.set_length(total as u64);
             progress_bar.set_position(done as u64);
@@ -50,6 +69,7 @@ fn report_json(r: &CommitReport) -> serde_json::Value {
         "rows_deduplicated": r.rows_deduplicated,
         "sequences": r.sequences,
         "recovered_sequences": r.recovered,
+        "abandoned_sequences": r.abandoned.iter().map(|(s, why)| json!({"seq": s, "reason": why})).collect::<Vec<_>>(),
         "seconds": r.duration.as_secs_f64(),
     })
 }
@@ -67,6 +87,9 @@ pub fn summary(r: &CommitReport) -> String {
             format!(", {} recovered", r.recovered.len())
         }
     );
+    for (seq, why) in &r.abandoned {
+        out.push_str(&format!("abandoned sequence {seq}: {why}\n"));
+    }
     out.push_str(&format!("skipped unsealed: {}\n", r.unsealed.len()));
     for path in r.unsealed.iter().take(10) {
         out.push_str(&format!("  {}\n", path.display()));
@@ -83,12 +106,22 @@ pub fn summary(r: &CommitReport) -> String {
     out
 }
 
-pub async fn doctor(root: &Path, as_json: bool) -> anyhow::Result<()> {
+pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
+    let repaired = match repair {
+        true => Some(sluice::commit::doctor::repair_journal(&lake).await?),
+        false => None,
+    };
     let d = sluice::commit::doctor::diagnose(&lake).await?;
     if as_json {
         return print(&serde_json::to_string_pretty(&json!({
             "clean": d.is_clean(),
+            "repaired": repaired.as_ref().map(|r| json!({
+                "rebuilt_completed": r.rebuilt_completed,
+                "rebuilt_started": r.rebuilt_started,
+            })),
+            "journal_behind": d.journal_behind.map(|(j, t)| json!({"journal": j, "tables": t})),
+            "abandoned_sequences": d.abandoned_sequences.iter().map(|(s, why)| json!({"seq": s, "reason": why})).collect::<Vec<_>>(),
             "sealed_waiting": d.sealed,
             "unsealed": d.unsealed,
             "quarantined": d.quarantined.iter().map(|(p, why)| json!({"path": p, "reason": why})).collect::<Vec<_>>(),
@@ -98,6 +131,21 @@ pub async fn doctor(root: &Path, as_json: bool) -> anyhow::Result<()> {
         }))?);
     }
     let mut out = String::new();
+    if let Some(r) = repaired
+        .as_ref()
+        .filter(|r| !r.rebuilt_completed.is_empty() || !r.rebuilt_started.is_empty())
+    {
+        out.push_str(&format!(
+            "repaired the commit journal: {} completed sequences rebuilt from the tables, {} started (run `sluice recover` to finish them)\n",
+            r.rebuilt_completed.len(),
+            r.rebuilt_started.len()
+        ));
+    }
+    if let Some((journal, tables)) = d.journal_behind {
+        out.push_str(&format!(
+            "the commit journal is behind the tables (journal: sequence {journal}, tables: {tables}); commits refuse until `sluice doctor --repair`\n"
+        ));
+    }
     if d.is_clean() {
         out.push_str("clean: nothing staged, nothing quarantined, no unfinished commit\n");
     }

@@ -3,6 +3,8 @@
 mod bench;
 mod commit;
 mod demo;
+mod lineage;
+mod maintenance;
 mod pipeline;
 
 use std::path::Path;
@@ -10,6 +12,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use sluice::artifact::{CONFIG, DATA, FILE_REF, FieldValue, METRIC};
+use sluice::lineage::Direction;
 use sluice::query::{AsOf, OutputFormat};
 use sluice::{ArtifactId, Draft, Lake};
 
@@ -28,11 +31,54 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Put { type_key, step, metadata, values } => {
             put(&root, &type_key, step, metadata.as_deref(), &values).await
         }
-        Command::Commit { step, chunk, json } => commit::commit(&root, step, chunk, json).await,
-        Command::Recover { json } => {
-            commit::commit(&root, None, sluice::commit::DEFAULT_CHUNK, json).await
+        Command::Commit { step, chunk, chunk_mib, wait, json } => {
+            let options = commit::CommitOptions { step, chunk, chunk_mib, wait, recover: false };
+            commit::commit(&root, options, json).await
         }
-        Command::Doctor { json } => commit::doctor(&root, json).await,
+        Command::Recover { wait, json } => {
+            let options = commit::CommitOptions { wait, recover: true, ..Default::default() };
+            commit::commit(&root, options, json).await
+        }
+        Command::Doctor { repair, json } => commit::doctor(&root, repair, json).await,
+        Command::Lineage { id, up, down, both: _, depth, artifact_type, step, format, output } => {
+            let direction = match (up, down) {
+                (true, _) => Direction::Up,
+                (_, true) => Direction::Down,
+                _ => Direction::Both,
+            };
+            let request = lineage::LineageRequest { id, direction, depth, artifact_type, step };
+            lineage::lineage(&root, request, &format, output.as_deref()).await
+        }
+        Command::History { table, limit, json } => {
+            maintenance::history(&root, table.as_deref(), limit, json).await
+        }
+        Command::Compact { table, step, zorder, target_size_mib, dry_run, json } => {
+            let options = sluice::maintenance::CompactOptions {
+                table,
+                step,
+                zorder: zorder
+                    .map(|z| z.split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect()),
+                target_size: target_size_mib.map(|m| m << 20),
+                dry_run,
+            };
+            maintenance::compact(&root, &options, json).await
+        }
+        Command::Vacuum { table, retention_hours, force, full, dry_run, json } => {
+            let options = sluice::maintenance::VacuumOptions {
+                table,
+                retention: std::time::Duration::from_secs_f64(retention_hours.max(0.0) * 3600.0),
+                force,
+                full,
+                dry_run,
+            };
+            maintenance::vacuum(&root, &options, json).await
+        }
+        Command::Checkpoint { table, json } => {
+            maintenance::checkpoint(&root, table.as_deref(), json).await
+        }
+        Command::Graph { run, format, output } => {
+            lineage::graph(&root, run.as_deref(), &format, output.as_deref()).await
+        }
         Command::Run { pipeline, backend, workers, json } => {
             pipeline::run(&root, &pipeline, backend, workers, json).await
         }

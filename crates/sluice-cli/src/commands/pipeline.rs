@@ -29,7 +29,8 @@ async fn load(root: &Path, file: &Path) -> anyhow::Result<(Lake, Pipeline, Opera
 }
 
 pub async fn check(root: &Path, file: &Path) -> anyhow::Result<()> {
-    let (_, pipeline, _) = load(root, file).await?;
+    // Validation reads the lake's types only; it creates and changes nothing.
+    let pipeline = Pipeline::load(file, &Operations::linked()?, &Lake::types_at(root)?)?;
     let mut lines =
         vec![format!("{}: pipeline `{}` is valid", file.display(), pipeline.config.name)];
     for (i, step) in pipeline.config.steps.iter().enumerate() {
@@ -64,6 +65,9 @@ pub async fn run_with_progress(
             );
             flag.store(true, Ordering::SeqCst);
             if tokio::signal::ctrl_c().await.is_ok() {
+                // Tools this process runs die with it; worker processes
+                // notice their orchestrator is gone and exit on their own.
+                sluice::pipeline::process::kill_live_groups();
                 std::process::exit(130);
             }
         }

@@ -1,6 +1,8 @@
-//! Crash recovery with real processes: `sluice commit` is killed with SIGKILL
-//! at many moments; after each kill `sluice recover` must produce exactly the
-//! lake an uninterrupted commit produces.
+//! Crash recovery with real processes: `sluice commit` — and `sluice
+//! recover` itself — are killed with SIGKILL at many moments; after each
+//! kill a `sluice recover` that runs to the end must produce exactly the lake
+//! an uninterrupted commit produces, and a journal that accounts for every
+//! sequence.
 
 use std::path::Path;
 use std::time::Instant;
@@ -11,13 +13,36 @@ use sluice::query::format::render;
 use crate::Lake;
 
 /// Tables the commit writes, with the order that makes a dump canonical.
-const TABLES: [(&str, &str); 5] = [
+const TABLES: [(&str, &str); 9] = [
     ("metrics", "artifact_id"),
+    ("configs", "artifact_id"),
+    ("data", "artifact_id"),
+    ("file_refs", "artifact_id"),
+    ("samples", "artifact_id"),
     ("index", "artifact_id"),
     ("artifact_edges", "execution_run_id, source_artifact_id, target_artifact_id"),
     ("execution_edges", "execution_run_id, direction, role, artifact_id"),
     ("executions", "execution_run_id"),
 ];
+
+/// A declared custom type, so the commit writes a custom table too.
+const SLUICE_TOML: &str = r#"
+[[artifact_type]]
+key = "sample"
+table = "artifacts/samples"
+columns = [
+  { name = "label", type = "string" },
+  { name = "value", type = "float64" },
+]
+"#;
+
+fn new_lake() -> Lake {
+    let lake = Lake::new();
+    std::fs::create_dir_all(&lake.root).unwrap();
+    std::fs::write(lake.root.join("sluice.toml"), SLUICE_TOML).unwrap();
+    lake.ok(&["init"]);
+    lake
+}
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -55,6 +80,46 @@ fn dump(root: &Path) -> (Vec<String>, u64) {
     })
 }
 
+/// The journal after recovery: no sequence left open, each sequence
+/// completed at most once, numbers never reused by two attempts, and the
+/// tables' highest sequence known to the journal.
+fn check_journal(root: &Path, trial: u64) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let lake = sluice::Lake::open(root).await.unwrap();
+        let journal = sluice::lake::journal::read(root, None).await.unwrap();
+        assert!(
+            journal.unfinished().is_empty(),
+            "trial {trial}: open sequences {:?}",
+            journal.unfinished()
+        );
+        let mut tokens_per_seq = std::collections::BTreeMap::new();
+        let mut completed = std::collections::BTreeMap::new();
+        for e in &journal.entries {
+            tokens_per_seq
+                .entry(e.seq)
+                .or_insert_with(std::collections::BTreeSet::new)
+                .insert(e.token.clone());
+            if e.phase() == sluice::lake::journal::Phase::Completed {
+                *completed.entry(e.seq).or_insert(0) += 1;
+            }
+        }
+        assert!(
+            tokens_per_seq.values().all(|t| t.len() == 1),
+            "trial {trial}: a number claimed twice"
+        );
+        assert!(completed.values().all(|n| *n == 1), "trial {trial}: {completed:?}");
+        let tables =
+            sluice::lake::journal::highest_table_seq(root, &lake.table_specs()).await.unwrap();
+        assert!(tables.is_none_or(|(seq, _)| seq <= journal.max_seq()), "trial {trial}");
+        let d = sluice::commit::doctor::diagnose(&lake).await.unwrap();
+        assert!(
+            d.journal_behind.is_none() && d.pending_manifests.is_empty(),
+            "trial {trial}: {d:?}"
+        );
+    })
+}
+
 /// A pseudo-random fraction in [0, 1) from a trial number.
 fn fraction(trial: u64) -> f64 {
     let h = blake3::hash(&trial.to_le_bytes());
@@ -67,39 +132,67 @@ fn trials() -> u64 {
     std::env::var("SLUICE_CRASH_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(50)
 }
 
+/// Kill `args` after `delay` unless it finished; returns whether it was killed.
+fn kill_after(lake: &Lake, args: &[&str], delay: std::time::Duration) -> bool {
+    let mut child = lake
+        .command(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(delay);
+    let finished = child.try_wait().unwrap().is_some();
+    if !finished {
+        child.kill().unwrap(); // SIGKILL
+    }
+    child.wait().unwrap();
+    !finished
+}
+
 #[test]
 fn commit_killed_at_random_moments_recovers_exactly() {
-    // One staging template: a few thousand executions, with duplicates and failures.
-    let template = Lake::new();
-    template.ok(&[
-        "bench",
-        "stage",
-        "--executions",
-        "2000",
-        "--workers",
-        "2",
-        "--duplicate-fraction",
-        "0.2",
-        "--fail-fraction",
-        "0.05",
-        "--seed",
-        "42",
-    ]);
+    // One staging template: several steps, every kind of artifact (metric,
+    // config, data, file_ref, a declared type), duplicates and failures.
+    let template = new_lake();
+    let files = template.root.join("referenced-files");
+    for (step, seed, n) in [(1, 42, "700"), (2, 43, "700"), (3, 44, "600")] {
+        template.ok(&[
+            "bench",
+            "stage",
+            "--executions",
+            n,
+            "--workers",
+            "2",
+            "--duplicate-fraction",
+            "0.2",
+            "--fail-fraction",
+            "0.05",
+            "--seed",
+            &seed.to_string(),
+            "--step",
+            &step.to_string(),
+            "--artifacts-per-execution",
+            "5",
+            "--mixed",
+            files.to_str().unwrap(),
+        ]);
+    }
     let staging = template.root.join("_staging");
 
     // The reference: an uninterrupted commit.
-    let reference = Lake::new();
-    reference.ok(&["init"]);
+    let reference = new_lake();
     copy_dir(&staging, &reference.root.join("_staging"));
     let started = Instant::now();
     reference.ok(&["commit", "--chunk", "200"]);
     let full = started.elapsed();
     let (expected, duplicates) = dump(&reference.root);
     assert_eq!(duplicates, 0);
-    assert!(expected[4].lines().count() > 2000, "every execution committed");
+    assert!(expected[8].lines().count() > 2000, "every execution committed");
+    for (i, (table, _)) in TABLES.iter().enumerate().take(5) {
+        assert!(expected[i].lines().count() > 10, "{table} holds rows");
+    }
 
     let n = trials();
-    let mut killed_mid_commit = 0;
     // Two trials at a time: each commit is mostly one core.
     let results: Vec<(u64, bool)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..2u64)
@@ -109,18 +202,15 @@ fn commit_killed_at_random_moments_recovers_exactly() {
                 scope.spawn(move || {
                     let mut outcomes = Vec::new();
                     for trial in (lane..n).step_by(2) {
-                        let lake = Lake::new();
-                        lake.ok(&["init"]);
+                        let lake = new_lake();
                         copy_dir(staging, &lake.root.join("_staging"));
-                        // Kill somewhere in the commit (a little past its usual length too).
+                        // Kill the commit somewhere (a little past its usual length too);
+                        // every third trial also kills the first recover.
                         let delay = full.mul_f64(fraction(trial) * 1.1);
-                        let mut child = lake.command(&["commit", "--chunk", "200"]).spawn().unwrap();
-                        std::thread::sleep(delay);
-                        let finished = child.try_wait().unwrap().is_some();
-                        if !finished {
-                            child.kill().unwrap(); // SIGKILL
+                        let killed = kill_after(&lake, &["commit", "--chunk", "200"], delay);
+                        if trial % 3 == 0 {
+                            kill_after(&lake, &["recover"], full.mul_f64(fraction(trial + 1000) * 0.5));
                         }
-                        child.wait().unwrap();
                         lake.ok(&["recover"]);
                         let (got, dups) = dump(&lake.root);
                         assert_eq!(dups, 0, "trial {trial}: duplicate keys after recovery (delay {delay:?})");
@@ -130,13 +220,14 @@ fn commit_killed_at_random_moments_recovers_exactly() {
                                 "trial {trial}: table `{table}` differs from the uninterrupted commit (delay {delay:?})"
                             );
                         }
+                        check_journal(&lake.root, trial);
                         let left = sluice::staging::scan(&lake.root.join("_staging"), None).unwrap();
                         assert!(left.sealed.is_empty(), "trial {trial}: staging left behind");
                         // Recovering again changes nothing.
                         let again = lake.ok(&["recover", "--json"]);
                         let again: serde_json::Value = serde_json::from_str(&again).unwrap();
                         assert_eq!(again["runs_committed"], 0, "trial {trial}");
-                        outcomes.push((trial, !finished));
+                        outcomes.push((trial, killed));
                     }
                     outcomes
                 })
@@ -144,7 +235,7 @@ fn commit_killed_at_random_moments_recovers_exactly() {
             .collect();
         handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
     });
-    killed_mid_commit += results.iter().filter(|(_, killed)| *killed).count();
+    let killed_mid_commit = results.iter().filter(|(_, killed)| *killed).count();
     assert_eq!(results.len() as u64, n);
     assert!(
         killed_mid_commit as u64 >= n * 3 / 4,
@@ -154,10 +245,9 @@ fn commit_killed_at_random_moments_recovers_exactly() {
 
 #[test]
 fn a_failed_table_commit_keeps_staging_and_recover_finishes_the_sequence() {
-    let lake = Lake::new();
+    let lake = new_lake();
     lake.ok(&["bench", "stage", "--executions", "60", "--workers", "1", "--seed", "3"]);
-    let reference = Lake::new();
-    reference.ok(&["init"]);
+    let reference = new_lake();
     copy_dir(&lake.root.join("_staging"), &reference.root.join("_staging"));
     reference.ok(&["commit"]);
 
@@ -168,8 +258,14 @@ fn a_failed_table_commit_keeps_staging_and_recover_finishes_the_sequence() {
     assert!(err.contains("table `index`"), "the error names the table: {err}");
     let left = sluice::staging::scan(&lake.root.join("_staging"), None).unwrap();
     assert_eq!(left.sealed.len(), 60, "staging stays when a table commit fails");
-    let metrics =
-        lake.ok(&["sql", "--format", "csv", "--as-of", "1", "SELECT count(*) AS n FROM metrics"]);
+    let metrics = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "--as-of",
+        "metrics@1",
+        "SELECT count(*) AS n FROM metrics",
+    ]);
     assert_eq!(metrics, "n\n180\n", "the content table was committed before the failure");
     // Readers see the last completed state (nothing) while the sequence is open.
     assert_eq!(lake.ok(&["sql", "--format", "csv", "SELECT count(*) AS n FROM metrics"]), "n\n0\n");

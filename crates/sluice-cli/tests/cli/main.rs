@@ -9,11 +9,13 @@ use serde_json::Value;
 
 mod concurrency;
 mod crash;
+mod hardening;
+mod lineage;
 mod pipeline;
 mod slurm;
 
 pub(crate) struct Lake {
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
     pub(crate) root: PathBuf,
 }
 
@@ -21,7 +23,12 @@ impl Lake {
     pub(crate) fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("lake");
-        Lake { _dir: dir, root }
+        Lake { _dir: Some(dir), root }
+    }
+
+    /// A handle on a lake another handle owns (for a second thread).
+    pub(crate) fn at(root: PathBuf) -> Self {
+        Lake { _dir: None, root }
     }
 
     pub(crate) fn command(&self, args: &[&str]) -> Command {
@@ -96,8 +103,14 @@ fn init_put_sql_show_round_trip() {
     assert_eq!(metrics["rows"], 1);
     assert_eq!(metrics["partition_columns"][0], "origin_step_number");
 
-    let csv =
-        lake.ok(&["sql", "--format", "csv", "--as-of", "0", "SELECT count(*) AS n FROM metrics"]);
+    let csv = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "--as-of",
+        "metrics@0",
+        "SELECT count(*) AS n FROM metrics",
+    ]);
     assert_eq!(csv, "n\n0\n");
 }
 

@@ -234,3 +234,78 @@ backend = "slurm"
     let status = lake.ok(&["status"]);
     assert!(status.contains("cancelled"), "{status}");
 }
+
+#[test]
+fn item8_a_failing_squeue_is_retried_and_never_loses_running_units() {
+    if !slurm_available() {
+        return;
+    }
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    // A `squeue` that fails like a busy controller for its calls 2 to 7, then
+    // answers truly: the array is still running during the failures.
+    let shims = dir.path().join("bin");
+    std::fs::create_dir_all(&shims).unwrap();
+    let real = String::from_utf8(
+        std::process::Command::new("sh").args(["-c", "command -v squeue"]).output().unwrap().stdout,
+    )
+    .unwrap();
+    let counter = dir.path().join("squeue-calls");
+    let shim = shims.join("squeue");
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\nn=$(cat {c} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {c}\n\
+             if [ $n -ge 2 ] && [ $n -le 7 ]; then echo 'squeue: error: slurm_load_jobs error: Socket timed out on send/recv operation' >&2; exit 1; fi\n\
+             exec {real} \"$@\"\n",
+            c = counter.display(),
+            real = real.trim()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(
+        &file,
+        r#"name = "busy-controller"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 3, rows = 5 }
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", 'sleep 4; cp inputs/t/* outputs/t/']
+inputs = { t = "gen.data" }
+outputs = { t = "data" }
+backend = "slurm"
+"#,
+    )
+    .unwrap();
+    let path = format!("{}:{}", shims.display(), std::env::var("PATH").unwrap_or_default());
+    let out = lake
+        .command(&["run", file.to_str().unwrap(), "--json"])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("squeue failed"), "the failures were reported: {stderr}");
+    let calls: u32 = std::fs::read_to_string(&counter).unwrap().trim().parse().unwrap();
+    assert!(calls > 7, "squeue was retried ({calls} calls)");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let work = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "work").unwrap();
+    assert_eq!(work["succeeded"], 3, "{work:#}");
+    assert_eq!(work["failed"], 0, "{work:#}");
+    // No content without its execution: every data artifact of step 2 is an
+    // output of a successful execution.
+    let orphans = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT count(*) AS n FROM data WHERE origin_step_number = 2 AND artifact_id NOT IN \
+         (SELECT e.artifact_id FROM execution_edges e JOIN executions x ON e.execution_run_id = x.execution_run_id WHERE x.success AND e.direction = 'output')",
+    ]);
+    assert_eq!(orphans, "n\n0\n");
+}

@@ -34,8 +34,7 @@ pub fn to_vec(value: &Value) -> Result<Vec<u8>> {
 
 /// Parse JSON text and return its canonical form.
 pub fn canonicalize(text: &str) -> Result<String> {
-    let value: Value = serde_json::from_str(text)
-        .map_err(|e| Error::Json { context: "canonicalizing".into(), message: e.to_string() })?;
+    let value: Value = serde_json::from_str(text).map_err(|e| Error::json("canonicalizing", e))?;
     to_string(&value)
 }
 
@@ -80,10 +79,7 @@ fn write_number(n: &Number, out: &mut String) -> Result<()> {
         out.push_str(&u.to_string());
     } else if let Some(f) = n.as_f64() {
         if !f.is_finite() {
-            return Err(Error::Json {
-                context: "canonical JSON".into(),
-                message: format!("number {f} is not finite"),
-            });
+            return Err(Error::NonFiniteNumber { context: "canonical JSON".into(), value: f });
         }
         if f.fract() == 0.0 && f.abs() < MAX_SAFE_INTEGER {
             // Exact: |f| < 2^53, so the cast loses nothing. `-0.0` becomes `0`.

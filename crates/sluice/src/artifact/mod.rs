@@ -9,7 +9,8 @@
 //!   Draft ──prepare──▶ fields checked ──identity_bytes──▶ BLAKE3 ──▶ Artifact{id}
 //! ```
 
-pub mod builtin;
+pub mod arrow_convert;
+mod artifact_type;
 pub mod canonical_json;
 pub mod data_format;
 pub mod id;
@@ -18,13 +19,21 @@ pub mod value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-pub use builtin::{CONFIG, DATA, FILE_REF, METRIC};
+pub use artifact_type::{ArtifactType, ArtifactTypes};
 pub use data_format::DataFormat;
 pub use id::ArtifactId;
 pub use value::{ColumnSpec, ColumnType, FieldValue};
 
 use crate::error::{Error, Result};
-use crate::registry::TypeRegistry;
+
+/// Key of the built-in metric type.
+pub const METRIC: &str = "metric";
+/// Key of the built-in config type.
+pub const CONFIG: &str = "config";
+/// Key of the built-in data type.
+pub const DATA: &str = "data";
+/// Key of the built-in file reference type.
+pub const FILE_REF: &str = "file_ref";
 
 /// The values of a type's own columns, by column name.
 pub type Fields = BTreeMap<String, FieldValue>;
@@ -105,18 +114,40 @@ impl Draft {
     /// A reference to a file outside the lake, identified by its content hash,
     /// path and size. The file is hashed here, streamed in chunks.
     pub fn file_ref(path: &Path) -> Result<Self> {
-        builtin::file_ref::draft(path)
+        let absolute = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
+        let file = std::fs::File::open(&absolute).map_err(|e| Error::io(&absolute, e))?;
+        let meta = file.metadata().map_err(|e| Error::io(&absolute, e))?;
+        if !meta.is_file() {
+            return Err(Error::InvalidInput(format!("{}: not a regular file", absolute.display())));
+        }
+        let mut hasher = blake3::Hasher::new();
+        hasher.update_reader(file).map_err(|e| Error::io(&absolute, e))?;
+        let path_text = absolute.to_str().ok_or_else(|| {
+            Error::InvalidInput(format!("{}: path is not valid UTF-8", absolute.display()))
+        })?;
+        let mut draft = Draft::new(
+            FILE_REF,
+            Fields::from([
+                ("content_hash".into(), FieldValue::String(hasher.finalize().to_hex().to_string())),
+                ("path".into(), FieldValue::String(path_text.to_owned())),
+                ("size_bytes".into(), FieldValue::Int(meta.len() as i64)),
+            ]),
+        );
+        if let Some(name) = absolute.file_name().and_then(|n| n.to_str()) {
+            draft = draft.with_original_name(name);
+        }
+        Ok(draft.with_external_path(path_text))
     }
 
     /// A draft of any registered type from a JSON object of its columns
     /// (how custom types are given on the command line and by `command`
     /// operations).
     pub fn from_json_object(
-        registry: &TypeRegistry,
+        types: &(impl ArtifactTypes + ?Sized),
         type_key: &str,
         value: &serde_json::Value,
     ) -> Result<Self> {
-        let descriptor = registry.descriptor(type_key)?;
+        let columns = types.artifact_type(type_key)?.columns();
         let serde_json::Value::Object(object) = value else {
             return Err(Error::invalid_artifact(
                 type_key,
@@ -125,12 +156,12 @@ impl Draft {
         };
         let mut fields = Fields::new();
         for (name, v) in object {
-            let column = descriptor.columns.iter().find(|c| &c.name == name).ok_or_else(|| {
+            let column = columns.iter().find(|c| &c.name == name).ok_or_else(|| {
                 Error::invalid_artifact(
                     type_key,
                     format!(
                         "unknown column `{name}` (the type's columns are: {})",
-                        names(&descriptor.columns)
+                        names(&columns)
                     ),
                 )
             })?;
@@ -161,10 +192,15 @@ impl Draft {
     }
 
     /// Set `original_name` and `extension` (for types that have those columns;
-    /// not hashed).
+    /// not hashed). An extension that is not a plain file extension (see
+    /// [`valid_extension`]) is left out.
     #[must_use]
     pub fn with_original_name(mut self, name: &str) -> Self {
-        let extension = Path::new(name).extension().and_then(|e| e.to_str()).map(str::to_owned);
+        let extension = Path::new(name)
+            .extension()
+            .and_then(|e| e.to_str())
+            .filter(|e| valid_extension(e))
+            .map(str::to_owned);
         self.fields.insert("original_name".into(), FieldValue::String(name.to_owned()));
         self.fields
             .insert("extension".into(), extension.map_or(FieldValue::Null, FieldValue::String));
@@ -184,8 +220,8 @@ impl Draft {
     }
 
     /// Validate the draft against its type and compute its id.
-    pub fn finalize(self, registry: &TypeRegistry) -> Result<Artifact> {
-        let imp = registry.get(&self.type_key)?;
+    pub fn finalize(self, types: &(impl ArtifactTypes + ?Sized)) -> Result<Artifact> {
+        let imp = types.artifact_type(&self.type_key)?;
         let columns = imp.columns();
         let mut fields = self.fields;
         imp.prepare(&mut fields)?;
@@ -195,12 +231,26 @@ impl Draft {
                 format!("unknown column `{unknown}` (the type's columns are: {})", names(&columns)),
             ));
         }
+        if let Some(FieldValue::String(ext)) = fields.get("extension")
+            && !valid_extension(ext)
+        {
+            return Err(Error::invalid_artifact(
+                &self.type_key,
+                format!(
+                    "extension {ext:?} is not a file extension (1-16 ASCII letters, digits, `_` or `-`); \
+                     it names files when the artifact is materialized"
+                ),
+            ));
+        }
         for column in &columns {
             let value = fields.entry(column.name.clone()).or_insert(FieldValue::Null);
             if let (FieldValue::Int(i), ColumnType::Float64) = (&*value, column.column_type) {
                 *value = FieldValue::Float(*i as f64);
             }
-            value.check(column).map_err(|m| Error::invalid_artifact(&self.type_key, m))?;
+            value.check(column).map_err(|source| Error::InvalidValue {
+                type_key: self.type_key.clone(),
+                source,
+            })?;
         }
         let id = ArtifactId::compute(&self.type_key, &imp.identity_bytes(&fields)?);
         Ok(Artifact {
@@ -212,6 +262,14 @@ impl Draft {
             fields,
         })
     }
+}
+
+/// Whether `ext` can be a file extension sluice writes: 1-16 ASCII letters,
+/// digits, `_` or `-` (no dots, separators or anything a shell or a path
+/// would read).
+pub fn valid_extension(ext: &str) -> bool {
+    (1..=16).contains(&ext.len())
+        && ext.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
 fn names(columns: &[ColumnSpec]) -> String {
@@ -249,16 +307,15 @@ impl Artifact {
                 format!("artifact {} has no JSON content", self.id),
             )
         })?;
-        serde_json::from_str(text).map_err(|e| Error::Json {
-            context: format!("content of artifact {}", self.id),
-            message: e.to_string(),
-        })
+        serde_json::from_str(text)
+            .map_err(|e| Error::json(format!("content of artifact {}", self.id), e))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::TypeRegistry;
     use serde_json::json;
 
     #[test]

@@ -13,6 +13,7 @@ use deltalake::arrow::datatypes::{DataType as ArrowType, Field, TimeUnit};
 use deltalake::kernel::{DataType as DeltaType, PrimitiveType, StructField};
 
 use crate::error::{Error, Result};
+pub use crate::error::{UnknownColumnType, ValueError};
 
 /// The type of one column of an artifact table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,12 +99,12 @@ impl fmt::Display for ColumnType {
 }
 
 impl FromStr for ColumnType {
-    type Err = String;
+    type Err = UnknownColumnType;
 
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        ColumnType::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| {
-            let known: Vec<_> = ColumnType::ALL.iter().map(|t| t.name()).collect();
-            format!("unknown column type `{s}` (known: {})", known.join(", "))
+    fn from_str(s: &str) -> std::result::Result<Self, UnknownColumnType> {
+        ColumnType::ALL.into_iter().find(|t| t.name() == s).ok_or_else(|| UnknownColumnType {
+            name: s.to_owned(),
+            known: ColumnType::ALL.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "),
         })
     }
 }
@@ -192,13 +193,21 @@ impl FieldValue {
         }
     }
 
+    /// The value of a boolean.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            FieldValue::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
     /// Whether this value is null.
     pub fn is_null(&self) -> bool {
         matches!(self, FieldValue::Null)
     }
 
     /// Check that the value fits a column, naming the column on error.
-    pub fn check(&self, column: &ColumnSpec) -> std::result::Result<(), String> {
+    pub fn check(&self, column: &ColumnSpec) -> std::result::Result<(), ValueError> {
         let ok = match (self, column.column_type) {
             (FieldValue::Null, _) => column.nullable,
             (FieldValue::String(_), ColumnType::String) => true,
@@ -217,14 +226,13 @@ impl FieldValue {
         if ok {
             Ok(())
         } else if self.is_null() {
-            Err(format!("column `{}` is required but the value is null", column.name))
+            Err(ValueError::Required { column: column.name.clone() })
         } else {
-            Err(format!(
-                "column `{}` has type {} but the value is {}",
-                column.name,
-                column.column_type,
-                self.describe()
-            ))
+            Err(ValueError::Mismatch {
+                column: column.name.clone(),
+                expected: column.column_type.name(),
+                found: self.describe(),
+            })
         }
     }
 
@@ -307,7 +315,7 @@ mod tests {
         for t in ColumnType::ALL {
             assert_eq!(t.name().parse::<ColumnType>(), Ok(t));
         }
-        let err = "decimal".parse::<ColumnType>().unwrap_err();
+        let err = "decimal".parse::<ColumnType>().unwrap_err().to_string();
         assert!(err.contains("unknown column type `decimal`"), "{err}");
     }
 
@@ -315,9 +323,9 @@ mod tests {
     fn check_names_the_column() {
         let col = ColumnSpec::required("n", ColumnType::Int32);
         assert!(FieldValue::Int(5).check(&col).is_ok());
-        let err = FieldValue::Int(i64::MAX).check(&col).unwrap_err();
+        let err = FieldValue::Int(i64::MAX).check(&col).unwrap_err().to_string();
         assert!(err.contains("`n`"), "{err}");
-        let err = FieldValue::Null.check(&col).unwrap_err();
+        let err = FieldValue::Null.check(&col).unwrap_err().to_string();
         assert!(err.contains("required"), "{err}");
         assert!(FieldValue::Null.check(&ColumnSpec::optional("n", ColumnType::Int32)).is_ok());
     }

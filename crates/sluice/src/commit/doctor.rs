@@ -1,16 +1,27 @@
-//! What is pending or wrong in a lake's staging and journal.
+//! What is pending or wrong in a lake's staging and journal, and repairing
+//! the journal.
 //!
-//! `sluice doctor` reads, never writes: it lists sealed runs waiting for a
-//! commit, unsealed runs (crashed or still-running workers), quarantined runs
-//! with their reasons, and commit sequences left unfinished (which the next
-//! `commit` or `recover` finishes).
+//! [`diagnose`] reads, never writes: sealed runs waiting for a commit,
+//! unsealed runs (crashed or still-running workers), quarantined runs with
+//! their reasons, commit sequences left unfinished (which the next `commit`
+//! or `recover` finishes or closes), and whether the journal knows every
+//! sequence the tables record.
+//!
+//! [`repair_journal`] rebuilds the journal from the tables when it is
+//! missing or behind them: every table commit of a sequence carries the
+//! sequence number and token in its metadata, so the journal's rows can be
+//! derived from the tables. A sequence with a manifest on disk gets a
+//! `started` row (so `recover` finishes it); any other gets a `completed`
+//! row marked as rebuilt.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use super::journal::{self, Phase};
+use super::manifest;
 use super::quarantine::{QUARANTINE_DIR, REASON_FILE};
 use crate::error::Result;
-use crate::lake::Lake;
+use crate::lake::journal::{self, JournalEntry, Phase, TableSequenceCommit};
+use crate::lake::{Lake, WriterLock, table};
 use crate::staging;
 
 /// The state of a lake's staging and journal.
@@ -24,8 +35,14 @@ pub struct Diagnosis {
     pub quarantined: Vec<(PathBuf, String)>,
     /// Sequences with a manifest on disk (interrupted commits).
     pub pending_manifests: Vec<i64>,
-    /// Sequences the journal shows started but not completed.
+    /// Sequences the journal shows started but neither completed nor
+    /// abandoned.
     pub unfinished_sequences: Vec<i64>,
+    /// Sequences recorded as abandoned, with the reason.
+    pub abandoned_sequences: Vec<(i64, String)>,
+    /// `(journal, tables)`: the highest sequence each records, when the
+    /// tables know more than the journal (`sluice doctor --repair` fixes it).
+    pub journal_behind: Option<(i64, i64)>,
     /// Entries in the staging root that are not part of the layout.
     pub foreign: Vec<PathBuf>,
 }
@@ -38,10 +55,11 @@ impl Diagnosis {
             && self.quarantined.is_empty()
             && self.pending_manifests.is_empty()
             && self.unfinished_sequences.is_empty()
+            && self.journal_behind.is_none()
     }
 }
 
-/// Diagnose the lake's default staging root.
+/// Diagnose the lake's default staging root and journal.
 pub async fn diagnose(lake: &Lake) -> Result<Diagnosis> {
     let root = staging::default_root(lake.root());
     let scan = staging::scan(&root, None)?;
@@ -49,7 +67,7 @@ pub async fn diagnose(lake: &Lake) -> Result<Diagnosis> {
         sealed: scan.sealed.len(),
         unsealed: scan.unsealed.into_iter().map(|r| r.path).collect(),
         foreign: scan.foreign,
-        pending_manifests: journal::read_manifests(&root)?.into_iter().map(|m| m.seq).collect(),
+        pending_manifests: manifest::read_all(&root)?.into_iter().map(|m| m.seq).collect(),
         ..Diagnosis::default()
     };
     let quarantine = root.join(QUARANTINE_DIR);
@@ -64,12 +82,96 @@ pub async fn diagnose(lake: &Lake) -> Result<Diagnosis> {
         }
     }
     out.quarantined.sort();
-    let entries = journal::read(lake).await?;
-    out.unfinished_sequences = entries
+    let journal = journal::read(lake.root(), None).await?;
+    out.unfinished_sequences = journal.unfinished().iter().map(|e| e.seq).collect();
+    out.abandoned_sequences = journal
+        .entries
         .iter()
-        .filter(|e| e.phase == Phase::Started)
-        .map(|e| e.seq)
-        .filter(|seq| !entries.iter().any(|e| e.seq == *seq && e.phase == Phase::Completed))
+        .filter(|e| e.phase() == Phase::Abandoned)
+        .map(|e| (e.seq, e.reason.clone().unwrap_or_default()))
         .collect();
+    let tables = journal::highest_table_seq(lake.root(), &lake.table_specs()).await?;
+    if let Some((seq, _)) = tables
+        && seq > journal.max_seq()
+    {
+        out.journal_behind = Some((journal.max_seq(), seq));
+    }
+    Ok(out)
+}
+
+/// What [`repair_journal`] wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalRepair {
+    /// Sequences given a `completed` row rebuilt from the tables.
+    pub rebuilt_completed: Vec<i64>,
+    /// Sequences given a `started` row (their manifest is on disk; the next
+    /// `recover` finishes them).
+    pub rebuilt_started: Vec<i64>,
+}
+
+/// Rebuild the journal rows of every sequence the tables record and the
+/// journal does not (creating the journal if it is missing). Holds the
+/// writer lock.
+pub async fn repair_journal(lake: &Lake) -> Result<JournalRepair> {
+    let _lock = WriterLock::wait(lake.root()).await?;
+    let specs = lake.table_specs();
+    table::ensure(lake.root(), &crate::lake::layout::commits_table()).await?;
+    let known = journal::read(lake.root(), None).await?;
+    let mut found: BTreeMap<String, Vec<TableSequenceCommit>> = BTreeMap::new();
+    for spec in journal::sequence_tables(&specs) {
+        if !table::is_table(&table::table_dir(lake.root(), spec)) {
+            continue;
+        }
+        for commit in journal::table_sequence_commits(lake.root(), spec).await? {
+            if known.of_token(&commit.token).next().is_none() {
+                found.entry(commit.token.clone()).or_default().push(commit);
+            }
+        }
+    }
+    let staging_root = staging::default_root(lake.root());
+    let manifests = manifest::read_all(&staging_root)?;
+    let heads = journal::versions(lake.root(), &specs).await?;
+    let mut sequences: Vec<(i64, String, Vec<TableSequenceCommit>)> = found
+        .into_iter()
+        .map(|(token, commits)| (commits.first().map_or(0, |c| c.seq), token, commits))
+        .collect();
+    sequences.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+    let mut out = JournalRepair::default();
+    for (seq, token, commits) in sequences {
+        let table_commits: BTreeMap<String, u64> =
+            commits.iter().map(|c| (c.table.clone(), c.version)).collect();
+        let pending =
+            manifests.iter().any(|m| m.token == token || (m.token.is_empty() && m.seq == seq));
+        let entry = if pending {
+            // Before-versions: just below its commits, the head elsewhere,
+            // so `recover` skips exactly the tables it reached.
+            let mut before = heads.clone();
+            for (t, v) in &table_commits {
+                before.insert(t.clone(), v.saturating_sub(1));
+            }
+            out.rebuilt_started.push(seq);
+            JournalEntry {
+                seq,
+                phase: Some(Phase::Started),
+                table_versions: before,
+                ..Default::default()
+            }
+        } else {
+            out.rebuilt_completed.push(seq);
+            JournalEntry {
+                seq,
+                phase: Some(Phase::Completed),
+                table_versions: table_commits.clone(),
+                table_commits,
+                reason: Some("rebuilt by `sluice doctor --repair` from the tables' commits".into()),
+                ..Default::default()
+            }
+        };
+        let entry = JournalEntry { token: token.clone(), owner: crate::host::owner(), ..entry };
+        journal::append(lake.root(), |j| {
+            Ok(j.of_token(&token).next().is_none().then(|| entry.clone()))
+        })
+        .await?;
+    }
     Ok(out)
 }

@@ -1,48 +1,83 @@
 //! Reading and validating one sealed run directory.
 //!
-//! A run directory is committed only if every check passes; otherwise it is
-//! quarantined with the reason, and the rest of the commit goes on:
+//! Staged files come from workers: processes that may be buggy, killed
+//! halfway or hostile. A run directory is committed only if every check
+//! passes; otherwise it is quarantined with the reason, and the rest of the
+//! commit goes on. Validation re-derives, it never trusts:
 //!
-//! 1. every file is a known table file and a readable Parquet file;
+//! 1. the directory and every entry in it are real (no symbolic links), every
+//!    file is a known table file and a readable Parquet file;
 //! 2. every file's columns are the table's columns, with the table's types,
 //!    and no nulls in required columns;
 //! 3. `executions.parquet` holds exactly one row, whose run id, step and
 //!    operation are those of the directory it sits in; every edge row names
 //!    the same run;
-//! 4. every content row's `artifact_id` equals the id recomputed from its
-//!    content (integrity), and content rows and index rows list the same
-//!    artifacts with the same types.
+//! 4. every staged artifact is rebuilt as a draft from its staged columns and
+//!    finalized with the same rules as [`Draft::finalize`]: the rebuilt
+//!    columns (canonical JSON, derived shape, validated names) and id must
+//!    equal the staged ones exactly;
+//! 5. the index lists exactly the run's artifacts, with the same type and
+//!    step as their content rows;
+//! 6. no binary value is larger than a Delta binary column can hold (2 GiB).
 //!
 //! Whether edges point at known artifacts needs the whole commit and the
-//! lake, so it is checked by the caller.
+//! lake, so it is checked by the caller. Batches are kept as read (never
+//! concatenated), and binary columns are read as 64-bit-offset arrays, so no
+//! size of staged data can overflow a 32-bit offset here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::Path;
+use std::sync::Arc;
 
-use deltalake::arrow::array::Array;
-use deltalake::arrow::compute::concat_batches;
-use deltalake::arrow::record_batch::{RecordBatch, RecordBatchReader};
-use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use deltalake::arrow::array::{Array, LargeBinaryArray};
+use deltalake::arrow::datatypes::{DataType, Field, Schema};
+use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::parquet::arrow::arrow_reader::{
+    ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
 
-use crate::artifact::ArtifactId;
-use crate::lake::layout::{self, TableKind, TableSpec};
+use crate::artifact::arrow_convert::read_value;
+use crate::artifact::{Artifact, Draft};
+use crate::lake::layout::{self, STEP_COLUMN, TableKind, TableSpec};
 use crate::registry::TypeRegistry;
 use crate::staging::{RunDir, SENTINEL};
-use crate::store::arrow_convert::read_value;
 use crate::store::rows::artifacts_from_batch;
+
+/// The largest binary value a Delta (Arrow `Binary`) column holds.
+pub const MAX_BINARY_VALUE: usize = i32::MAX as usize;
 
 /// A validated run directory, its rows by table.
 #[derive(Debug, Clone)]
 pub struct LoadedRun {
     /// Where it came from.
     pub dir: RunDir,
-    /// Staged rows, by table short name.
-    pub tables: BTreeMap<String, RecordBatch>,
+    /// Staged rows, by table short name, as read (binary columns as
+    /// `LargeBinary`; the committer conforms them to the table).
+    pub tables: BTreeMap<String, Vec<RecordBatch>>,
     /// Artifacts this run produced, with their type keys.
     pub artifacts: BTreeMap<String, String>,
     /// Artifact ids its edges refer to.
     pub referenced: BTreeSet<String>,
+}
+
+impl LoadedRun {
+    /// The staged execution's spec id and whether it succeeded.
+    pub fn execution_spec(&self) -> (String, bool) {
+        let empty = Vec::new();
+        let exec = self.tables.get(&layout::executions_table().name).unwrap_or(&empty);
+        let spec = values(exec, "execution_spec_id").pop().unwrap_or_default();
+        let success = exec.iter().find(|b| b.num_rows() > 0).and_then(|b| {
+            let column = b.column_by_name("success")?;
+            read_value("executions", column.as_ref(), 0).ok()?.as_bool()
+        });
+        (spec, success == Some(true))
+    }
+
+    /// Staged rows of one table.
+    pub fn rows(&self, table: &str) -> u64 {
+        self.tables.get(table).map_or(0, |b| b.iter().map(|b| b.num_rows() as u64).sum())
+    }
 }
 
 /// Why a run directory cannot be committed.
@@ -67,23 +102,36 @@ fn reject<T>(file: Option<&str>, reason: impl Into<String>) -> Result<T, Rejecti
     Err(Rejection { file: file.map(str::to_owned), reason: reason.into() })
 }
 
-fn read_parquet(path: &Path, name: &str) -> Result<RecordBatch, Rejection> {
+/// Read a staged Parquet file. Returns the file's own schema (for checking)
+/// and its batches, binary columns read as `LargeBinary`.
+fn read_parquet(path: &Path, name: &str) -> Result<(Arc<Schema>, Vec<RecordBatch>), Rejection> {
     let bad = |e: &dyn std::fmt::Display| Rejection {
         file: Some(name.into()),
         reason: format!("unreadable Parquet: {e}"),
     };
     let file = File::open(path).map_err(|e| bad(&e))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file.try_clone().map_err(|e| bad(&e))?)
+        .map_err(|e| bad(&e))?;
+    let declared = builder.schema().clone();
+    let wide: Vec<Field> = declared
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Binary => f.as_ref().clone().with_data_type(DataType::LargeBinary),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    let options = ArrowReaderOptions::new().with_schema(Arc::new(Schema::new(wide)));
+    let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(file, options)
         .map_err(|e| bad(&e))?
         .build()
         .map_err(|e| bad(&e))?;
-    let schema = reader.schema();
     let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(|e| bad(&e))?;
-    concat_batches(&schema, &batches).map_err(|e| bad(&e))
+    Ok((declared, batches))
 }
 
-fn check_schema(spec: &TableSpec, batch: &RecordBatch, file: &str) -> Result<(), Rejection> {
-    for field in batch.schema().fields() {
+fn check_schema(spec: &TableSpec, schema: &Schema, file: &str) -> Result<(), Rejection> {
+    for field in schema.fields() {
         let Some(column) = spec.columns.iter().find(|c| &c.name == field.name()) else {
             return reject(
                 Some(file),
@@ -104,28 +152,57 @@ fn check_schema(spec: &TableSpec, batch: &RecordBatch, file: &str) -> Result<(),
         }
     }
     for column in spec.columns.iter().filter(|c| !c.nullable) {
-        match batch.column_by_name(&column.name) {
-            None => {
-                return reject(Some(file), format!("required column `{}` is missing", column.name));
-            }
-            Some(a) if a.null_count() > 0 => {
-                return reject(
-                    Some(file),
-                    format!("required column `{}` holds nulls", column.name),
-                );
-            }
-            Some(_) => {}
+        if schema.field_with_name(&column.name).is_err() {
+            return reject(Some(file), format!("required column `{}` is missing", column.name));
         }
     }
     Ok(())
 }
 
-fn strings(batch: &RecordBatch, column: &str) -> Vec<String> {
-    batch.column_by_name(column).map_or_else(Vec::new, |a| {
-        (0..batch.num_rows())
-            .map(|i| read_value(a.as_ref(), i).as_str().unwrap_or_default().to_owned())
-            .collect()
-    })
+fn check_values(spec: &TableSpec, batches: &[RecordBatch], file: &str) -> Result<(), Rejection> {
+    for batch in batches {
+        for column in spec.columns.iter().filter(|c| !c.nullable) {
+            if batch.column_by_name(&column.name).is_some_and(|a| a.null_count() > 0) {
+                return reject(
+                    Some(file),
+                    format!("required column `{}` holds nulls", column.name),
+                );
+            }
+        }
+        for (i, field) in batch.schema().fields().iter().enumerate() {
+            let Some(values) = batch.column(i).as_any().downcast_ref::<LargeBinaryArray>() else {
+                continue;
+            };
+            if let Some(row) =
+                (0..values.len()).find(|&r| values.value_length(r) as usize > MAX_BINARY_VALUE)
+            {
+                return reject(
+                    Some(file),
+                    format!(
+                        "column `{}` row {row} holds {} bytes; a Delta binary value holds at most 2 GiB",
+                        field.name(),
+                        values.value_length(row)
+                    ),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The text values of a column over all batches (empty text for nulls;
+/// required columns were checked for nulls already).
+fn values(batches: &[RecordBatch], column: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for batch in batches {
+        let Ok(i) = batch.schema().index_of(column) else { continue };
+        let Ok(text) = crate::lake::scan::text_column(batch, i, column) else { continue };
+        out.extend(
+            (0..text.len())
+                .map(|r| if text.is_valid(r) { text.value(r).to_owned() } else { String::new() }),
+        );
+    }
+    out
 }
 
 /// Read and validate one sealed run directory.
@@ -134,50 +211,81 @@ pub fn load_run(
     tables: &[TableSpec],
     dir: &RunDir,
 ) -> Result<LoadedRun, Rejection> {
+    let mut loaded = LoadedRun {
+        dir: dir.clone(),
+        tables: read_files(tables, dir)?,
+        artifacts: BTreeMap::new(),
+        referenced: BTreeSet::new(),
+    };
+    let run_id = check_execution(&loaded)?;
+    loaded.referenced = check_edges(&loaded, &run_id)?;
+    let (artifacts, steps) = check_content(registry, &loaded)?;
+    loaded.artifacts = artifacts;
+    check_index(&loaded, &steps)?;
+    Ok(loaded)
+}
+
+/// Checks 1, 2 and 6: real files only, each a known table file and a
+/// readable Parquet file with the table's columns and types.
+fn read_files(
+    tables: &[TableSpec],
+    dir: &RunDir,
+) -> Result<BTreeMap<String, Vec<RecordBatch>>, Rejection> {
     let mut by_file: BTreeMap<String, &TableSpec> = BTreeMap::new();
     for spec in tables {
         if !matches!(spec.kind, TableKind::Steps | TableKind::Commits) {
             by_file.insert(format!("{}.parquet", spec.name), spec);
         }
     }
-    let entries = std::fs::read_dir(&dir.path)
-        .map_err(|e| Rejection { file: None, reason: format!("cannot list: {e}") })?;
-    let mut loaded = LoadedRun {
-        dir: dir.clone(),
-        tables: BTreeMap::new(),
-        artifacts: BTreeMap::new(),
-        referenced: BTreeSet::new(),
-    };
-    for entry in entries {
-        let entry =
-            entry.map_err(|e| Rejection { file: None, reason: format!("cannot list: {e}") })?;
+    let failed = |e: std::io::Error| Rejection { file: None, reason: format!("cannot list: {e}") };
+    let meta = std::fs::symlink_metadata(&dir.path).map_err(failed)?;
+    if !meta.is_dir() {
+        return reject(None, "the run directory is a symbolic link or not a directory");
+    }
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir.path).map_err(failed)? {
+        let entry = entry.map_err(failed)?;
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with('.') {
             continue; // a temporary file of an interrupted write; never part of the result
         }
+        let kind = entry.file_type().map_err(failed)?;
+        if !kind.is_file() {
+            return reject(Some(&name), "not a regular file (staging holds no links or folders)");
+        }
         let Some(spec) = by_file.get(&name) else {
             return reject(Some(&name), "unexpected file in a run directory");
         };
-        let batch = read_parquet(&entry.path(), &name)?;
-        check_schema(spec, &batch, &name)?;
-        loaded.tables.insert(spec.name.clone(), batch);
+        let (schema, batches) = read_parquet(&entry.path(), &name)?;
+        check_schema(spec, &schema, &name)?;
+        check_values(spec, &batches, &name)?;
+        out.insert(spec.name.clone(), batches);
     }
+    Ok(out)
+}
 
-    // The execution row names this directory.
+/// Check 3a: one execution row, naming this directory's run, step and
+/// operation. Returns the run id.
+fn check_execution(loaded: &LoadedRun) -> Result<String, Rejection> {
+    let dir = &loaded.dir;
     let executions = layout::executions_table();
     let Some(exec) = loaded.tables.get(&executions.name) else {
         return reject(Some(SENTINEL), "missing");
     };
-    if exec.num_rows() != 1 {
+    let rows = loaded.rows(&executions.name);
+    if rows != 1 {
         return reject(
             Some(SENTINEL),
-            format!("holds {} rows; a run directory holds one execution", exec.num_rows()),
+            format!("holds {rows} rows; a run directory holds one execution"),
         );
     }
-    let run_id = strings(exec, "execution_run_id").remove(0);
-    let operation = strings(exec, "operation_name").remove(0);
-    let step =
-        exec.column_by_name("origin_step_number").and_then(|a| read_value(a.as_ref(), 0).as_int());
+    let run_id = values(exec, "execution_run_id").remove(0);
+    let operation = values(exec, "operation_name").remove(0);
+    let step = exec
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .and_then(|b| b.column_by_name(STEP_COLUMN))
+        .and_then(|a| read_value(SENTINEL, a.as_ref(), 0).ok()?.as_int());
     if run_id != dir.run_id {
         return reject(
             Some(SENTINEL),
@@ -193,56 +301,99 @@ pub fn load_run(
             ),
         );
     }
+    Ok(run_id)
+}
+
+/// Check 3b: every edge row names this run. Returns the artifact ids the
+/// edges refer to.
+fn check_edges(loaded: &LoadedRun, run_id: &str) -> Result<BTreeSet<String>, Rejection> {
+    let mut referenced = BTreeSet::new();
     for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
-        if let Some(batch) = loaded.tables.get(&edges.name) {
-            if let Some(other) =
-                strings(batch, "execution_run_id").into_iter().find(|r| *r != run_id)
-            {
-                return reject(
-                    Some(&format!("{}.parquet", edges.name)),
-                    format!("edge of another run `{other}`"),
-                );
-            }
-            for column in ["artifact_id", "source_artifact_id", "target_artifact_id"] {
-                loaded.referenced.extend(strings(batch, column));
-            }
+        let Some(batches) = loaded.tables.get(&edges.name) else { continue };
+        if let Some(other) = values(batches, "execution_run_id").into_iter().find(|r| r != run_id) {
+            return reject(
+                Some(&format!("{}.parquet", edges.name)),
+                format!("edge of another run `{other}`"),
+            );
+        }
+        for column in ["artifact_id", "source_artifact_id", "target_artifact_id"] {
+            referenced.extend(values(batches, column));
         }
     }
+    Ok(referenced)
+}
 
-    // Content integrity: ids recomputed from content; index lists the same.
+/// Check 4: every staged artifact, rebuilt as a draft and finalized with the
+/// type's own rules, is exactly what was staged. Returns artifact id → type
+/// key, and artifact id → step.
+#[allow(clippy::type_complexity)]
+fn check_content(
+    registry: &TypeRegistry,
+    loaded: &LoadedRun,
+) -> Result<(BTreeMap<String, String>, BTreeMap<String, i32>), Rejection> {
+    let mut artifacts = BTreeMap::new();
+    let mut steps = BTreeMap::new();
     for descriptor in registry.descriptors() {
         let spec = TableSpec::content(descriptor);
-        let Some(batch) = loaded.tables.get(&spec.name) else { continue };
+        let Some(batches) = loaded.tables.get(&spec.name) else { continue };
         let file = format!("{}.parquet", spec.name);
+        let bad = |reason: String| Rejection { file: Some(file.clone()), reason };
         let columns: Vec<String> = descriptor.columns.iter().map(|c| c.name.clone()).collect();
-        let artifacts = artifacts_from_batch(&spec.name, &descriptor.key, &columns, batch)
-            .map_err(|e| Rejection { file: Some(file.clone()), reason: e.to_string() })?;
-        let imp = registry
-            .get(&descriptor.key)
-            .map_err(|e| Rejection { file: None, reason: e.to_string() })?;
-        for artifact in artifacts {
-            let bytes = imp
-                .identity_bytes(&artifact.fields)
-                .map_err(|e| Rejection { file: Some(file.clone()), reason: e.to_string() })?;
-            let computed = ArtifactId::compute(&descriptor.key, &bytes);
-            if computed != artifact.id {
-                return reject(
-                    Some(&file),
-                    format!(
-                        "artifact_id {} does not match its content (recomputed {computed})",
-                        artifact.id
-                    ),
-                );
+        for batch in batches {
+            let staged = artifacts_from_batch(&spec.name, &descriptor.key, &columns, batch)
+                .map_err(|e| bad(e.to_string()))?;
+            for artifact in staged {
+                rederive(registry, &artifact).map_err(bad)?;
+                steps.insert(artifact.id.to_hex(), artifact.origin_step_number);
+                artifacts.insert(artifact.id.to_hex(), descriptor.key.clone());
             }
-            loaded.artifacts.insert(artifact.id.to_hex(), descriptor.key.clone());
         }
     }
+    Ok((artifacts, steps))
+}
+
+/// Finalize a staged artifact again, from its staged columns, and compare.
+fn rederive(registry: &TypeRegistry, staged: &Artifact) -> Result<(), String> {
+    let mut draft = Draft::new(staged.type_key.clone(), staged.fields.clone())
+        .with_step(staged.origin_step_number)
+        .with_metadata(staged.metadata.clone());
+    if let Some(path) = &staged.external_path {
+        draft = draft.with_external_path(path.clone());
+    }
+    let rebuilt = draft
+        .finalize(registry)
+        .map_err(|e| format!("artifact {} does not validate: {e}", staged.id))?;
+    if let Some((column, value)) =
+        rebuilt.fields.iter().find(|(name, value)| staged.fields.get(*name) != Some(*value))
+    {
+        let shown = match value {
+            crate::artifact::FieldValue::Binary(b) => format!("{} bytes", b.len()),
+            other => format!("{:.80}", other.to_json().to_string()),
+        };
+        return Err(format!(
+            "artifact {}: column `{column}` is not what its type derives (expected {shown}); \
+             staged content must be canonical",
+            staged.id
+        ));
+    }
+    if rebuilt.id != staged.id {
+        return Err(format!(
+            "artifact_id {} does not match its content (recomputed {})",
+            staged.id, rebuilt.id
+        ));
+    }
+    Ok(())
+}
+
+/// Check 5: the index lists exactly the run's artifacts, with the type and
+/// step of their content rows.
+fn check_index(loaded: &LoadedRun, steps: &BTreeMap<String, i32>) -> Result<(), Rejection> {
     let index = layout::index_table();
-    let indexed: BTreeMap<String, String> = loaded
-        .tables
-        .get(&index.name)
-        .map(|b| strings(b, "artifact_id").into_iter().zip(strings(b, "artifact_type")).collect())
-        .unwrap_or_default();
+    let empty = Vec::new();
+    let batches = loaded.tables.get(&index.name).unwrap_or(&empty);
+    let ids = values(batches, "artifact_id");
+    let indexed: BTreeMap<String, String> =
+        ids.iter().cloned().zip(values(batches, "artifact_type")).collect();
     if indexed != loaded.artifacts {
         let missing: Vec<_> =
             loaded.artifacts.keys().filter(|k| !indexed.contains_key(*k)).take(3).collect();
@@ -255,5 +406,23 @@ pub fn load_run(
             ),
         );
     }
-    Ok(loaded)
+    let mut row = 0;
+    for batch in batches {
+        let Some(column) = batch.column_by_name(STEP_COLUMN) else { continue };
+        for r in 0..batch.num_rows() {
+            let step = read_value(&index.name, column.as_ref(), r).ok().and_then(|v| v.as_int());
+            let id = &ids[row];
+            if step != steps.get(id).map(|s| i64::from(*s)) {
+                return reject(
+                    Some("index.parquet"),
+                    format!(
+                        "artifact {id} is indexed at step {step:?} but its content row is at step {:?}",
+                        steps.get(id)
+                    ),
+                );
+            }
+            row += 1;
+        }
+    }
+    Ok(())
 }

@@ -1,47 +1,49 @@
 //! The committer: sealed staging → Delta tables, exactly once.
 //!
 //! ```text
-//!  recover leftover manifests ─▶ scan sealed dirs ─▶ per chunk (a sequence):
-//!    1 load + validate each run dir        (bad → quarantine, reason file)
-//!    2 check edges point at known artifacts (commit ∪ lake index)
-//!    3 write manifest {seq, runs}           (fsynced on shared fs)
-//!    4 journal: started(seq)
-//!    5 de-duplicate every table on its natural key, within the sequence
-//!      and against the lake
-//!    6 commit content tables → index → artifact_edges → execution_edges →
-//!      executions, one Delta transaction each, tagged txn(sluice-commit, seq);
-//!      a table already tagged ≥ seq is skipped (it committed before a crash)
-//!    7 journal: completed(seq, table versions)
-//!    8 remove the run dirs, then the manifest
+//!  check journal ─▶ recover (finish manifests, abandon orphans) ─▶ scan sealed dirs
+//!    ─▶ per chunk (≤ N runs, ≤ B staged bytes), one sequence:
+//!         load + validate ─▶ claim (journal) ─▶ manifest ─▶ commit tables ─▶ complete ─▶ clean
 //! ```
 //!
-//! A crash anywhere leaves either no manifest (nothing committed; the dirs
-//! are still sealed and get a new sequence) or a manifest whose sequence is
-//! finished by the next commit or `recover`: tables the sequence reached are
-//! skipped by their txn tag, the others committed. Running it any number of
-//! times gives the lake an uninterrupted commit would have given. If a table
-//! commit fails, the error names the table and the staging stays.
+//! Correctness rests on what Delta guarantees, never on a lock: every table
+//! commit — and every journal row — is made as exactly the version after
+//! the one its decision was based on (put-if-absent per version), so
+//!
+//! - a sequence number is claimed by exactly one committer;
+//! - de-duplication checks each key against the very version it commits on
+//!   top of, so no two writers both add a key;
+//! - a retry finds its own earlier table commits by the sequence's token and
+//!   skips only those.
+//!
+//! The writer lock (`_staging/.commit.lock`) is a courtesy that keeps two
+//! committers from doing the same work twice; two committers on hosts that
+//! do not share it still lose and duplicate nothing. See [`sequence`] for
+//! what a crash can interrupt and how `recover` continues from each phase.
 
 pub mod doctor;
-pub mod journal;
 mod load;
+pub mod manifest;
 mod quarantine;
+mod recovery;
 mod sequence;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::lake::Lake;
-use crate::lake::layout;
-use crate::lake::table;
-use crate::staging::{self, SyncPolicy};
+use crate::lake::{Lake, WriterLock, journal, layout, table};
+use crate::staging::{self, RunDir, SyncPolicy};
 
 pub use load::{LoadedRun, Rejection, load_run};
 pub use quarantine::{QUARANTINE_DIR, REASON_FILE};
 
-/// Default number of run directories per commit sequence: bounds memory.
+/// Default number of run directories per commit sequence.
 pub const DEFAULT_CHUNK: usize = 1000;
+
+/// Default staged bytes per commit sequence: with the run count, bounds a
+/// commit's memory (see [`CommitBuilder::with_chunk_bytes`]).
+pub const DEFAULT_CHUNK_BYTES: u64 = 256 << 20;
 
 /// What a commit did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -60,13 +62,16 @@ pub struct CommitReport {
     pub sequences: Vec<i64>,
     /// Sequences finished from a previous, interrupted commit.
     pub recovered: Vec<i64>,
+    /// Started sequences recorded as abandoned (their committer and
+    /// manifest are gone), with the reason.
+    pub abandoned: Vec<(i64, String)>,
     /// Wall time.
     pub duration: Duration,
 }
 
 impl CommitReport {
     fn absorb(&mut self, other: sequence::SequenceReport) {
-        self.runs_committed += other.runs;
+        self.runs_committed += other.runs + other.already_committed;
         self.quarantined.extend(other.quarantined);
         for (t, n) in other.rows_added {
             *self.rows_added.entry(t).or_default() += n;
@@ -80,15 +85,22 @@ impl CommitReport {
 /// Progress callback: (run dirs done, run dirs total).
 pub type Progress = Box<dyn Fn(usize, usize) + Send + Sync>;
 
-/// Commit sealed staging into the lake. Build it with [`Lake::commit`].
+/// Commit sealed staging into the lake. Build it with [`Lake::commit`] or
+/// [`Lake::recover`].
 #[must_use = "a commit does nothing until executed"]
 pub struct CommitBuilder<'a> {
     lake: &'a Lake,
     staging_root: PathBuf,
     step: Option<i32>,
     chunk: usize,
+    chunk_bytes: u64,
     sync: SyncPolicy,
     progress: Option<Progress>,
+    lock_wait: Option<Duration>,
+    recover_only: bool,
+    stale_after: Duration,
+    failpoint: Option<String>,
+    runs: Option<std::collections::HashSet<String>>,
 }
 
 impl std::fmt::Debug for CommitBuilder<'_> {
@@ -97,27 +109,38 @@ impl std::fmt::Debug for CommitBuilder<'_> {
             .field("staging_root", &self.staging_root)
             .field("step", &self.step)
             .field("chunk", &self.chunk)
+            .field("chunk_bytes", &self.chunk_bytes)
+            .field("recover_only", &self.recover_only)
             .finish()
     }
 }
 
 impl Lake {
-    /// Commit all sealed staging under the lake's staging root.
+    /// Commit all sealed staging under the lake's staging root (finishing
+    /// interrupted sequences first).
     pub fn commit(&self) -> CommitBuilder<'_> {
         CommitBuilder {
             lake: self,
             staging_root: staging::default_root(self.root()),
             step: None,
             chunk: DEFAULT_CHUNK,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
             sync: SyncPolicy::Detect,
             progress: None,
+            lock_wait: None,
+            recover_only: false,
+            stale_after: recovery::DEFAULT_STALE_AFTER,
+            failpoint: std::env::var("SLUICE_FAILPOINT").ok(),
+            runs: None,
         }
     }
 
-    /// Finish interrupted commit sequences and commit every sealed leftover
-    /// staging directory (the same path as [`Lake::commit`]).
+    /// Bring the lake to a consistent state after a crash: finish every
+    /// sequence that has a manifest, record started sequences that can never
+    /// finish as abandoned (so readers stop waiting for them), then commit
+    /// the sealed staging that crashed runs left behind.
     pub fn recover(&self) -> CommitBuilder<'_> {
-        self.commit()
+        CommitBuilder { recover_only: true, ..self.commit() }
     }
 }
 
@@ -134,10 +157,28 @@ impl<'a> CommitBuilder<'a> {
         self
     }
 
+    /// Only commit these runs' staging (interrupted sequences are always
+    /// finished). A pipeline step commits exactly the units it dispatched:
+    /// staging of anything else — a worker of a dead orchestrator that
+    /// finished late, another pipeline — is left to `recover`.
+    pub fn with_runs(mut self, runs: Option<std::collections::HashSet<String>>) -> Self {
+        self.runs = runs;
+        self
+    }
+
     /// Run directories per sequence (default 1000). Larger means fewer Delta
-    /// commits and more memory; memory is bounded by one chunk's rows.
+    /// commits and more memory.
     pub fn with_chunk_size(mut self, chunk: usize) -> Self {
         self.chunk = chunk.max(1);
+        self
+    }
+
+    /// Staged bytes (Parquet file sizes) per sequence (default 256 MiB).
+    /// A commit holds one sequence's rows in memory: about this many bytes
+    /// times their Parquet compression ratio, or one run directory if a
+    /// single one is larger.
+    pub fn with_chunk_bytes(mut self, bytes: u64) -> Self {
+        self.chunk_bytes = bytes.max(1);
         self
     }
 
@@ -153,123 +194,161 @@ impl<'a> CommitBuilder<'a> {
         self
     }
 
+    /// Wait at most this long for the writer lock (default: as long as it
+    /// takes), then fail naming its holder.
+    pub fn with_lock_wait(mut self, wait: Option<Duration>) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    /// How old a started sequence of another host must be before `recover`
+    /// records it as abandoned (default 1 hour). Sequences of this host are
+    /// abandoned as soon as their process is gone.
+    pub fn with_stale_after(mut self, age: Duration) -> Self {
+        self.stale_after = age;
+        self
+    }
+
+    /// Fault injection for tests: `commit:<table>` makes that table's commit
+    /// fail, as a Delta error would, after every table before it. Also set
+    /// by the `SLUICE_FAILPOINT` environment variable.
+    #[doc(hidden)]
+    pub fn with_failpoint(mut self, point: Option<String>) -> Self {
+        self.failpoint = point;
+        self
+    }
+
     /// Run the commit.
     pub async fn execute(self) -> Result<CommitReport> {
         let started = Instant::now();
         let root = self.staging_root.clone();
         std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
-        let _lock = CommitLock::wait(&root).await?;
+        let _lock = WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?;
+        let specs = self.lake.table_specs();
         // `Lake::open` reconciled the tables that exist; create the missing
-        // ones (e.g. the journal of a lake made before it existed).
-        for spec in self.lake.table_specs() {
-            if !table::is_table(&table::table_dir(self.lake.root(), &spec)) {
-                table::ensure(self.lake.root(), &spec).await?;
+        // ones (e.g. the journal of a lake made before it existed). The
+        // check below notices a journal recreated this way.
+        for spec in &specs {
+            if !table::is_table(&table::table_dir(self.lake.root(), spec)) {
+                table::ensure(self.lake.root(), spec).await?;
             }
         }
-        let sync = self.sync.should_sync(&root);
+        let tables_seq =
+            journal::highest_table_seq(self.lake.root(), &specs).await?.map_or(0, |(seq, _)| seq);
+        let existing = journal::read(self.lake.root(), None).await?;
+        sequence::check_journal(existing.max_seq(), tables_seq)?;
+        let ctx = sequence::Context {
+            lake: self.lake,
+            staging_root: &root,
+            sync: self.sync.should_sync(&root),
+            tables_seq,
+            failpoint: self.failpoint.clone(),
+        };
         let mut report = CommitReport::default();
-        let ctx = sequence::Context { lake: self.lake, staging_root: &root, sync };
+        recovery::recover(&ctx, &existing, self.stale_after, &mut report).await?;
+        self.commit_sealed(&ctx, &mut report).await?;
+        report.duration = started.elapsed();
+        Ok(report)
+    }
 
-        // 1. Finish what an interrupted commit started.
-        let mut max_seq = 0;
-        let entries = journal::read(self.lake).await?;
-        for manifest in journal::read_manifests(&root)? {
-            max_seq = max_seq.max(manifest.seq);
-            let seq = manifest.seq;
-            let done = entries.iter().any(|e| e.seq == seq && e.phase == journal::Phase::Completed);
-            let out = sequence::finish(&ctx, manifest, done).await?;
-            report.absorb(out);
-            report.recovered.push(seq);
-        }
-        max_seq = max_seq.max(entries.iter().map(|e| e.seq).max().unwrap_or(0));
-
-        // 2. Commit sealed staging, one sequence per chunk.
-        let scan = staging::scan(&root, self.step)?;
+    /// Commit sealed staging, one sequence per chunk.
+    async fn commit_sealed(
+        &self,
+        ctx: &sequence::Context<'_>,
+        report: &mut CommitReport,
+    ) -> Result<()> {
+        let scan = staging::scan(ctx.staging_root, self.step)?;
         report.unsealed = scan.unsealed.iter().map(|r| r.path.clone()).collect();
-        if !scan.unsealed.is_empty() {
+        if !scan.unsealed.is_empty() && !self.recover_only {
             tracing::warn!(
                 count = scan.unsealed.len(),
                 "staged runs without a sentinel were skipped"
             );
         }
-        let total = scan.sealed.len();
+        let sealed: Vec<RunDir> = match &self.runs {
+            Some(runs) => scan.sealed.into_iter().filter(|r| runs.contains(&r.run_id)).collect(),
+            None => scan.sealed,
+        };
+        let total = sealed.len();
         let mut done = 0;
-        for chunk in scan.sealed.chunks(self.chunk) {
-            max_seq += 1;
-            let out = sequence::run(&ctx, max_seq, chunk.to_vec()).await?;
-            if out.runs > 0 {
-                report.sequences.push(max_seq);
+        for chunk in chunks(sealed, self.chunk, self.chunk_bytes) {
+            let size = chunk.len();
+            let loaded = sequence::Loaded::load(ctx, chunk).await?;
+            if !loaded.is_empty() {
+                let claimed = loaded.claim(ctx).await?;
+                let seq = claimed.seq();
+                report.absorb(claimed.finish(ctx).await?);
+                report.sequences.push(seq);
+            } else {
+                report.absorb(loaded.into_report());
             }
-            report.absorb(out);
-            done += chunk.len();
+            done += size;
             if let Some(progress) = &self.progress {
                 progress(done, total);
             }
         }
-        report.duration = started.elapsed();
-        Ok(report)
+        Ok(())
     }
 }
 
-/// One lake writer at a time: an exclusive advisory lock on
-/// `<lake>/_staging/.commit.lock`, released by the OS if the holder dies.
-/// Commits and direct puts wait for it; a waiting writer logs why.
-pub(crate) struct CommitLock(std::fs::File);
-
-impl CommitLock {
-    fn open(root: &std::path::Path) -> Result<(std::fs::File, PathBuf)> {
-        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-        let path = root.join(".commit.lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::io(&path, e))?;
-        Ok((file, path))
-    }
-
-    /// Wait until the lock is free, polling without blocking the runtime.
-    pub(crate) async fn wait(root: &std::path::Path) -> Result<Self> {
-        let (file, path) = Self::open(root)?;
-        let mut told = false;
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(CommitLock(file)),
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    if !told {
-                        tracing::info!(lock = %path.display(), "another writer holds the lake; waiting");
-                        told = true;
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-                Err(std::fs::TryLockError::Error(e)) => return Err(Error::io(path, e)),
-            }
+/// Cut sealed runs into chunks of at most `runs` directories and `bytes`
+/// staged bytes (a directory larger than `bytes` is a chunk of its own).
+fn chunks(sealed: Vec<RunDir>, runs: usize, bytes: u64) -> Vec<Vec<RunDir>> {
+    let mut out: Vec<Vec<RunDir>> = Vec::new();
+    let mut current: Vec<RunDir> = Vec::new();
+    let mut current_bytes = 0u64;
+    for run in sealed {
+        let size = dir_bytes(&run.path);
+        if !current.is_empty() && (current.len() >= runs || current_bytes + size > bytes) {
+            out.push(std::mem::take(&mut current));
+            current_bytes = 0;
         }
+        current_bytes += size;
+        current.push(run);
     }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
 }
 
-impl Drop for CommitLock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
-    }
+/// Bytes of the regular files directly in a directory.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
-/// Natural-key columns of a table, for de-duplication.
-pub fn natural_key(kind: &layout::TableKind) -> &'static [&'static str] {
-    use layout::TableKind::*;
-    match kind {
-        Content(_) | Index => &["artifact_id"],
-        Executions => &["execution_run_id"],
-        ExecutionEdges => &["execution_run_id", "direction", "role", "artifact_id"],
-        ArtifactEdges => &[
-            "execution_run_id",
-            "source_artifact_id",
-            "target_artifact_id",
-            "source_role",
-            "target_role",
-        ],
-        Steps => &["step_run_id", "status", "timestamp"],
-        Commits => &["commit_seq", "phase"],
+/// The manifest file of a sequence (for tests and tools that inspect staging).
+pub fn manifest_path(staging_root: &std::path::Path, seq: i64) -> PathBuf {
+    layout::manifest_file(staging_root, seq)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_respect_runs_and_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs: Vec<RunDir> = (0..5)
+            .map(|i| {
+                let path = dir.path().join(format!("r{i}"));
+                std::fs::create_dir_all(&path).unwrap();
+                std::fs::write(path.join("f"), vec![0u8; if i == 2 { 5000 } else { 100 }]).unwrap();
+                RunDir { step: 1, operation: "op".into(), run_id: format!("r{i}"), path }
+            })
+            .collect();
+        let sizes = |c: Vec<Vec<RunDir>>| c.iter().map(Vec::len).collect::<Vec<_>>();
+        assert_eq!(sizes(chunks(runs.clone(), 2, u64::MAX)), vec![2, 2, 1]);
+        // The 5000-byte run is alone; small ones share up to 300 bytes.
+        assert_eq!(sizes(chunks(runs, 10, 300)), vec![2, 1, 2]);
     }
 }

@@ -30,7 +30,27 @@ pub fn quarantine(staging_root: &Path, run: &RunDir, reason: &str) -> Result<Pat
 }
 
 /// Remove a committed run directory and its shard directories once empty.
-pub fn remove_run(run: &RunDir) -> Result<()> {
+/// Only a real directory inside the staging root is ever removed: a path
+/// that escapes it, or a symbolic link, is an error.
+pub fn remove_run(staging_root: &Path, run: &RunDir) -> Result<()> {
+    if !run.path.starts_with(staging_root)
+        || run.path.components().any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(Error::InvalidInput(format!(
+            "{}: not a run directory under the staging root {}; refusing to remove it",
+            run.path.display(),
+            staging_root.display()
+        )));
+    }
+    match std::fs::symlink_metadata(&run.path) {
+        Ok(meta) if !meta.is_dir() => {
+            return Err(Error::InvalidInput(format!(
+                "{}: a staged run is a symbolic link or a file; refusing to remove it",
+                run.path.display()
+            )));
+        }
+        _ => {}
+    }
     match std::fs::remove_dir_all(&run.path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -39,7 +59,7 @@ pub fn remove_run(run: &RunDir) -> Result<()> {
     // Shard directories are shared; removing one that is not empty fails, harmlessly.
     let mut parent = run.path.parent();
     for _ in 0..2 {
-        if let Some(p) = parent {
+        if let Some(p) = parent.filter(|p| p.starts_with(staging_root) && *p != staging_root) {
             let _ = std::fs::remove_dir(p);
             parent = p.parent();
         }

@@ -1,140 +1,419 @@
-//! One commit sequence: validate, de-duplicate, commit every table in order.
+//! One commit sequence, phase by phase.
+//!
+//! ```text
+//!  load ─▶ claim ─▶ manifest ─▶ commit tables ─▶ complete ─▶ clean
+//! ```
+//!
+//! What is durable after each phase, and what `recover` does from there:
+//!
+//! - **load** (`Loaded`): nothing written. Bad run directories are in
+//!   quarantine; the rest are still sealed in staging. A crash: the next
+//!   commit loads them again.
+//! - **claim**: the journal holds `started(seq, token, versions before)`.
+//!   The number was computed from the journal version the row is committed
+//!   on top of, so no two sequences share it. A crash now leaves a started
+//!   row with no manifest: `recover` records it `abandoned` once its
+//!   committer is gone (no table was touched); its runs are still sealed.
+//! - **manifest** (`Claimed`): `_staging/.commits/{seq}.json` lists the
+//!   sequence's run directories and token. From here on, `recover` finishes
+//!   the sequence from the manifest.
+//! - **commit tables**: content tables → index → artifact_edges →
+//!   execution_edges → executions, one de-duplicating Delta commit each (see
+//!   [`crate::lake::append`]), tagged with the sequence number and token. A
+//!   table that already holds a commit with this token (after the version the
+//!   started row recorded) is skipped: that is the only evidence a finish
+//!   accepts, never a number compared with another.
+//! - **complete**: the journal holds `completed(seq, token, versions after,
+//!   each table commit's version)`. Readers now see the whole sequence.
+//! - **clean**: run directories, then the manifest, are removed.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
-use deltalake::arrow::array::{Array, ArrayRef, BooleanArray, new_null_array};
-use deltalake::arrow::compute::{cast, concat_batches, filter_record_batch};
+use deltalake::arrow::array::{Array, ArrayRef, LargeBinaryArray, new_null_array};
+use deltalake::arrow::compute::cast;
 use deltalake::arrow::datatypes::SchemaRef;
 use deltalake::arrow::record_batch::RecordBatch;
-use deltalake::kernel::Transaction;
-use deltalake::kernel::transaction::CommitProperties;
 
-use super::journal::{self, JournalEntry, Manifest, Phase, TXN_APP_ID};
-use super::load::{LoadedRun, load_run};
-use super::natural_key;
+use super::load::{LoadedRun, Rejection, load_run};
+use super::manifest::{self, Manifest};
 use super::quarantine::{quarantine, remove_run};
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
-use crate::lake::layout::{self, TableKind};
+use crate::lake::append::{Append, Dedup};
+use crate::lake::journal::{self, JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
+use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::table;
-use crate::query::scan;
 use crate::staging::RunDir;
-use crate::staging::paths::parse_step_dir;
-use crate::store::arrow_convert::read_value;
 
+/// What every sequence of one commit shares.
 pub(super) struct Context<'a> {
     pub lake: &'a Lake,
     pub staging_root: &'a Path,
     pub sync: bool,
+    /// The highest sequence number the tables record, checked against the
+    /// journal before every claim.
+    pub tables_seq: i64,
+    /// `commit:<table>`: fail that table's commit (tests).
+    pub failpoint: Option<String>,
 }
 
+/// What one sequence did.
 #[derive(Debug, Default)]
 pub(super) struct SequenceReport {
     pub runs: usize,
+    /// Staged runs found already committed (their staging was removed).
+    pub already_committed: usize,
     pub quarantined: Vec<(PathBuf, String)>,
     pub rows_added: BTreeMap<String, u64>,
     pub rows_deduplicated: BTreeMap<String, u64>,
 }
 
-/// Commit a fresh chunk of sealed run directories as sequence `seq`.
-pub(super) async fn run(ctx: &Context<'_>, seq: i64, runs: Vec<RunDir>) -> Result<SequenceReport> {
-    let mut report = SequenceReport::default();
-    let loaded = load_valid(ctx, runs, &mut report).await?;
-    if loaded.is_empty() {
-        return Ok(report);
-    }
-    let manifest = Manifest {
-        seq,
-        runs: loaded.iter().map(|r| relative(ctx.staging_root, &r.dir.path)).collect(),
-    };
-    journal::write_manifest(ctx.staging_root, &manifest, ctx.sync)?;
-    commit_loaded(ctx, seq, loaded, report, false).await
+/// Runs loaded and validated; nothing written yet.
+pub(super) struct Loaded {
+    runs: Vec<LoadedRun>,
+    report: SequenceReport,
 }
 
-/// Finish a sequence found in a manifest left by an interrupted commit.
-pub(super) async fn finish(
-    ctx: &Context<'_>,
-    manifest: Manifest,
-    completed: bool,
-) -> Result<SequenceReport> {
-    let mut report = SequenceReport::default();
-    let runs: Vec<RunDir> = manifest
-        .runs
-        .iter()
-        .filter_map(|p| run_dir_from(ctx.staging_root, p))
-        .filter(|r| r.path.is_dir())
-        .collect();
-    if completed {
-        // Everything committed; only the clean-up was interrupted.
-        for run in &runs {
-            remove_run(run)?;
-        }
-        journal::remove_manifest(ctx.staging_root, manifest.seq)?;
-        return Ok(report);
-    }
-    tracing::info!(
-        seq = manifest.seq,
-        runs = runs.len(),
-        "finishing an interrupted commit sequence"
-    );
-    let loaded = load_valid(ctx, runs, &mut report).await?;
-    commit_loaded(ctx, manifest.seq, loaded, report, true).await
+/// A sequence that owns a number and a token, with its manifest on disk.
+pub(super) struct Claimed {
+    seq: i64,
+    token: String,
+    /// Every table's version before the sequence.
+    before: BTreeMap<String, u64>,
+    runs: Vec<LoadedRun>,
+    report: SequenceReport,
 }
 
-fn relative(root: &Path, path: &Path) -> PathBuf {
-    path.strip_prefix(root).map(Path::to_path_buf).unwrap_or_else(|_| path.to_path_buf())
-}
-
-fn run_dir_from(root: &Path, relative: &Path) -> Option<RunDir> {
-    let parts: Vec<&str> = relative.iter().filter_map(|c| c.to_str()).collect();
-    let [step_dir, _, _, run_id] = parts.as_slice() else { return None };
-    let (step, operation) = parse_step_dir(step_dir)?;
-    Some(RunDir {
-        step,
-        operation: operation.to_owned(),
-        run_id: (*run_id).to_owned(),
-        path: root.join(relative),
-    })
-}
-
-/// Load and validate runs; quarantine every run that fails, including runs
-/// whose edges point at artifacts neither the commit nor the lake holds.
-async fn load_valid(
-    ctx: &Context<'_>,
-    runs: Vec<RunDir>,
-    report: &mut SequenceReport,
-) -> Result<Vec<LoadedRun>> {
-    let registry = ctx.lake.registry().clone();
-    let specs = ctx.lake.table_specs();
-    let results = tokio::task::spawn_blocking(move || load_parallel(&registry, &specs, runs))
-        .await
-        .map_err(|e| Error::Internal(format!("loading staged runs: {e}")))?;
-    let mut loaded = Vec::with_capacity(results.len());
-    for (result, dir) in results {
-        match result {
-            Ok(run) => loaded.push(run),
-            Err(rejection) => {
-                let to = quarantine(ctx.staging_root, &dir, &rejection.to_string())?;
-                report.quarantined.push((to, rejection.to_string()));
+impl Loaded {
+    /// Load and validate run directories on all cores; quarantine every run
+    /// that fails, including runs whose edges point at artifacts neither the
+    /// commit nor the lake holds.
+    pub(super) async fn load(ctx: &Context<'_>, dirs: Vec<RunDir>) -> Result<Loaded> {
+        let mut report = SequenceReport::default();
+        let registry = ctx.lake.registry().clone();
+        let specs = ctx.lake.table_specs();
+        let results = tokio::task::spawn_blocking(move || load_parallel(&registry, &specs, dirs))
+            .await
+            .map_err(|e| Error::task("loading staged runs", e))?;
+        let mut runs = Vec::with_capacity(results.len());
+        for (result, dir) in results {
+            match result {
+                Ok(run) => runs.push(run),
+                Err(rejection) => {
+                    reject_run(ctx, &dir, &rejection.to_string(), &mut report).await?
+                }
             }
         }
+        let clock = std::time::Instant::now();
+        drop_committed(ctx, &mut runs, &mut report).await?;
+        let committed_ms = clock.elapsed().as_millis() as u64;
+        drop_orphan_edges(ctx, &mut runs, &mut report).await?;
+        tracing::debug!(
+            runs = runs.len(),
+            committed_ms,
+            edges_ms = clock.elapsed().as_millis() as u64 - committed_ms,
+            "loaded and checked"
+        );
+        Ok(Loaded { runs, report })
     }
 
-    // Edges must point at artifacts in this commit or in the lake. Removing a
-    // run can orphan another's edges, so repeat until nothing changes.
+    /// Whether nothing is left to commit.
+    pub(super) fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// What loading did (quarantined runs), when nothing is committed.
+    pub(super) fn into_report(self) -> SequenceReport {
+        self.report
+    }
+
+    /// Claim a sequence number in the journal, then write the manifest.
+    pub(super) async fn claim(self, ctx: &Context<'_>) -> Result<Claimed> {
+        let root = ctx.lake.root();
+        let specs = ctx.lake.table_specs();
+        let before = journal::versions(root, &specs).await?;
+        let token = crate::host::unique_id();
+        let owner = crate::host::owner();
+        let tables_seq = ctx.tables_seq;
+        let run_count = self.runs.len() as i64;
+        let claimed = journal::append(root, |j| {
+            check_journal(j.max_seq(), tables_seq)?;
+            Ok(Some(JournalEntry {
+                seq: j.max_seq().max(tables_seq) + 1,
+                phase: Some(Phase::Started),
+                run_count,
+                table_versions: before.clone(),
+                token: token.clone(),
+                owner: owner.clone(),
+                ..JournalEntry::default()
+            }))
+        })
+        .await?
+        .ok_or_else(|| Error::Internal("the journal claim wrote nothing".into()))?;
+        let manifest = Manifest {
+            seq: claimed.seq,
+            token: token.clone(),
+            runs: self
+                .runs
+                .iter()
+                .map(|r| manifest::relative(ctx.staging_root, &r.dir.path))
+                .collect(),
+        };
+        manifest::write(ctx.staging_root, &manifest, ctx.sync)?;
+        Ok(Claimed { seq: claimed.seq, token, before, runs: self.runs, report: self.report })
+    }
+
+    /// Resume a sequence that has a manifest and a `started` row.
+    pub(super) fn resume(self, started: &JournalEntry) -> Claimed {
+        Claimed {
+            seq: started.seq,
+            token: started.token.clone(),
+            before: started.table_versions.clone(),
+            runs: self.runs,
+            report: self.report,
+        }
+    }
+}
+
+/// The journal must know every sequence the tables record.
+pub(super) fn check_journal(journal_seq: i64, tables_seq: i64) -> Result<()> {
+    if tables_seq > journal_seq {
+        return Err(Error::JournalBehind { journal: journal_seq, tables: tables_seq });
+    }
+    Ok(())
+}
+
+impl Claimed {
+    /// The sequence number.
+    pub(super) fn seq(&self) -> i64 {
+        self.seq
+    }
+
+    /// Commit every table, complete the journal, clean staging.
+    pub(super) async fn finish(mut self, ctx: &Context<'_>) -> Result<SequenceReport> {
+        let clock = std::time::Instant::now();
+        let commits = self.commit_tables(ctx).await?;
+        let tables_ms = clock.elapsed().as_millis() as u64;
+        self.complete(ctx, commits).await?;
+        self.clean(ctx)?;
+        tracing::debug!(
+            seq = self.seq,
+            runs = self.runs.len(),
+            tables_ms,
+            total_ms = clock.elapsed().as_millis() as u64,
+            "sequence finished"
+        );
+        self.report.runs = self.runs.len();
+        Ok(self.report)
+    }
+
+    /// Commit every table of the sequence, in order. Returns the version of
+    /// each table commit the sequence made (or found by its token).
+    async fn commit_tables(&mut self, ctx: &Context<'_>) -> Result<BTreeMap<String, u64>> {
+        let lake = ctx.lake;
+        let mut commits = BTreeMap::new();
+        let mut content_present: Vec<(TableSpec, BTreeSet<String>)> = Vec::new();
+        for spec in lake.table_specs() {
+            if matches!(spec.kind, TableKind::Steps | TableKind::Commits) {
+                continue;
+            }
+            failpoint(ctx.failpoint.as_deref(), &spec.name)?;
+            let handle = table::open(lake.root(), &spec).await?;
+            let schema = table::arrow_schema(&handle, &spec)?;
+            let mut batches = Vec::new();
+            for run in &self.runs {
+                for batch in run.tables.get(&spec.name).into_iter().flatten() {
+                    batches.extend(conform(batch, &schema, &spec.name)?);
+                }
+            }
+            if spec.kind == TableKind::Index {
+                batches = crate::store::repoint_to_content(
+                    lake,
+                    &handle,
+                    &spec,
+                    batches,
+                    &content_present,
+                )
+                .await?;
+            }
+            let since = self.before.get(&spec.name).copied().unwrap_or_default();
+            let clock = std::time::Instant::now();
+            let appended = Append::new(lake.root(), &spec, batches)
+                .with_app_transaction(TXN_APP_ID, self.seq)
+                .with_metadata(SEQ_KEY, serde_json::json!(self.seq))
+                .with_token(self.token.clone(), since)
+                .execute()
+                .await?;
+            tracing::debug!(
+                seq = self.seq, table = %spec.name, rows = appended.rows_added,
+                skipped = appended.rows_skipped, ms = clock.elapsed().as_millis() as u64,
+                "table committed"
+            );
+            if let Some(version) = appended.committed {
+                commits.insert(spec.name.clone(), version);
+            }
+            self.report.rows_added.insert(spec.name.clone(), appended.rows_added);
+            self.report.rows_deduplicated.insert(spec.name.clone(), appended.rows_skipped);
+            if matches!(spec.kind, TableKind::Content(_)) {
+                content_present.push((spec.clone(), appended.present_keys));
+            }
+        }
+        Ok(commits)
+    }
+
+    /// Record `completed` (once, whoever finishes the sequence).
+    async fn complete(&self, ctx: &Context<'_>, commits: BTreeMap<String, u64>) -> Result<()> {
+        let specs = ctx.lake.table_specs();
+        let after = journal::versions(ctx.lake.root(), &specs).await?;
+        let entry = JournalEntry {
+            seq: self.seq,
+            phase: Some(Phase::Completed),
+            run_count: self.runs.len() as i64,
+            table_versions: after,
+            table_commits: commits,
+            rows_added: self.report.rows_added.clone(),
+            token: self.token.clone(),
+            owner: crate::host::owner(),
+            ..JournalEntry::default()
+        };
+        journal::append(ctx.lake.root(), |j| {
+            Ok((!j.has(&self.token, Phase::Completed)).then(|| entry.clone()))
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Remove the committed run directories, then the manifest.
+    fn clean(&self, ctx: &Context<'_>) -> Result<()> {
+        for run in &self.runs {
+            remove_run(ctx.staging_root, &run.dir)?;
+        }
+        manifest::remove(ctx.staging_root, self.seq)
+    }
+}
+
+/// A run that cannot be committed goes to quarantine with its reason —
+/// unless it vanished or was committed meanwhile (another committer took it:
+/// possible only when the writer lock is not shared), which is no fault.
+async fn reject_run(
+    ctx: &Context<'_>,
+    dir: &RunDir,
+    reason: &str,
+    report: &mut SequenceReport,
+) -> Result<()> {
+    if std::fs::symlink_metadata(&dir.path).is_err() {
+        tracing::info!(run = %dir.run_id, "a staged run vanished while loading (committed elsewhere)");
+        return Ok(());
+    }
+    if run_committed(ctx.lake, &dir.run_id).await? {
+        tracing::info!(run = %dir.run_id, "a staged run was committed meanwhile; removing it");
+        return remove_run(ctx.staging_root, dir);
+    }
+    let to = quarantine(ctx.staging_root, dir, reason)?;
+    report.quarantined.push((to, reason.to_owned()));
+    Ok(())
+}
+
+/// Runs that must not be committed again, removed from staging:
+///
+/// - a run whose execution row the lake already holds: staging of it now is
+///   a copy, or the late result of a unit already recorded (a SLURM task
+///   declared lost) — never content without its execution;
+/// - a successful run of a spec that already succeeded (in the lake, or
+///   earlier in this chunk): the late result of a worker whose orchestrator
+///   died, finishing after a rerun did the same work. A spec succeeds once.
+async fn drop_committed(
+    ctx: &Context<'_>,
+    runs: &mut Vec<LoadedRun>,
+    report: &mut SequenceReport,
+) -> Result<()> {
+    let spec = layout::executions_table();
+    if runs.is_empty() || !table::is_table(&table::table_dir(ctx.lake.root(), &spec)) {
+        return Ok(());
+    }
+    let handle = table::open(ctx.lake.root(), &spec).await?;
+    let ids: BTreeSet<String> = runs.iter().map(|r| r.dir.run_id.clone()).collect();
+    let committed =
+        crate::lake::append::present_keys(ctx.lake.root(), &handle, &spec, Dedup::RunId, &ids)
+            .await?;
+    let mut succeeded = succeeded_specs(&handle, &spec, runs).await?;
+    let mut kept = Vec::with_capacity(runs.len());
+    for run in runs.drain(..) {
+        let (spec_id, success) = run.execution_spec();
+        let repeat = success && !succeeded.insert(spec_id.clone());
+        if committed.contains(&run.dir.run_id) || repeat {
+            tracing::info!(
+                run = %run.dir.run_id, spec = %spec_id, repeat,
+                "staged run already committed (or its spec already succeeded); its staging is removed"
+            );
+            remove_run(ctx.staging_root, &run.dir)?;
+            report.already_committed += 1;
+        } else {
+            kept.push(run);
+        }
+    }
+    *runs = kept;
+    Ok(())
+}
+
+/// Which specs of these runs' successful executions already succeeded in
+/// the lake (reads only the runs' step partitions).
+async fn succeeded_specs(
+    handle: &deltalake::DeltaTable,
+    spec: &TableSpec,
+    runs: &[LoadedRun],
+) -> Result<BTreeSet<String>> {
+    use crate::lake::scan::{self, Select};
+    let specs: BTreeSet<String> = runs
+        .iter()
+        .map(LoadedRun::execution_spec)
+        .filter(|(_, success)| *success)
+        .map(|(s, _)| s)
+        .collect();
+    let steps: BTreeSet<i32> = runs.iter().map(|r| r.dir.step).collect();
+    let mut out = BTreeSet::new();
+    let specs: Vec<String> = specs.into_iter().collect();
+    for chunk in specs.chunks(scan::IN_LIST_CHUNK) {
+        let filter = scan::in_list(layout::STEP_COLUMN, steps.iter().copied())
+            .and(scan::column("success"))
+            .and(scan::in_list("execution_spec_id", chunk.iter().map(String::as_str)));
+        let select = Select::columns(vec![scan::column("execution_spec_id")]).filter(filter);
+        out.extend(select.strings(handle, &spec.name).await?);
+    }
+    Ok(out)
+}
+
+async fn run_committed(lake: &Lake, run_id: &str) -> Result<bool> {
+    let spec = layout::executions_table();
+    if !table::is_table(&table::table_dir(lake.root(), &spec)) {
+        return Ok(false);
+    }
+    let handle = table::open(lake.root(), &spec).await?;
+    let wanted = BTreeSet::from([run_id.to_owned()]);
+    let found =
+        crate::lake::append::present_keys(lake.root(), &handle, &spec, Dedup::RunId, &wanted)
+            .await?;
+    Ok(!found.is_empty())
+}
+
+/// Edges must point at artifacts in this commit or in the lake. Removing a
+/// run can orphan another's edges, so repeat until nothing changes.
+async fn drop_orphan_edges(
+    ctx: &Context<'_>,
+    runs: &mut Vec<LoadedRun>,
+    report: &mut SequenceReport,
+) -> Result<()> {
     let mut known_in_lake: BTreeSet<String> = BTreeSet::new();
     let mut asked: BTreeSet<String> = BTreeSet::new();
     loop {
-        let in_commit: HashSet<&String> = loaded.iter().flat_map(|r| r.artifacts.keys()).collect();
-        let to_ask: Vec<String> = loaded
+        let in_commit: HashSet<&String> = runs.iter().flat_map(|r| r.artifacts.keys()).collect();
+        let to_ask: BTreeSet<String> = runs
             .iter()
             .flat_map(|r| r.referenced.iter())
             .filter(|id| !in_commit.contains(id) && !asked.contains(*id))
             .cloned()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
             .collect();
         let parsed: Vec<ArtifactId> = to_ask.iter().filter_map(|id| id.parse().ok()).collect();
         asked.extend(to_ask);
@@ -142,7 +421,7 @@ async fn load_valid(
         known_in_lake.extend(present.iter().map(ArtifactId::to_hex));
 
         let mut bad = Vec::new();
-        for (i, run) in loaded.iter().enumerate() {
+        for (i, run) in runs.iter().enumerate() {
             if let Some(id) = run
                 .referenced
                 .iter()
@@ -155,12 +434,11 @@ async fn load_valid(
             }
         }
         if bad.is_empty() {
-            return Ok(loaded);
+            return Ok(());
         }
         for (i, reason) in bad.into_iter().rev() {
-            let run = loaded.remove(i);
-            let to = quarantine(ctx.staging_root, &run.dir, &reason)?;
-            report.quarantined.push((to, reason));
+            let run = runs.remove(i);
+            reject_run(ctx, &run.dir, &reason, report).await?;
         }
     }
 }
@@ -169,222 +447,91 @@ async fn load_valid(
 /// commit's work), keeping their order.
 fn load_parallel(
     registry: &crate::registry::TypeRegistry,
-    specs: &[crate::lake::layout::TableSpec],
+    specs: &[TableSpec],
     runs: Vec<RunDir>,
-) -> Vec<(std::result::Result<LoadedRun, super::Rejection>, RunDir)> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
-    let per = runs.len().div_ceil(threads).max(1);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = runs
-            .chunks(per)
-            .map(|chunk| {
-                scope.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|dir| (load_run(registry, specs, dir), dir.clone()))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| match h.join() {
-                Ok(results) => results,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    })
+) -> Vec<(std::result::Result<LoadedRun, Rejection>, RunDir)> {
+    crate::host::on_cores(&runs, |dir| (load_run(registry, specs, dir), dir.clone()))
 }
+
+/// Bytes of binary values per written batch at most: a Delta binary column
+/// is an Arrow `Binary` array with 32-bit offsets (2 GiB per array).
+const MAX_BINARY_BATCH: usize = 1 << 30;
 
 /// Give a staged batch exactly the table's schema: columns by name, cast to
-/// the table's types, nulls for columns the staged file does not have.
-fn conform(batch: &RecordBatch, schema: &SchemaRef, table: &str) -> Result<RecordBatch> {
-    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
-    for field in schema.fields() {
-        let column = match batch.column_by_name(field.name()) {
-            Some(c) if c.data_type() == field.data_type() => c.clone(),
-            Some(c) => cast(c, field.data_type())
-                .map_err(|e| Error::arrow(format!("table `{table}`"), e))?,
-            None => new_null_array(field.data_type(), batch.num_rows()),
-        };
-        columns.push(column);
-    }
-    RecordBatch::try_new(schema.clone(), columns)
-        .map_err(|e| Error::arrow(format!("table `{table}` rows"), e))
-}
-
-fn row_keys(batch: &RecordBatch, columns: &[&str]) -> Vec<String> {
-    let arrays: Vec<Option<&ArrayRef>> = columns.iter().map(|c| batch.column_by_name(c)).collect();
-    (0..batch.num_rows())
-        .map(|row| {
-            arrays
-                .iter()
-                .map(|a| {
-                    a.map(|a| read_value(a.as_ref(), row).to_json().to_string()).unwrap_or_default()
-                })
-                .collect::<Vec<_>>()
-                .join("\u{0}")
-        })
-        .collect()
-}
-
-fn keep(batch: &RecordBatch, mask: Vec<bool>, table: &str) -> Result<RecordBatch> {
-    filter_record_batch(batch, &BooleanArray::from(mask))
-        .map_err(|e| Error::arrow(format!("table `{table}`"), e))
-}
-
-/// Fault injection for tests: with `SLUICE_FAILPOINT=commit:<table>` the
-/// commit of that table fails, as a Delta error would, after every table
-/// before it in the order committed.
-fn failpoint(table: &str) -> Result<()> {
-    match std::env::var("SLUICE_FAILPOINT") {
-        Ok(point) if point.strip_prefix("commit:") == Some(table) => Err(Error::Internal(format!(
-            "injected failure (SLUICE_FAILPOINT) committing table `{table}`"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// The `artifact_id` column of a content or index batch, parsed.
-fn artifact_ids(batch: &RecordBatch) -> Result<Vec<ArtifactId>> {
-    let column = batch
-        .column_by_name("artifact_id")
-        .ok_or_else(|| Error::Internal("a content batch without `artifact_id`".into()))?;
-    (0..batch.num_rows())
-        .map(|row| read_value(column.as_ref(), row).as_str().unwrap_or_default().parse())
-        .collect()
-}
-
-/// Run ids of this sequence that an earlier sequence already committed.
-async fn committed_runs(lake: &Lake, runs: &[LoadedRun]) -> Result<BTreeSet<String>> {
-    let spec = layout::executions_table();
-    let handle = table::open(lake.root(), &spec).await?;
-    let mut steps: Vec<i32> = runs.iter().map(|r| r.dir.step).collect();
-    steps.sort_unstable();
-    steps.dedup();
-    let ids: Vec<String> = runs.iter().map(|r| r.dir.run_id.clone()).collect();
-    let mut out = BTreeSet::new();
-    for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
-        let filter = format!(
-            "{} AND {}",
-            scan::in_list_int("origin_step_number", steps.iter().copied()),
-            scan::in_list("execution_run_id", chunk.iter().cloned())
-        );
-        out.extend(
-            scan::select_strings(&handle, &spec.name, "execution_run_id", Some(&filter), None)
-                .await?,
+/// the table's types, nulls for columns the staged file does not have. A
+/// batch whose binary values add up to more than one array can hold is cut
+/// into several.
+fn conform(batch: &RecordBatch, schema: &SchemaRef, table: &str) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    for (offset, len) in slices(batch) {
+        let part = batch.slice(offset, len);
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for field in schema.fields() {
+            let column = match part.column_by_name(field.name()) {
+                Some(c) if c.data_type() == field.data_type() => c.clone(),
+                Some(c) => cast(c, field.data_type())
+                    .map_err(|e| Error::arrow(format!("table `{table}`"), e))?,
+                None => new_null_array(field.data_type(), part.num_rows()),
+            };
+            columns.push(column);
+        }
+        out.push(
+            RecordBatch::try_new(schema.clone(), columns)
+                .map_err(|e| Error::arrow(format!("table `{table}` rows"), e))?,
         );
     }
     Ok(out)
 }
 
-async fn commit_loaded(
-    ctx: &Context<'_>,
-    seq: i64,
-    loaded: Vec<LoadedRun>,
-    mut report: SequenceReport,
-    recovering: bool,
-) -> Result<SequenceReport> {
-    let lake = ctx.lake;
-    let already_started = recovering
-        && journal::read(lake).await?.iter().any(|e| e.seq == seq && e.phase == Phase::Started);
-    if !already_started {
-        journal::append(
-            lake,
-            &JournalEntry {
-                seq,
-                phase: Phase::Started,
-                run_count: loaded.len() as i64,
-                table_versions: journal::current_versions(lake).await?,
-                rows_added: BTreeMap::new(),
-            },
-        )
-        .await?;
+/// Row ranges of a batch whose binary values stay under [`MAX_BINARY_BATCH`]
+/// bytes per column.
+fn slices(batch: &RecordBatch) -> Vec<(usize, usize)> {
+    let binaries: Vec<&LargeBinaryArray> = batch
+        .columns()
+        .iter()
+        .filter_map(|c| c.as_any().downcast_ref::<LargeBinaryArray>())
+        .collect();
+    if binaries.is_empty() {
+        return vec![(0, batch.num_rows())];
     }
-    let earlier = committed_runs(lake, &loaded).await?;
-    let mut versions = BTreeMap::new();
-    for spec in lake.table_specs() {
-        if matches!(spec.kind, TableKind::Steps | TableKind::Commits) {
-            continue;
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, vec![0usize; binaries.len()]);
+    for row in 0..batch.num_rows() {
+        let sizes: Vec<usize> = binaries.iter().map(|b| b.value_length(row) as usize).collect();
+        if row > start && bytes.iter().zip(&sizes).any(|(b, s)| b + s > MAX_BINARY_BATCH) {
+            out.push((start, row - start));
+            start = row;
+            bytes.iter_mut().for_each(|b| *b = 0);
         }
-        failpoint(&spec.name)?;
-        let handle = table::open(lake.root(), &spec).await?;
-        let (txn, version) = journal::txn_of(&handle, &spec).await?;
-        if txn.is_some_and(|t| t >= seq) {
-            versions.insert(spec.name.clone(), version);
-            report.rows_added.entry(spec.name.clone()).or_insert(0);
-            continue; // this sequence reached the table before a crash
-        }
-        let per_run_table = matches!(
-            spec.kind,
-            TableKind::Executions | TableKind::ExecutionEdges | TableKind::ArtifactEdges
-        );
-        let schema = table::arrow_schema(&handle, &spec)?;
-        let mut staged = Vec::new();
-        for run in &loaded {
-            if per_run_table && earlier.contains(&run.dir.run_id) {
-                continue;
-            }
-            if let Some(batch) = run.tables.get(&spec.name) {
-                staged.push(conform(batch, &schema, &spec.name)?);
-            }
-        }
-        let staged_rows: u64 = loaded
-            .iter()
-            .filter_map(|r| r.tables.get(&spec.name))
-            .map(|b| b.num_rows() as u64)
-            .sum();
-        let batch = concat_batches(&schema, &staged)
-            .map_err(|e| Error::arrow(format!("table `{}`", spec.name), e))?;
-
-        // Within the sequence: first occurrence of each natural key wins.
-        let mut seen = HashSet::new();
-        let mask: Vec<bool> =
-            row_keys(&batch, natural_key(&spec.kind)).into_iter().map(|k| seen.insert(k)).collect();
-        let mut batch = keep(&batch, mask, &spec.name)?;
-
-        // Against the lake: content-addressed tables by artifact id.
-        let mut added_ids = Vec::new();
-        if matches!(spec.kind, TableKind::Content(_) | TableKind::Index) && batch.num_rows() > 0 {
-            let parsed = artifact_ids(&batch)?;
-            let present = lake.existing_ids(&spec, parsed.iter().copied()).await?;
-            let mask = parsed.iter().map(|id| !present.contains(id)).collect();
-            batch = keep(&batch, mask, &spec.name)?;
-            added_ids = parsed.into_iter().filter(|id| !present.contains(id)).collect();
-        }
-
-        let fresh = batch.num_rows() as u64;
-        report.rows_added.insert(spec.name.clone(), fresh);
-        report.rows_deduplicated.insert(spec.name.clone(), staged_rows - fresh);
-        if fresh == 0 {
-            versions.insert(spec.name.clone(), version);
-            continue;
-        }
-        let properties = CommitProperties::default()
-            .with_application_transaction(Transaction::new(TXN_APP_ID, seq))
-            .with_metadata([("sluice_commit_seq".to_owned(), serde_json::json!(seq))]);
-        let written = table::append_with(handle, &spec, vec![batch], Some(properties)).await?;
-        let version = written.version().unwrap_or_default();
-        table::record_keys(lake.root(), &spec, version, &added_ids);
-        versions.insert(spec.name.clone(), version);
+        bytes.iter_mut().zip(&sizes).for_each(|(b, s)| *b += s);
     }
-    let steps = layout::steps_table();
-    versions.insert(steps.name.clone(), journal::table_txn(lake, &steps).await?.1);
-    journal::append(
-        lake,
-        &JournalEntry {
-            seq,
-            phase: Phase::Completed,
-            run_count: loaded.len() as i64,
-            table_versions: versions,
-            rows_added: report.rows_added.clone(),
-        },
-    )
-    .await?;
-    for run in &loaded {
-        remove_run(&run.dir)?;
+    out.push((start, batch.num_rows() - start));
+    out
+}
+
+/// Fault injection for tests: with the failpoint `commit:<table>` the
+/// commit of that table fails, as a Delta error would, after every table
+/// before it in the order committed.
+fn failpoint(point: Option<&str>, table: &str) -> Result<()> {
+    match point {
+        Some(point) if point.strip_prefix("commit:") == Some(table) => {
+            Err(Error::Injected { point: format!("committing table `{table}`") })
+        }
+        _ => Ok(()),
     }
-    journal::remove_manifest(ctx.staging_root, seq)?;
-    report.runs = loaded.len();
-    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn large_binaries_are_cut_into_batches_a_binary_array_holds() {
+        let big = vec![0u8; MAX_BINARY_BATCH / 2 + 1];
+        let values = LargeBinaryArray::from_iter_values([&big, &big, &big, &big[..10]]);
+        let batch =
+            RecordBatch::try_from_iter([("content", Arc::new(values) as ArrayRef)]).unwrap();
+        assert_eq!(slices(&batch), vec![(0, 1), (1, 1), (2, 2)]);
+    }
 }

@@ -33,9 +33,13 @@ use crate::error::{Error, Result};
 /// Sidecar directory inside a table.
 pub const KEYS_DIR: &str = "_sluice_keys";
 
-/// Format tag. Version 1 sidecars (10 bits, 7 probes) read as unreadable:
-/// their files count as uncovered, which is slower but never wrong.
-const MAGIC: &[u8; 8] = b"SLKEYS02";
+/// Format tag. Older sidecars (`SLKEYS01`: 10 bits, 7 probes; `SLKEYS02`: no
+/// checksum) read as unreadable: their files count as uncovered, which is
+/// slower but never wrong.
+const MAGIC: &[u8; 8] = b"SLKEYS03";
+
+/// Bytes of the BLAKE3 checksum that ends every sidecar.
+const CHECKSUM_LEN: usize = 16;
 
 /// Bits per key: 24 with 16 probes is about 2 false positives in 100 000.
 /// A commit probes every new id against every sidecar, so at 1% (10 bits)
@@ -46,7 +50,36 @@ const MAGIC: &[u8; 8] = b"SLKEYS02";
 const BITS_PER_KEY: usize = 24;
 const PROBES: u32 = 16;
 
-/// A Bloom filter over artifact ids, with the files whose ids it holds.
+/// The 16 bytes a key filter hashes: an artifact id as it is (ids are
+/// already uniform hashes), any other key text (an execution run id) by its
+/// BLAKE3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key([u8; 16]);
+
+impl Key {
+    /// The key of an arbitrary text value.
+    pub fn of_text(text: &str) -> Key {
+        let hash = blake3::hash(text.as_bytes());
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&hash.as_bytes()[..16]);
+        Key(bytes)
+    }
+}
+
+impl From<&ArtifactId> for Key {
+    fn from(id: &ArtifactId) -> Key {
+        Key(*id.as_bytes())
+    }
+}
+
+impl From<ArtifactId> for Key {
+    fn from(id: ArtifactId) -> Key {
+        Key(*id.as_bytes())
+    }
+}
+
+/// A Bloom filter over the keys one table version added, with the files
+/// that hold them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyFilter {
     /// Table data files (relative paths, as in the Delta log).
@@ -55,38 +88,38 @@ pub struct KeyFilter {
 }
 
 impl KeyFilter {
-    /// A filter of `ids` for `files`.
-    pub fn new(files: Vec<String>, ids: &[ArtifactId]) -> Self {
-        let words = (ids.len() * BITS_PER_KEY).div_ceil(64).max(1);
+    /// A filter of `keys` for `files`.
+    pub fn new<K: Into<Key> + Copy>(files: Vec<String>, keys: &[K]) -> Self {
+        let words = (keys.len() * BITS_PER_KEY).div_ceil(64).max(1);
         let mut filter = KeyFilter { files, bits: vec![0; words] };
-        for id in ids {
-            for bit in filter.positions(id) {
+        for key in keys {
+            for bit in filter.positions(&(*key).into()) {
                 filter.bits[bit / 64] |= 1 << (bit % 64);
             }
         }
         filter
     }
 
-    fn positions(&self, id: &ArtifactId) -> impl Iterator<Item = usize> + use<> {
-        // Ids are already uniform hashes: split them into two 64-bit hashes
-        // and use double hashing for the probes.
-        let bytes = id.as_bytes();
+    fn positions(&self, key: &Key) -> impl Iterator<Item = usize> + use<> {
+        // Keys are uniform hashes: split them into two 64-bit hashes and use
+        // double hashing for the probes.
         let mut a = [0u8; 8];
         let mut b = [0u8; 8];
-        a.copy_from_slice(&bytes[..8]);
-        b.copy_from_slice(&bytes[8..]);
+        a.copy_from_slice(&key.0[..8]);
+        b.copy_from_slice(&key.0[8..]);
         let (h1, h2) = (u64::from_le_bytes(a), u64::from_le_bytes(b) | 1);
         let m = (self.bits.len() * 64) as u64;
         (0..PROBES).map(move |i| (h1.wrapping_add(u64::from(i).wrapping_mul(h2)) % m) as usize)
     }
 
-    /// Whether the id may be in the filter (false: certainly not).
-    pub fn may_contain(&self, id: &ArtifactId) -> bool {
-        self.positions(id).all(|bit| self.bits[bit / 64] & (1 << (bit % 64)) != 0)
+    /// Whether the key may be in the filter (false: certainly not).
+    pub fn may_contain(&self, key: impl Into<Key>) -> bool {
+        let key = key.into();
+        self.positions(&key).all(|bit| self.bits[bit / 64] & (1 << (bit % 64)) != 0)
     }
 
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16 + self.bits.len() * 8);
+        let mut out = Vec::with_capacity(16 + self.bits.len() * 8 + CHECKSUM_LEN);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(self.files.len() as u32).to_le_bytes());
         for f in &self.files {
@@ -97,11 +130,19 @@ impl KeyFilter {
         for w in &self.bits {
             out.extend_from_slice(&w.to_le_bytes());
         }
+        let checksum = blake3::hash(&out);
+        out.extend_from_slice(&checksum.as_bytes()[..CHECKSUM_LEN]);
         out
     }
 
+    /// Parse a sidecar; `None` for anything that is not a whole, intact
+    /// sidecar of this format (a flipped bit fails the checksum).
     fn decode(bytes: &[u8]) -> Option<Self> {
-        let mut rest = bytes.strip_prefix(MAGIC)?;
+        let (body, checksum) = bytes.split_at_checked(bytes.len().checked_sub(CHECKSUM_LEN)?)?;
+        if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *checksum {
+            return None;
+        }
+        let mut rest = body.strip_prefix(MAGIC)?;
         let mut take = |n: usize| -> Option<&[u8]> {
             if rest.len() < n {
                 return None;
@@ -112,34 +153,61 @@ impl KeyFilter {
         };
         let u32_at = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
         let nfiles = u32_at(take(4)?);
-        let mut files = Vec::with_capacity(nfiles);
+        let mut files = Vec::with_capacity(nfiles.min(1 << 16));
         for _ in 0..nfiles {
             let len = u32_at(take(4)?);
             files.push(String::from_utf8(take(len)?.to_vec()).ok()?);
         }
         let words = u32_at(take(4)?);
-        let mut bits = Vec::with_capacity(words);
+        let mut bits = Vec::with_capacity(words.min(1 << 24));
         for _ in 0..words {
             let w = take(8)?;
             let mut a = [0u8; 8];
             a.copy_from_slice(w);
             bits.push(u64::from_le_bytes(a));
         }
-        (words > 0).then_some(KeyFilter { files, bits })
+        (words > 0 && rest.is_empty()).then_some(KeyFilter { files, bits })
     }
+}
+
+/// The data files a sidecar's bytes describe (`None` if unreadable).
+pub fn files_of(bytes: &[u8]) -> Option<Vec<String>> {
+    KeyFilter::decode(bytes).map(|f| f.files)
 }
 
 fn keys_dir(table_dir: &Path) -> PathBuf {
     table_dir.join(KEYS_DIR)
 }
 
+/// The file name of a sidecar: `{version}.keys` for the table's key
+/// column, `{version}.{column}.keys` for a lookup column.
+fn sidecar_name(version: u64, column: Option<&str>) -> String {
+    match column {
+        None => format!("{version:020}.keys"),
+        Some(column) => format!("{version:020}.{column}.keys"),
+    }
+}
+
 /// Write the sidecar of a table version (atomically; best effort is enough,
 /// a missing sidecar only costs speed).
 pub fn write(table_dir: &Path, version: u64, filter: &KeyFilter) -> Result<()> {
+    write_for(table_dir, version, None, filter)
+}
+
+/// Write the sidecar of one lookup column of a table version (edge tables
+/// keep one per id column, so a lineage walk reads only the files that can
+/// hold its frontier).
+pub fn write_for(
+    table_dir: &Path,
+    version: u64,
+    column: Option<&str>,
+    filter: &KeyFilter,
+) -> Result<()> {
     let dir = keys_dir(table_dir);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let path = dir.join(format!("{version:020}.keys"));
-    let tmp = dir.join(format!(".{version:020}.keys.tmp-{}", std::process::id()));
+    let name = sidecar_name(version, column);
+    let path = dir.join(&name);
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     std::fs::write(&tmp, filter.encode()).map_err(|e| Error::io(&tmp, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
 }
@@ -159,11 +227,24 @@ fn sidecar_cache() -> &'static Mutex<SidecarCache> {
 /// per process (a worker looking up inputs unit after unit pays only a
 /// directory listing and a `stat` per sidecar).
 pub fn read_all(table_dir: &Path) -> BTreeMap<u64, Arc<KeyFilter>> {
+    read_sidecars(table_dir, None)
+}
+
+/// Every readable sidecar of one lookup column of a table, by version.
+pub fn read_column(table_dir: &Path, column: &str) -> BTreeMap<u64, Arc<KeyFilter>> {
+    read_sidecars(table_dir, Some(column))
+}
+
+fn read_sidecars(table_dir: &Path, column: Option<&str>) -> BTreeMap<u64, Arc<KeyFilter>> {
+    let suffix = match column {
+        None => ".keys".to_owned(),
+        Some(c) => format!(".{c}.keys"),
+    };
     let mut out = BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(keys_dir(table_dir)) else { return out };
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(version) = name.strip_suffix(".keys").and_then(|v| v.parse::<u64>().ok()) else {
+        let Some(version) = name.strip_suffix(&suffix).and_then(|v| v.parse::<u64>().ok()) else {
             continue;
         };
         let path = entry.path();
@@ -193,41 +274,37 @@ pub fn read_all(table_dir: &Path) -> BTreeMap<u64, Arc<KeyFilter>> {
     out
 }
 
-/// The data files a Delta version added, from its log entry.
-pub fn added_files(table_dir: &Path, version: u64) -> Result<Vec<String>> {
-    let path = table_dir.join("_delta_log").join(format!("{version:020}.json"));
-    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-    let mut files = Vec::new();
-    for line in text.lines() {
-        let action: serde_json::Value = serde_json::from_str(line).map_err(|e| Error::Json {
-            context: path.display().to_string(),
-            message: e.to_string(),
-        })?;
-        if let Some(p) = action.get("add").and_then(|a| a.get("path")).and_then(|p| p.as_str()) {
-            files.push(p.to_owned());
-        }
-    }
-    Ok(files)
+/// The data files a Delta version added, from its actions.
+pub fn added_files(actions: &[deltalake::kernel::Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            deltalake::kernel::Action::Add(add) => Some(add.path.clone()),
+            _ => None,
+        })
+        .collect()
 }
 
-/// Plan of a lookup: which files to read for which ids.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LookupPlan {
-    /// Files no sidecar covers: read them for every id.
+/// Plan of a lookup: which files to read for which keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LookupPlan<K> {
+    /// Files no sidecar covers: read them for every key.
     pub uncovered: Vec<String>,
-    /// Files of sidecars that may hold some ids, and the ids that hit.
-    pub candidates: Vec<(Vec<String>, Vec<ArtifactId>)>,
+    /// Files of sidecars that may hold some keys, and the keys that hit.
+    pub candidates: Vec<(Vec<String>, Vec<K>)>,
 }
 
-/// Decide which files must be read to look up `ids`.
-pub fn plan(
+/// Decide which files must be read to look up `keys`.
+pub fn plan<K: Clone>(
     active: &[String],
     filters: &BTreeMap<u64, Arc<KeyFilter>>,
-    ids: &[ArtifactId],
-) -> LookupPlan {
+    keys: &[K],
+    key_of: impl Fn(&K) -> Key,
+) -> LookupPlan<K> {
     let active_set: BTreeSet<&str> = active.iter().map(String::as_str).collect();
     let mut covered: BTreeSet<&str> = BTreeSet::new();
-    let mut plan = LookupPlan::default();
+    let mut plan = LookupPlan { uncovered: Vec::new(), candidates: Vec::new() };
+    let hashed: Vec<Key> = keys.iter().map(&key_of).collect();
     for filter in filters.values() {
         // A sidecar counts only while every file it describes is active.
         if filter.files.is_empty() || !filter.files.iter().all(|f| active_set.contains(f.as_str()))
@@ -235,8 +312,12 @@ pub fn plan(
             continue;
         }
         covered.extend(filter.files.iter().map(String::as_str));
-        let hits: Vec<ArtifactId> =
-            ids.iter().copied().filter(|id| filter.may_contain(id)).collect();
+        let hits: Vec<K> = keys
+            .iter()
+            .zip(&hashed)
+            .filter(|(_, h)| filter.may_contain(**h))
+            .map(|(k, _)| k.clone())
+            .collect();
         if !hits.is_empty() {
             plan.candidates.push((filter.files.clone(), hits));
         }
@@ -258,7 +339,7 @@ mod tests {
         let ids: Vec<_> = (0..5000).map(id).collect();
         let f = KeyFilter::new(vec!["a.parquet".into()], &ids);
         assert!(ids.iter().all(|i| f.may_contain(i)));
-        let false_positives = (5000..55000).filter(|i| f.may_contain(&id(*i))).count();
+        let false_positives = (5000..55000).filter(|i| f.may_contain(id(*i))).count();
         assert!(false_positives < 10, "{false_positives} of 50000 (expected ~1)");
         assert_eq!(KeyFilter::decode(&f.encode()), Some(f));
     }
@@ -286,7 +367,7 @@ mod tests {
         filters.insert(3, Arc::new(KeyFilter::new(vec!["gone".into()], &old[..10]))); // compacted away
         let active = vec!["f1".to_owned(), "f2".to_owned(), "foreign".to_owned()];
         let wanted = vec![old[3], id(1000)];
-        let p = plan(&active, &filters, &wanted);
+        let p = plan(&active, &filters, &wanted, |id| Key::from(id));
         assert_eq!(p.uncovered, vec!["foreign".to_owned()]);
         // The filter holding old[3] answers "maybe"; a sidecar whose file was
         // compacted away is never used (its ids may be anywhere now).
@@ -297,6 +378,32 @@ mod tests {
         );
         assert!(p.candidates.iter().all(|(files, _)| files != &["gone".to_owned()]));
         assert!(p.candidates.len() <= 2);
+    }
+
+    #[test]
+    fn a_flipped_bit_makes_a_sidecar_unreadable() {
+        let ids: Vec<_> = (0..100).map(id).collect();
+        let good = KeyFilter::new(vec!["f.parquet".into()], &ids).encode();
+        assert!(KeyFilter::decode(&good).is_some());
+        // Every single-bit flip anywhere (header, file names, bits, checksum)
+        // is caught: a damaged filter could answer "certainly not" for a key
+        // the table holds, which would duplicate it.
+        for byte in 0..good.len() {
+            for bit in 0..8 {
+                let mut bad = good.clone();
+                bad[byte] ^= 1 << bit;
+                assert!(KeyFilter::decode(&bad).is_none(), "flip at byte {byte} bit {bit}");
+            }
+        }
+        assert!(KeyFilter::decode(&good[..good.len() - 1]).is_none(), "truncated");
+    }
+
+    #[test]
+    fn text_keys_are_stable_and_distinct() {
+        assert_eq!(Key::of_text("run-1"), Key::of_text("run-1"));
+        assert_ne!(Key::of_text("run-1"), Key::of_text("run-2"));
+        let f = KeyFilter::new(vec!["e".into()], &[Key::of_text("run-1")]);
+        assert!(f.may_contain(Key::of_text("run-1")));
     }
 
     #[test]

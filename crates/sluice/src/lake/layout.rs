@@ -9,9 +9,11 @@
 //! ├── provenance/
 //! │   ├── artifact_edges/           source → target derivations (not partitioned)
 //! │   └── execution_edges/          inputs/outputs per execution (not partitioned)
-//! └── orchestration/
-//!     ├── executions/               execution log                (partitioned by step)
-//!     └── steps/                    step state transitions       (not partitioned)
+//! ├── orchestration/
+//! │   ├── executions/               execution log                (partitioned by step)
+//! │   ├── steps/                    step state transitions       (not partitioned)
+//! │   └── commits/                  commit journal: sequences and table versions
+//! └── _staging/                     workers' sealed results, manifests, quarantine
 //! ```
 //!
 //! A [`TableSpec`] is everything sluice needs to create, check and read a
@@ -19,18 +21,34 @@
 //! that carry file statistics for data skipping.
 
 use crate::artifact::value::{ColumnSpec, ColumnType};
+pub use crate::registry::{COMMON_COLUMNS, RESERVED_TABLE_NAMES};
 use crate::registry::{TypeDescriptor, TypeRegistry};
 
-/// The columns every content table starts with.
-pub const COMMON_COLUMNS: [&str; 4] =
-    ["artifact_id", "origin_step_number", "metadata", "external_path"];
+/// The staging folder under the lake root: workers' sealed results, commit
+/// manifests, quarantine and the writer lock.
+pub const STAGING_DIR: &str = "_staging";
+
+/// The default staging root of a lake.
+pub fn staging_root(lake_root: &std::path::Path) -> std::path::PathBuf {
+    lake_root.join(STAGING_DIR)
+}
+
+/// Where commit manifests live, under the staging root.
+pub const MANIFEST_DIR: &str = ".commits";
+
+/// The manifest of commit sequence `seq` under a staging root: written
+/// before the sequence touches a table, removed when it is finished.
+pub fn manifest_file(staging_root: &std::path::Path, seq: i64) -> std::path::PathBuf {
+    staging_root.join(MANIFEST_DIR).join(format!("{seq:012}.json"))
+}
+
+/// The manifest of commit sequence `seq` of the lake at `lake_root`.
+pub fn manifest_path(lake_root: &std::path::Path, seq: i64) -> std::path::PathBuf {
+    manifest_file(&staging_root(lake_root), seq)
+}
 
 /// The partition column of partitioned tables.
 pub const STEP_COLUMN: &str = "origin_step_number";
-
-/// Short names that content types may not use.
-pub const RESERVED_TABLE_NAMES: [&str; 6] =
-    ["index", "artifact_edges", "execution_edges", "executions", "steps", "commits"];
 
 /// What a table holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +129,17 @@ impl TableSpec {
             } else {
                 vec!["artifact_id".into(), STEP_COLUMN.into()]
             },
+        }
+    }
+
+    /// Id columns (beyond the table's de-duplication key) whose key filters
+    /// are kept for bounded look-ups: the edge tables' artifact columns, so a
+    /// lineage walk reads only the edge files that can hold its frontier.
+    pub fn lookup_columns(&self) -> &'static [&'static str] {
+        match self.kind {
+            TableKind::ArtifactEdges => &["source_artifact_id", "target_artifact_id"],
+            TableKind::ExecutionEdges => &["artifact_id"],
+            _ => &[],
         }
     }
 
@@ -242,8 +271,9 @@ pub fn steps_table() -> TableSpec {
     )
 }
 
-/// The commit journal: one row when a commit sequence starts and one when it
-/// completes, with the table versions it produced.
+/// The commit journal: one row when a commit sequence starts, one when it
+/// completes (or is abandoned), with the table versions around it. See
+/// [`journal`](super::journal).
 pub fn commits_table() -> TableSpec {
     TableSpec::system(
         "commits",
@@ -256,9 +286,14 @@ pub fn commits_table() -> TableSpec {
             ColumnSpec::required("table_versions", Json),
             ColumnSpec::required("rows_added", Json),
             ColumnSpec::required("timestamp", Timestamp),
+            ColumnSpec::optional("token", Str),
+            ColumnSpec::optional("owner", Str),
+            ColumnSpec::optional("position", Int64),
+            ColumnSpec::optional("table_commits", Json),
+            ColumnSpec::optional("reason", Str),
         ],
         false,
-        &["commit_seq", "phase"],
+        &["commit_seq", "phase", "position"],
     )
 }
 

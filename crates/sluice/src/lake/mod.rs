@@ -8,9 +8,14 @@
 //! [`Lake::init`] additionally creates every missing table. Neither rewrites
 //! data or recreates a table that exists.
 
+pub mod append;
 pub mod config;
+pub mod journal;
 pub mod key_filter;
 pub mod layout;
+mod lock;
+pub mod scan;
+pub mod snapshot;
 pub mod table;
 
 use std::path::{Path, PathBuf};
@@ -19,12 +24,21 @@ use std::sync::Arc;
 use deltalake::arrow::array::{Array, Int64Array};
 
 use crate::error::{Error, Result};
-use crate::query::SqlBuilder;
 use crate::registry::declared::DeclaredType;
 use crate::registry::{TypeOrigin, TypeRegistry};
 use config::LakeConfig;
 use layout::TableSpec;
+use snapshot::{LakePoint, LakeSnapshot};
 use table::EnsureOutcome;
+
+/// A pinned point of the lake and the tables opened at it.
+#[derive(Debug, Default)]
+pub(crate) struct PinnedReads {
+    point: Option<LakeSnapshot>,
+    tables: std::collections::HashMap<String, deltalake::DeltaTable>,
+}
+
+pub(crate) use lock::WriterLock;
 
 /// The environment variable naming the default lake root.
 pub const LAKE_ENV: &str = "SLUICE_LAKE";
@@ -35,9 +49,9 @@ pub struct Lake {
     root: PathBuf,
     config: LakeConfig,
     registry: Arc<TypeRegistry>,
-    /// When set, reads by id reuse each table's first-loaded snapshot.
-    snapshots:
-        Option<Arc<tokio::sync::Mutex<std::collections::HashMap<String, deltalake::DeltaTable>>>>,
+    /// When set, reads by id reuse one resolved lake point and the table
+    /// handles opened at it.
+    snapshots: Option<Arc<tokio::sync::Mutex<PinnedReads>>>,
 }
 
 /// What [`Lake::init`] or [`Lake::open`] did to each table.
@@ -92,6 +106,14 @@ impl Lake {
         Ok((lake, report))
     }
 
+    /// The artifact types a lake at `root` has (built-ins, linked Rust types
+    /// and its `sluice.toml`), touching no table: what validating a pipeline
+    /// needs, even before `init`.
+    pub fn types_at(root: impl AsRef<Path>) -> Result<TypeRegistry> {
+        let lake = Self::load(root.as_ref())?;
+        Ok(Arc::unwrap_or_clone(lake.registry))
+    }
+
     /// Read config and build the registry, touching no table.
     fn load(root: &Path) -> Result<Lake> {
         let root = std::path::absolute(root).map_err(|e| Error::io(root, e))?;
@@ -123,27 +145,53 @@ impl Lake {
         Ok(report)
     }
 
-    /// A handle whose reads by id (`get`, `get_many`, `locate`) load each
-    /// table once and reuse that snapshot for the handle's life. For pipeline
-    /// workers: the inputs of a unit were committed before the unit was
-    /// dispatched, so a snapshot taken by the worker always holds them, and a
-    /// worker then pays no Delta log replay per unit. Writes and SQL are not
-    /// affected.
+    /// A handle whose reads by id (`get`, `get_many`, `locate`, `list`)
+    /// resolve the lake's consistent point once and reuse it, and the table
+    /// handles opened at it, for the handle's life. For pipeline workers: the
+    /// inputs of a unit were committed before the unit was dispatched, so the
+    /// point the worker took first always holds them, and a worker then pays
+    /// no Delta log replay per unit. Writes and SQL are not affected.
     pub fn with_snapshot_reads(mut self) -> Lake {
         self.snapshots = Some(Arc::default());
         self
     }
 
-    /// A table for reading by id: the cached snapshot when enabled.
-    pub(crate) async fn read_table(&self, spec: &TableSpec) -> Result<deltalake::DeltaTable> {
-        let Some(cache) = &self.snapshots else { return table::open(&self.root, spec).await };
+    /// The latest consistent point of the lake: one version per table, no
+    /// commit sequence half visible (see [`snapshot`]).
+    pub async fn snapshot(&self) -> Result<LakeSnapshot> {
+        snapshot::resolve(&self.root, &self.table_specs(), &LakePoint::Latest).await
+    }
+
+    /// The point reads by id use: the pinned one, or a fresh resolution.
+    pub(crate) async fn read_point(&self) -> Result<LakeSnapshot> {
+        let Some(cache) = &self.snapshots else { return self.snapshot().await };
         let mut cache = cache.lock().await;
-        if let Some(t) = cache.get(&spec.name) {
-            return Ok(t.clone());
+        if let Some(point) = &cache.point {
+            return Ok(point.clone());
         }
-        let t = table::open(&self.root, spec).await?;
-        cache.insert(spec.name.clone(), t.clone());
-        Ok(t)
+        let point = self.snapshot().await?;
+        cache.point = Some(point.clone());
+        Ok(point)
+    }
+
+    /// A table opened at the given point (cached when reads are pinned).
+    /// `None` when the table did not exist at that point.
+    pub(crate) async fn read_table(
+        &self,
+        spec: &TableSpec,
+        point: &LakeSnapshot,
+    ) -> Result<Option<deltalake::DeltaTable>> {
+        let Some(version) = point.version_of(&spec.name) else { return Ok(None) };
+        let Some(cache) = &self.snapshots else {
+            return table::open_at(&self.root, spec, version).await.map(Some);
+        };
+        let mut cache = cache.lock().await;
+        if let Some(t) = cache.tables.get(&spec.name) {
+            return Ok(Some(t.clone()));
+        }
+        let t = table::open_at(&self.root, spec, version).await?;
+        cache.tables.insert(spec.name.clone(), t.clone());
+        Ok(Some(t))
     }
 
     /// The lake's root folder (absolute).
@@ -173,11 +221,6 @@ impl Lake {
                 "no table named `{name}`. Help: `sluice tables` lists them"
             ))
         })
-    }
-
-    /// A SQL statement over every table of the lake.
-    pub fn sql(&self, sql: impl Into<String>) -> SqlBuilder<'_> {
-        SqlBuilder::new(self, sql)
     }
 
     /// Version, rows, files and bytes of every table.

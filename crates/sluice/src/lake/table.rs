@@ -171,6 +171,49 @@ pub async fn open_unloaded(root: &Path, spec: &TableSpec) -> Result<DeltaTable> 
         .map_err(|e| Error::delta(&spec.name, e))
 }
 
+/// A table's latest version, from a listing of its log (no state is loaded).
+pub async fn latest_version(root: &Path, spec: &TableSpec) -> Result<u64> {
+    let table = open_unloaded(root, spec).await?;
+    table.get_latest_version().await.map_err(|e| Error::delta(&spec.name, e))
+}
+
+/// A table's version at an instant: the last version committed at or before
+/// it, `None` when the table was created later.
+pub async fn version_at(
+    root: &Path,
+    spec: &TableSpec,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<Option<u64>> {
+    let mut handle = open_unloaded(root, spec).await?;
+    handle.load_with_datetime(at).await.map_err(|e| Error::delta(&spec.name, e))?;
+    let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
+    let version = state.version();
+    // Before the first commit Delta falls back to version 0.
+    if version == 0
+        && state.version_timestamp(0).is_some_and(|created| created > at.timestamp_millis())
+    {
+        return Ok(None);
+    }
+    Ok(Some(version))
+}
+
+/// Open a table at a version.
+pub async fn open_at(root: &Path, spec: &TableSpec, version: u64) -> Result<DeltaTable> {
+    let mut handle = open_unloaded(root, spec).await?;
+    if let Err(e) = handle.load_version(version).await {
+        let latest = handle.get_latest_version().await.ok();
+        return Err(Error::TimeTravel {
+            table: spec.name.clone(),
+            as_of: format!("version {version}"),
+            message: match latest {
+                Some(v) => format!("{e} (the table's versions are 0..={v})"),
+                None => e.to_string(),
+            },
+        });
+    }
+    Ok(handle)
+}
+
 /// The Arrow schema of an open table (partition columns included).
 pub fn arrow_schema(table: &DeltaTable, spec: &TableSpec) -> Result<SchemaRef> {
     Ok(table.snapshot().map_err(|e| Error::delta(&spec.name, e))?.snapshot().arrow_schema())
@@ -206,11 +249,31 @@ pub async fn append_with(
     builder.await.map_err(|e| Error::delta(&spec.name, e))
 }
 
+/// The actions of one committed version, read through the table's log
+/// store (so it works on every store, not just a local folder).
+pub async fn commit_actions(
+    table: &DeltaTable,
+    name: &str,
+    version: u64,
+) -> Result<Vec<deltalake::kernel::Action>> {
+    let bytes = table
+        .log_store()
+        .read_commit_entry(version)
+        .await
+        .map_err(|e| Error::delta(name, e))?
+        .ok_or_else(|| Error::NotInitialized {
+            what: format!("version {version} of table `{name}`"),
+            path: PathBuf::from(table.table_url().to_string()),
+        })?;
+    deltalake::logstore::get_actions(version, &bytes).map_err(|e| Error::delta(name, e))
+}
+
 /// Record the key filter of the ids a version of a table added (see
 /// [`key_filter`](super::key_filter)). Failure only costs lookup speed, so it
 /// is logged, not returned.
-pub fn record_keys(
+pub async fn record_keys(
     root: &Path,
+    table: &DeltaTable,
     spec: &TableSpec,
     version: u64,
     ids: &[crate::artifact::ArtifactId],
@@ -219,10 +282,29 @@ pub fn record_keys(
         return;
     }
     let dir = table_dir(root, spec);
-    let result = super::key_filter::added_files(&dir, version).and_then(|files| {
-        super::key_filter::write(&dir, version, &super::key_filter::KeyFilter::new(files, ids))
+    let result = commit_actions(table, &spec.name, version).await.and_then(|actions| {
+        let filter =
+            super::key_filter::KeyFilter::new(super::key_filter::added_files(&actions), ids);
+        super::key_filter::write(&dir, version, &filter)
     });
     if let Err(e) = result {
+        tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
+    }
+}
+
+/// Record the key filter of a version whose data files (`adds`) hold
+/// `keys`. Failure only costs lookup speed, so it is logged, not returned.
+pub fn record_key_filter(
+    root: &Path,
+    spec: &TableSpec,
+    version: u64,
+    adds: &[deltalake::kernel::Add],
+    column: Option<&str>,
+    keys: &[super::key_filter::Key],
+) {
+    let files = adds.iter().map(|a| a.path.clone()).collect();
+    let filter = super::key_filter::KeyFilter::new(files, keys);
+    if let Err(e) = super::key_filter::write_for(&table_dir(root, spec), version, column, &filter) {
         tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
     }
 }

@@ -8,28 +8,15 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use deltalake::arrow::array::{Array, BooleanArray, StringArray};
-use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::arrow::array::{Array, BooleanArray};
+use deltalake::arrow::datatypes::DataType;
+use deltalake::datafusion::prelude::cast;
 
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
+use crate::lake::scan::{self, Select};
 use crate::lake::{Lake, layout, table};
-use crate::query::scan;
-
-/// A text column as a plain `StringArray`, whatever the scan produced
-/// (`Utf8`, `Utf8View`, dictionary).
-pub(crate) fn strings(batch: &RecordBatch, i: usize, table: &str) -> Result<StringArray> {
-    let column = deltalake::arrow::compute::cast(
-        batch.column(i),
-        &deltalake::arrow::datatypes::DataType::Utf8,
-    )
-    .map_err(|e| Error::arrow(format!("`{table}` column {i}"), e))?;
-    column
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .cloned()
-        .ok_or_else(|| Error::Internal(format!("`{table}` column {i} is not text")))
-}
+use crate::records::Direction;
 
 /// For each wanted spec id, the run id of one successful execution (the
 /// latest to finish).
@@ -43,14 +30,16 @@ pub async fn successful_runs(
     }
     let spec = layout::executions_table();
     let handle = table::open(lake.root(), &spec).await?;
-    scan::for_each_batch(
-        &handle,
-        &spec.name,
-        &["execution_spec_id", "execution_run_id", "CAST(timestamp_end AS BIGINT) AS t"],
-        Some("success"),
-        |batch| {
-            let spec_ids = strings(batch, 0, "executions")?;
-            let run_ids = strings(batch, 1, "executions")?;
+    let columns = vec![
+        scan::column("execution_spec_id"),
+        scan::column("execution_run_id"),
+        cast(scan::column("timestamp_end"), DataType::Int64).alias("t"),
+    ];
+    Select::columns(columns)
+        .filter(scan::column("success"))
+        .for_each_batch(&handle, &spec.name, |batch| {
+            let spec_ids = scan::text_column(batch, 0, &spec.name)?;
+            let run_ids = scan::text_column(batch, 1, &spec.name)?;
             let ends =
                 batch.column(2).as_any().downcast_ref::<deltalake::arrow::array::Int64Array>();
             for row in 0..batch.num_rows() {
@@ -65,9 +54,8 @@ pub async fn successful_runs(
                 }
             }
             Ok(())
-        },
-    )
-    .await?;
+        })
+        .await?;
     Ok(out.into_iter().map(|(k, (_, run))| (k, run)).collect())
 }
 
@@ -82,15 +70,12 @@ pub async fn outputs_of(
     }
     let spec = layout::execution_edges_table();
     let handle = table::open(lake.root(), &spec).await?;
-    scan::for_each_batch(
-        &handle,
-        &spec.name,
-        &["execution_run_id", "role", "artifact_id"],
-        Some("direction = 'output'"),
-        |batch| {
-            let runs = strings(batch, 0, "execution_edges")?;
-            let roles = strings(batch, 1, "execution_edges")?;
-            let ids = strings(batch, 2, "execution_edges")?;
+    Select::columns(scan::columns(&["execution_run_id", "role", "artifact_id"]))
+        .filter(scan::equals("direction", Direction::Output.as_str()))
+        .for_each_batch(&handle, &spec.name, |batch| {
+            let runs = scan::text_column(batch, 0, &spec.name)?;
+            let roles = scan::text_column(batch, 1, &spec.name)?;
+            let ids = scan::text_column(batch, 2, &spec.name)?;
             for row in 0..batch.num_rows() {
                 let run = runs.value(row);
                 if run_ids.contains(run) {
@@ -100,9 +85,8 @@ pub async fn outputs_of(
                 }
             }
             Ok(())
-        },
-    )
-    .await?;
+        })
+        .await?;
     for list in out.values_mut() {
         list.sort();
         list.dedup();
@@ -128,24 +112,19 @@ pub async fn step_results(
 ) -> Result<BTreeMap<String, ExecutionResult>> {
     let spec = layout::executions_table();
     let handle = table::open(lake.root(), &spec).await?;
-    let filter = format!(
-        "origin_step_number = {step_number} AND step_run_id = '{}'",
-        step_run_id.replace('\'', "''")
-    );
+    let filter = scan::equals(layout::STEP_COLUMN, step_number)
+        .and(scan::equals("step_run_id", step_run_id));
     let mut out = BTreeMap::new();
-    scan::for_each_batch(
-        &handle,
-        &spec.name,
-        &["execution_run_id", "success", "error"],
-        Some(&filter),
-        |batch| {
-            let runs = strings(batch, 0, "executions")?;
+    Select::columns(scan::columns(&["execution_run_id", "success", "error"]))
+        .filter(filter)
+        .for_each_batch(&handle, &spec.name, |batch| {
+            let runs = scan::text_column(batch, 0, &spec.name)?;
             let ok = batch
                 .column(1)
                 .as_any()
                 .downcast_ref::<BooleanArray>()
                 .ok_or_else(|| Error::Internal("`executions.success` is not boolean".into()))?;
-            let errors = strings(batch, 2, "executions")?;
+            let errors = scan::text_column(batch, 2, &spec.name)?;
             for row in 0..batch.num_rows() {
                 out.insert(
                     runs.value(row).to_owned(),
@@ -156,8 +135,7 @@ pub async fn step_results(
                 );
             }
             Ok(())
-        },
-    )
-    .await?;
+        })
+        .await?;
     Ok(out)
 }

@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::error::StepError;
+
 use crate::error::{Error, Result};
 
 /// What happens to a step when some of its units fail.
@@ -117,12 +119,12 @@ pub struct InputRef {
 
 impl InputRef {
     /// Parse `"<step>.<role>"`.
-    pub fn parse(text: &str) -> std::result::Result<InputRef, String> {
+    pub fn parse(text: &str) -> std::result::Result<InputRef, StepError> {
         match text.split_once('.') {
             Some((step, role)) if !step.is_empty() && !role.is_empty() && !role.contains('.') => {
                 Ok(InputRef { step: step.to_owned(), role: role.to_owned() })
             }
-            _ => Err(format!("`{text}` is not a reference of the form \"<step>.<output role>\"")),
+            _ => Err(StepError::BadReference { text: text.to_owned() }),
         }
     }
 }
@@ -168,17 +170,53 @@ pub struct StepConfig {
     /// Failure policy of this step (default: the pipeline's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<FailurePolicy>,
+    /// Files the step's behaviour depends on (globs; `command` steps): their
+    /// content is part of the cache key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends: Vec<String>,
+    /// A version of the step, part of the cache key: bump it to rerun.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Wall-time limit of one unit on any backend ("90s", "10m", "2h"; or
+    /// SLURM syntax). Default on the local backend: `resources.time`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
 }
 
 impl StepConfig {
+    /// The wall-time limit of one unit: `timeout`, else `resources.time`.
+    pub fn time_limit(&self) -> std::result::Result<Option<std::time::Duration>, StepError> {
+        self.time_limit_on(BackendKind::Local)
+    }
+
+    /// The wall-time limit of one unit on a backend: `timeout`; else, on the
+    /// local backend, `resources.time` (on SLURM that is the array task's
+    /// limit, which SLURM enforces itself).
+    pub fn time_limit_on(
+        &self,
+        backend: BackendKind,
+    ) -> std::result::Result<Option<std::time::Duration>, StepError> {
+        let (name, text) = match (&self.timeout, &self.resources.time, backend) {
+            (Some(t), _, _) => ("timeout", t),
+            (None, Some(t), BackendKind::Local) => ("resources.time", t),
+            _ => return Ok(None),
+        };
+        parse_duration(text).map(Some).ok_or_else(|| StepError::BadParam {
+            name: name.into(),
+            problem: format!(
+                "`{text}` is not a duration (e.g. \"90s\", \"10m\", \"2h\", or SLURM's \"01:30:00\", \"1-00:00\")"
+            ),
+        })
+    }
+
     /// Parsed input references, by role.
-    pub fn input_refs(&self) -> std::result::Result<BTreeMap<String, InputRef>, String> {
+    pub fn input_refs(&self) -> std::result::Result<BTreeMap<String, InputRef>, StepError> {
         self.inputs
             .iter()
             .map(|(role, text)| {
                 InputRef::parse(text)
                     .map(|r| (role.clone(), r))
-                    .map_err(|e| format!("input `{role}`: {e}"))
+                    .map_err(|e| StepError::Input { role: role.clone(), source: Box::new(e) })
             })
             .collect()
     }
@@ -273,9 +311,64 @@ impl PipelineConfig {
     }
 }
 
+/// A duration: `90s`, `10m`, `2h`, `1d`, a plain number of seconds, or
+/// SLURM's `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`.
+pub fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let text = text.trim();
+    let secs =
+        |n: &str, unit: u64| n.parse::<f64>().ok().filter(|v| *v >= 0.0).map(|v| v * unit as f64);
+    let seconds = if let Some(n) = text.strip_suffix('s') {
+        secs(n, 1)
+    } else if let Some(n) = text.strip_suffix('m') {
+        secs(n, 60)
+    } else if let Some(n) = text.strip_suffix('h') {
+        secs(n, 3600)
+    } else if let Some(n) = text.strip_suffix('d') {
+        secs(n, 86400)
+    } else {
+        slurm_time(text).map(|s| s as f64)
+    }?;
+    (seconds > 0.0 && seconds.is_finite()).then(|| std::time::Duration::from_secs_f64(seconds))
+}
+
+/// SLURM `--time` syntax, in seconds (a bare number is minutes).
+fn slurm_time(text: &str) -> Option<u64> {
+    let (days, rest) = match text.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, text),
+    };
+    let parts: Vec<u64> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let with_days = text.contains('-');
+    let (h, m, s) = match (with_days, parts.as_slice()) {
+        (false, [m]) => (0, *m, 0),
+        (false, [m, s]) => (0, *m, *s),
+        (false, [h, m, s]) | (true, [h, m, s]) => (*h, *m, *s),
+        (true, [h]) => (*h, 0, 0),
+        (true, [h, m]) => (*h, *m, 0),
+        _ => return None,
+    };
+    Some(days * 86400 + h * 3600 + m * 60 + s)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_in_both_syntaxes() {
+        let s = |n| Some(std::time::Duration::from_secs(n));
+        assert_eq!(parse_duration("90s"), s(90));
+        assert_eq!(parse_duration("10m"), s(600));
+        assert_eq!(parse_duration("2h"), s(7200));
+        assert_eq!(parse_duration("5"), s(300), "a bare number is SLURM minutes");
+        assert_eq!(parse_duration("01:30"), s(90));
+        assert_eq!(parse_duration("01:00:05"), s(3605));
+        assert_eq!(parse_duration("1-02"), s(93600));
+        assert_eq!(parse_duration("1-00:00:10"), s(86410));
+        for bad in ["", "soon", "-5s", "1:2:3:4", "0s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
 
     const EXAMPLE: &str = r#"
 name = "example"

@@ -16,24 +16,31 @@
 //!
 //! - [`config`]: the TOML format.
 //! - [`validate`]: checks before anything runs.
-//! - [`operation`]: the [`Operation`](operation::Operation) trait and registry; [`ops`]: built-ins.
+//! - [`unit`]: units of work, the jobs sent to workers and their reports.
+//! - [`operation`]: the [`Operation`](operation::Operation) trait; [`ops`]: the built-ins and
+//!   the registry of every operation a binary knows.
 //! - [`plan`]: units and cache keys.
 //! - [`worker`]: running one unit and staging it; worker modes.
 //! - [`backend`]: local process pool and SLURM arrays.
 //! - [`cache`]: bulk look-ups in the executions and edges tables.
 //! - [`steps_log`]: the steps table.
-//! - [`run`]: the orchestrator.
+//! - [`run`]: the orchestrator; `step_run`: one step, phase by phase; [`events`]: what
+//!   they report.
 //! - [`status`]: what `sluice status` and `sluice runs` show.
 
 pub mod backend;
 pub mod cache;
 pub mod config;
+pub mod events;
 pub mod operation;
 pub mod ops;
 pub mod plan;
+pub mod process;
 pub mod run;
 pub mod status;
+mod step_run;
 pub mod steps_log;
+pub mod unit;
 pub mod validate;
 pub mod worker;
 
@@ -49,16 +56,9 @@ pub(crate) fn describe_exit(status: std::process::ExitStatus) -> String {
     }
 }
 
-/// This machine's host name, read once (run ids and worker ids use it).
-pub(crate) fn hostname() -> &'static str {
-    static HOST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HOST.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_owned()
-    })
-}
-
-pub use config::{BackendKind, FailurePolicy, Pairing, PipelineConfig, StepConfig};
-pub use operation::{Operation, Operations, Output, UnitContext};
+pub use config::{BackendKind, FailurePolicy, Pairing, PipelineConfig, StepConfig, StepError};
+pub use operation::{Operation, Output, UnitContext};
+pub use ops::Operations;
 pub use run::{RunBuilder, RunEvent, RunReport, StepSummary};
 pub use steps_log::StepStatus;
 pub use validate::Pipeline;

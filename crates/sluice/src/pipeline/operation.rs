@@ -13,10 +13,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use super::config::{StepConfig, StepError};
+use super::unit::UnitJob;
 use crate::artifact::{Artifact, ArtifactId, Draft};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
-use crate::pipeline::config::StepConfig;
 
 /// What validation knows when it asks an operation for its output roles.
 #[derive(Debug)]
@@ -52,7 +53,7 @@ pub trait Operation: Send + Sync + 'static {
     fn outputs(
         &self,
         signature: &Signature<'_>,
-    ) -> std::result::Result<BTreeMap<String, String>, String>;
+    ) -> std::result::Result<BTreeMap<String, String>, StepError>;
 
     /// Inputs the operation takes from its params rather than `inputs`
     /// (role → `"<step>.<role>"`), e.g. `filter`'s `metric`.
@@ -65,6 +66,13 @@ pub trait Operation: Send + Sync + 'static {
     /// are part of the cache key.
     fn source_units(&self, _step: &StepConfig) -> Result<Option<Vec<serde_json::Value>>> {
         Ok(None)
+    }
+
+    /// Files whose content the operation's behaviour depends on, beyond its
+    /// params (a `command` step's scripts): path → BLAKE3 of the content.
+    /// Part of every cache key of the step, so editing one reruns the step.
+    fn depends_on(&self, _step: &StepConfig) -> Result<BTreeMap<String, String>> {
+        Ok(BTreeMap::new())
     }
 
     /// How inputs are grouped into units.
@@ -131,13 +139,15 @@ pub struct UnitContext {
     pub lake: Lake,
     /// The run id of this execution.
     pub run_id: String,
+    /// The unit's wall-time limit (the step's `timeout` or `resources.time`).
+    pub time_limit: Option<std::time::Duration>,
     tool_output: Arc<Mutex<Option<String>>>,
     handle: tokio::runtime::Handle,
 }
 
 impl UnitContext {
     pub(crate) fn new(
-        job: &crate::pipeline::worker::UnitJob,
+        job: &UnitJob,
         inputs: BTreeMap<String, Vec<Artifact>>,
         work_dir: PathBuf,
         lake: Lake,
@@ -151,6 +161,7 @@ impl UnitContext {
             work_dir,
             lake,
             run_id: job.run_id.clone(),
+            time_limit: job.step.time_limit_on(job.backend).ok().flatten(),
             tool_output: Arc::new(Mutex::new(None)),
             handle: tokio::runtime::Handle::current(),
         }
@@ -192,74 +203,5 @@ impl UnitContext {
     /// The unit's scratch directory.
     pub fn work_dir(&self) -> &Path {
         &self.work_dir
-    }
-}
-
-/// A registered operation (see [`register_operation!`](crate::register_operation)).
-pub struct OperationRegistration {
-    /// Builds the operation.
-    pub make: fn() -> Box<dyn Operation>,
-}
-
-inventory::collect!(OperationRegistration);
-
-/// Register an operation type (which must implement [`Operation`] and
-/// `Default`) for every binary that links the crate.
-#[macro_export]
-macro_rules! register_operation {
-    ($ty:ty) => {
-        $crate::inventory::submit! {
-            $crate::pipeline::operation::OperationRegistration {
-                make: || ::std::boxed::Box::new(<$ty as ::std::default::Default>::default()),
-            }
-        }
-    };
-}
-
-/// The operations known to this binary: built-ins and linked ones.
-#[derive(Clone)]
-pub struct Operations {
-    ops: Arc<BTreeMap<String, Arc<dyn Operation>>>,
-}
-
-impl std::fmt::Debug for Operations {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.ops.keys()).finish()
-    }
-}
-
-impl Operations {
-    /// Built-ins plus every operation registered with `register_operation!`.
-    /// A linked operation may not reuse a built-in's name.
-    pub fn linked() -> Result<Self> {
-        let mut ops: BTreeMap<String, Arc<dyn Operation>> = BTreeMap::new();
-        for op in super::ops::builtins() {
-            ops.insert(op.name().to_owned(), Arc::from(op));
-        }
-        let builtin: Vec<String> = ops.keys().cloned().collect();
-        for registration in inventory::iter::<OperationRegistration> {
-            let op: Arc<dyn Operation> = Arc::from((registration.make)());
-            let name = op.name().to_owned();
-            if builtin.contains(&name) || ops.contains_key(&name) {
-                return Err(Error::operation(name, "registered twice (or shadows a built-in)"));
-            }
-            ops.insert(name, op);
-        }
-        Ok(Operations { ops: Arc::new(ops) })
-    }
-
-    /// An operation by name.
-    pub fn get(&self, name: &str) -> Result<Arc<dyn Operation>> {
-        self.ops.get(name).cloned().ok_or_else(|| {
-            Error::operation(
-                name,
-                format!("unknown operation (known: {})", self.names().join(", ")),
-            )
-        })
-    }
-
-    /// Every operation's name.
-    pub fn names(&self) -> Vec<String> {
-        self.ops.keys().cloned().collect()
     }
 }

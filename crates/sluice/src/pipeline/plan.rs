@@ -19,28 +19,14 @@
 //! its units' specs.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::config::{Pairing, StepConfig};
 use super::operation::{Grouping, Operation};
+use super::unit::Unit;
 use crate::artifact::{ArtifactId, canonical_json};
 use crate::error::{Error, Result};
-
-/// One unit of work of a step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Unit {
-    /// Position in the step (stream order of outputs follows it).
-    pub index: usize,
-    /// The cache key.
-    pub spec_id: String,
-    /// Input artifact ids by role.
-    pub inputs: BTreeMap<String, Vec<ArtifactId>>,
-    /// Source descriptors (operations without inputs).
-    pub sources: Vec<Value>,
-}
 
 fn hash_hex(domain: &str, value: &Value) -> Result<String> {
     let mut hasher = blake3::Hasher::new();
@@ -50,22 +36,42 @@ fn hash_hex(domain: &str, value: &Value) -> Result<String> {
     Ok(crate::artifact::id::hex(&hasher.finalize().as_bytes()[..16]))
 }
 
-/// What identifies an operation's behaviour in a step (op, version, command,
-/// declared outputs, params).
-fn operation_identity(step: &StepConfig, op: &dyn Operation) -> Value {
-    json!({
+/// What identifies an operation's behaviour in a step: op, version,
+/// command, declared outputs, params, the step's `version`, and the content
+/// of the files the operation says its behaviour depends on (a `command`
+/// step's scripts and `depends`). Keys absent from older lakes are left out
+/// when empty, so their cache stays valid.
+pub fn operation_identity(step: &StepConfig, op: &dyn Operation) -> Result<Value> {
+    let mut identity = json!({
         "operation": op.name(),
         "version": op.version(),
         "command": step.command,
         "outputs": step.outputs,
         "params": Value::Object(step.params.clone()),
-    })
+    });
+    if let Some(version) = &step.version {
+        identity["step_version"] = json!(version);
+    }
+    let files = op.depends_on(step)?;
+    if !files.is_empty() {
+        identity["files"] = json!(files);
+    }
+    Ok(identity)
 }
 
 /// A unit's `execution_spec_id`.
 pub fn execution_spec_id(
     step: &StepConfig,
     op: &dyn Operation,
+    inputs: &BTreeMap<String, Vec<ArtifactId>>,
+    sources: &[Value],
+) -> Result<String> {
+    execution_spec_id_of(&operation_identity(step, op)?, inputs, sources)
+}
+
+/// [`execution_spec_id`] with the operation's identity computed once.
+fn execution_spec_id_of(
+    identity: &Value,
     inputs: &BTreeMap<String, Vec<ArtifactId>>,
     sources: &[Value],
 ) -> Result<String> {
@@ -82,7 +88,7 @@ pub fn execution_spec_id(
         .collect();
     hash_hex(
         "sluice.execution.v1",
-        &json!({ "op": operation_identity(step, op), "inputs": inputs, "sources": sources }),
+        &json!({ "op": identity, "inputs": inputs, "sources": sources }),
     )
 }
 
@@ -100,7 +106,7 @@ pub fn step_spec_id(
     hash_hex(
         "sluice.step.v1",
         &json!({
-            "op": operation_identity(step, op),
+            "op": operation_identity(step, op)?,
             "pairing": step.pairing,
             "artifacts_per_unit": step.batch.artifacts_per_unit,
             "upstream": upstream,
@@ -111,15 +117,7 @@ pub fn step_spec_id(
 
 /// A fresh, unique run id (32 hex characters).
 pub fn new_run_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&std::process::id().to_le_bytes());
-    let now =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    hasher.update(&now.as_nanos().to_le_bytes());
-    hasher.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    hasher.update(super::hostname().as_bytes());
-    crate::artifact::id::hex(&hasher.finalize().as_bytes()[..16])
+    crate::host::unique_id()
 }
 
 /// Input sets: each maps role → the ids of that set.
@@ -194,10 +192,11 @@ pub fn plan_units(
             raw.push((inputs, Vec::new()));
         }
     }
+    let identity = operation_identity(step, op)?;
     raw.into_iter()
         .enumerate()
         .map(|(index, (inputs, sources))| {
-            let spec_id = execution_spec_id(step, op, &inputs, &sources)?;
+            let spec_id = execution_spec_id_of(&identity, &inputs, &sources)?;
             Ok(Unit { index, spec_id, inputs, sources })
         })
         .collect()

@@ -89,6 +89,8 @@ fn overall(steps: &[StepState]) -> StepStatus {
     let has = |s: StepStatus| steps.iter().any(|x| x.status == s);
     if has(StepStatus::Running) {
         StepStatus::Running
+    } else if has(StepStatus::Abandoned) {
+        StepStatus::Abandoned
     } else if has(StepStatus::Failed) {
         StepStatus::Failed
     } else if has(StepStatus::Cancelled) {
@@ -100,8 +102,10 @@ fn overall(steps: &[StepState]) -> StepStatus {
     }
 }
 
-/// Every run, newest first.
+/// Every run, newest first. Steps whose orchestrator died are recorded as
+/// abandoned first.
 pub async fn runs(lake: &Lake) -> Result<Vec<RunState>> {
+    steps_log::close_abandoned(lake).await?;
     let rows = steps_log::read(lake, None).await?;
     let mut by_run: BTreeMap<&str, Vec<&StepRecord>> = BTreeMap::new();
     for row in &rows {

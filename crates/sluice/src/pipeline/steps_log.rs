@@ -10,13 +10,14 @@
 use std::collections::BTreeMap;
 
 use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::datafusion::prelude::Expr;
 use serde::{Deserialize, Serialize};
 
+use crate::artifact::arrow_convert::{build_array, read_value};
 use crate::artifact::{ArtifactId, FieldValue, canonical_json};
 use crate::error::{Error, Result};
+use crate::lake::scan::{self, Select};
 use crate::lake::{Lake, layout, table};
-use crate::query::scan;
-use crate::store::arrow_convert::{build_array, read_value};
 
 /// A step's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -32,6 +33,9 @@ pub enum StepStatus {
     Skipped,
     /// Interrupted (Ctrl-C).
     Cancelled,
+    /// Its orchestrator died while it ran (recorded by the next `run` or
+    /// `status`).
+    Abandoned,
 }
 
 impl StepStatus {
@@ -43,14 +47,22 @@ impl StepStatus {
             StepStatus::Failed => "failed",
             StepStatus::Skipped => "skipped",
             StepStatus::Cancelled => "cancelled",
+            StepStatus::Abandoned => "abandoned",
         }
     }
 
     /// Parse a stored name.
     pub fn parse(text: &str) -> Option<Self> {
-        [Self::Running, Self::Completed, Self::Failed, Self::Skipped, Self::Cancelled]
-            .into_iter()
-            .find(|s| s.as_str() == text)
+        [
+            Self::Running,
+            Self::Completed,
+            Self::Failed,
+            Self::Skipped,
+            Self::Cancelled,
+            Self::Abandoned,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
     }
 }
 
@@ -159,56 +171,102 @@ const COLUMNS: [&str; 15] = [
     "metadata",
 ];
 
-/// Rows matching a SQL filter over the steps table, ordered by time.
-pub async fn read(lake: &Lake, filter: Option<&str>) -> Result<Vec<StepRecord>> {
+/// Rows matching a filter over the steps table, ordered by time.
+pub async fn read(lake: &Lake, filter: Option<Expr>) -> Result<Vec<StepRecord>> {
     let spec = layout::steps_table();
     let handle = table::open(lake.root(), &spec).await?;
     let mut out = Vec::new();
-    scan::for_each_batch(&handle, &spec.name, &COLUMNS, filter, |batch| {
-        for row in 0..batch.num_rows() {
-            let get = |i: usize| read_value(batch.column(i).as_ref(), row);
-            let text = |i: usize| get(i).as_str().map(str::to_owned);
-            let Some(status) = text(5).as_deref().and_then(StepStatus::parse) else { continue };
-            out.push(StepRecord {
-                step_run_id: text(0).unwrap_or_default(),
-                step_spec_id: text(1).unwrap_or_default(),
-                pipeline_run_id: text(2).unwrap_or_default(),
-                step_number: get(3)
-                    .as_int()
-                    .and_then(|v| i32::try_from(v).ok())
-                    .unwrap_or_default(),
-                step_name: text(4).unwrap_or_default(),
-                status,
-                operation_name: text(6).unwrap_or_default(),
-                params: text(7).unwrap_or_default(),
-                total_count: get(8).as_int(),
-                succeeded_count: get(9).as_int(),
-                failed_count: get(10).as_int(),
-                timestamp: match get(11) {
-                    FieldValue::TimestampMicros(t) => t,
-                    other => other.as_int().unwrap_or_default(),
-                },
-                duration_seconds: match get(12) {
-                    FieldValue::Float(f) => Some(f),
-                    _ => None,
-                },
-                error: text(13),
-                metadata: text(14).and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default(),
-            });
-        }
-        Ok(())
-    })
-    .await?;
+    let select = Select::columns(scan::columns(&COLUMNS)).filter_opt(filter);
+    select
+        .for_each_batch(&handle, &spec.name, |batch| {
+            for row in 0..batch.num_rows() {
+                out.push(parse_row(batch, row, &spec.name)?);
+            }
+            Ok(())
+        })
+        .await?;
     out.sort_by_key(|r| (r.timestamp, r.step_number));
     Ok(out)
+}
+
+/// One row of the steps table. A status or metadata sluice cannot read is an
+/// error naming the row: the step cache is decided from them.
+fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<StepRecord> {
+    let values = (0..batch.num_columns())
+        .map(|i| read_value(table, batch.column(i).as_ref(), row))
+        .collect::<Result<Vec<_>>>()?;
+    let get = |i: usize| values[i].clone();
+    let text = |i: usize| values[i].as_str().map(str::to_owned);
+    let step_run_id = text(0).unwrap_or_default();
+    let at = |column: &str| format!("step run `{step_run_id}`, column `{column}`");
+    let status = text(5).unwrap_or_default();
+    let status = StepStatus::parse(&status).ok_or_else(|| {
+        Error::corrupt(table, at("status"), format!("unknown step status `{status}`"))
+    })?;
+    let metadata = match text(14) {
+        None => serde_json::Value::Null,
+        Some(t) => serde_json::from_str(&t)
+            .map_err(|e| Error::corrupt(table, at("metadata"), format!("not JSON: {e}")))?,
+    };
+    Ok(StepRecord {
+        step_spec_id: text(1).unwrap_or_default(),
+        pipeline_run_id: text(2).unwrap_or_default(),
+        step_number: get(3).as_int().and_then(|v| i32::try_from(v).ok()).unwrap_or_default(),
+        step_name: text(4).unwrap_or_default(),
+        status,
+        operation_name: text(6).unwrap_or_default(),
+        params: text(7).unwrap_or_default(),
+        total_count: get(8).as_int(),
+        succeeded_count: get(9).as_int(),
+        failed_count: get(10).as_int(),
+        timestamp: match get(11) {
+            FieldValue::TimestampMicros(t) => t,
+            other => other.as_int().unwrap_or_default(),
+        },
+        duration_seconds: match get(12) {
+            FieldValue::Float(f) => Some(f),
+            _ => None,
+        },
+        error: text(13),
+        metadata,
+        step_run_id,
+    })
+}
+
+/// Record `abandoned` for every step left `running` by an orchestrator that
+/// is certainly gone (its `owner`, recorded in the running row, names a
+/// process of this host that no longer exists). Steps of other hosts'
+/// orchestrators are left as they are. Returns the step runs closed.
+pub async fn close_abandoned(lake: &Lake) -> Result<Vec<String>> {
+    let rows = read(lake, None).await?;
+    let mut last: BTreeMap<&str, &StepRecord> = BTreeMap::new();
+    for row in &rows {
+        last.insert(row.step_run_id.as_str(), row);
+    }
+    let mut closed = Vec::new();
+    for row in last.values().filter(|r| r.status == StepStatus::Running) {
+        let Some(owner) = row.metadata.get("owner").and_then(serde_json::Value::as_str) else {
+            continue;
+        };
+        if !crate::host::owner_is_dead(owner) {
+            continue;
+        }
+        let mut ended = (*row).clone();
+        ended.status = StepStatus::Abandoned;
+        ended.timestamp = chrono::Utc::now().timestamp_micros();
+        ended.error = Some(format!("its orchestrator ({owner}) died while the step ran"));
+        append(lake, &ended).await?;
+        closed.push(row.step_run_id.clone());
+    }
+    Ok(closed)
 }
 
 /// The latest `completed` row of a step spec with no failed units: the
 /// step-level cache.
 pub async fn completed_spec(lake: &Lake, step_spec_id: &str) -> Result<Option<StepRecord>> {
-    let filter =
-        format!("step_spec_id = '{}' AND status = 'completed'", step_spec_id.replace('\'', "''"));
-    let rows = read(lake, Some(&filter)).await?;
+    let filter = scan::equals("step_spec_id", step_spec_id)
+        .and(scan::equals("status", StepStatus::Completed.as_str()));
+    let rows = read(lake, Some(filter)).await?;
     Ok(rows
         .into_iter()
         .rev()

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use super::config::{InputRef, PipelineConfig};
-use super::operation::{Operation, Operations, Signature};
+use super::operation::{Operation, Signature};
+use super::ops::Operations;
 use crate::error::Result;
 use crate::registry::TypeRegistry;
 
@@ -92,7 +93,8 @@ impl Pipeline {
             if step.batch.artifacts_per_unit == 0 || step.batch.units_per_worker == 0 {
                 return Err(err("batch sizes must be at least 1".into()));
             }
-            let mut refs = step.input_refs().map_err(&err)?;
+            step.time_limit().map_err(|e| err(e.to_string()))?;
+            let mut refs = step.input_refs().map_err(|e| err(e.to_string()))?;
             for (role, text) in op.implicit_inputs(step) {
                 let r = InputRef::parse(&text).map_err(|m| err(format!("params.{role}: {m}")))?;
                 if refs.insert(role.clone(), r).is_some() {
@@ -139,7 +141,7 @@ impl Pipeline {
             }
             let outputs = op
                 .outputs(&Signature { step, input_types: &input_types })
-                .map_err(|m| err(format!("{} ({})", m, step.operation)))?;
+                .map_err(|e| err(format!("{e} ({})", step.operation)))?;
             for (role, t) in &outputs {
                 if !valid_name(role) {
                     return Err(err(format!(

@@ -11,48 +11,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
-use super::config::{BackendKind, StepConfig};
-use super::operation::{Operations, Output, UnitContext};
-use super::plan::Unit;
+use super::operation::{Output, UnitContext};
+use super::ops::Operations;
+use super::unit::{UnitJob, UnitReport};
 use crate::artifact::{Artifact, ArtifactId, canonical_json};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::records::{ArtifactEdge, Direction, ExecutionEdge, ExecutionRecord};
 use crate::staging::{StagedExecution, StagingWriter, paths};
-
-/// Everything a worker needs to run one unit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct UnitJob {
-    /// The step.
-    pub step: StepConfig,
-    /// Its number (1-based; the partition of what it produces).
-    pub step_number: i32,
-    /// The step run this unit belongs to.
-    pub step_run_id: String,
-    /// The pipeline run.
-    pub pipeline_run_id: String,
-    /// The run id of this execution.
-    pub run_id: String,
-    /// Where it runs.
-    pub backend: BackendKind,
-    /// Type of each input role.
-    pub input_types: BTreeMap<String, String>,
-    /// The unit.
-    pub unit: Unit,
-}
-
-/// What a worker tells the orchestrator after a unit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UnitReport {
-    /// The execution run id.
-    pub run_id: String,
-    /// Whether the unit succeeded.
-    pub success: bool,
-    /// The error, when it failed.
-    pub error: Option<String>,
-}
 
 fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
@@ -76,10 +42,10 @@ pub async fn execute_unit(
 ) -> Result<UnitReport> {
     let started = now_micros();
     let clock = Instant::now();
-    let outcome = run_operation(lake, operations, job).await;
-    let (produced, error, tool_output) = match outcome {
-        Ok((produced, tool_output)) => (Some(produced), None, tool_output),
-        Err((error, tool_output)) => (None, Some(error), tool_output),
+    let (outcome, tool_output) = run_operation(lake, operations, job).await;
+    let (produced, error) = match outcome {
+        Ok(produced) => (Some(produced), None),
+        Err(error) => (None, Some(error.to_string())),
     };
     let mut metadata = serde_json::json!({
         "pipeline_run_id": job.pipeline_run_id,
@@ -96,7 +62,7 @@ pub async fn execute_unit(
     let writer = writer.clone();
     tokio::task::spawn_blocking(move || writer.write(&staged))
         .await
-        .map_err(|e| Error::Internal(format!("staging task: {e}")))??;
+        .map_err(|e| Error::task("staging a unit", e))??;
     Ok(UnitReport { run_id: job.run_id.clone(), success, error })
 }
 
@@ -117,9 +83,7 @@ pub fn stage_failure(
         std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     }
     // The dead worker's sandbox (best effort: it only costs space).
-    if let Some(lake_root) = writer.root().parent() {
-        let _ = std::fs::remove_dir_all(lake_root.join("_work").join(&job.run_id));
-    }
+    let _ = std::fs::remove_dir_all(work_dir(&job.run_id));
     let metadata = serde_json::json!({
         "pipeline_run_id": job.pipeline_run_id,
         "step_name": job.step.name,
@@ -139,34 +103,28 @@ pub fn stage_failure(
     Ok(())
 }
 
+/// Run a unit's operation: its results (or why there are none) and the
+/// tail of what its tool printed.
 async fn run_operation(
     lake: &Lake,
     operations: &Operations,
     job: &UnitJob,
-) -> std::result::Result<(Produced, Option<String>), (String, Option<String>)> {
-    let plain = |e: Error| (e.to_string(), None);
-    let op = operations.get(&job.step.operation).map_err(plain)?;
-    let mut inputs: BTreeMap<String, Vec<Artifact>> = BTreeMap::new();
-    if op.needs_content() {
-        let ids: Vec<ArtifactId> = job.unit.inputs.values().flatten().copied().collect();
-        let mut found = lake.get_many(&ids).await.map_err(plain)?;
-        for (role, ids) in &job.unit.inputs {
-            let mut list = Vec::with_capacity(ids.len());
-            for id in ids {
-                let artifact = found.get(id).cloned().ok_or_else(|| {
-                    (format!("input `{role}` artifact {id} is not in the lake"), None)
-                })?;
-                list.push(artifact);
-            }
-            inputs.insert(role.clone(), list);
+) -> (Result<Produced>, Option<String>) {
+    let prepared = async {
+        let op = operations.get(&job.step.operation)?;
+        let inputs =
+            if op.needs_content() { load_inputs(lake, job).await? } else { BTreeMap::new() };
+        let work_dir = work_dir(&job.run_id);
+        if work_dir.exists() {
+            std::fs::remove_dir_all(&work_dir).map_err(|e| Error::io(&work_dir, e))?;
         }
-        found.clear();
-    }
-    let work_dir = lake.root().join("_work").join(&job.run_id);
-    if work_dir.exists() {
-        std::fs::remove_dir_all(&work_dir).map_err(|e| plain(Error::io(&work_dir, e)))?;
-    }
-    std::fs::create_dir_all(&work_dir).map_err(|e| plain(Error::io(&work_dir, e)))?;
+        std::fs::create_dir_all(&work_dir).map_err(|e| Error::io(&work_dir, e))?;
+        Ok::<_, Error>((op, inputs, work_dir))
+    };
+    let (op, inputs, work_dir) = match prepared.await {
+        Ok(prepared) => prepared,
+        Err(e) => return (Err(e), None),
+    };
     let ctx = UnitContext::new(job, inputs, work_dir.clone(), lake.clone());
     let registry = lake.registry().clone();
     let step_number = job.step_number;
@@ -178,13 +136,31 @@ async fn run_operation(
     .await;
     let _ = std::fs::remove_dir_all(&work_dir);
     match result {
-        Ok((Ok(produced), tool_output)) => Ok((produced, tool_output)),
-        Ok((Err(e), tool_output)) => Err((e.to_string(), tool_output)),
+        Ok(ran) => ran,
         Err(e) if e.is_panic() => {
-            Err((format!("operation `{}` panicked", job.step.operation), None))
+            (Err(Error::operation(&job.step.operation, "the operation panicked")), None)
         }
-        Err(e) => Err((format!("operation task failed: {e}"), None)),
+        Err(e) => (Err(Error::task(format!("operation `{}`", job.step.operation), e)), None),
     }
+}
+
+/// The unit's input artifacts, content included, by role in stream order.
+async fn load_inputs(lake: &Lake, job: &UnitJob) -> Result<BTreeMap<String, Vec<Artifact>>> {
+    let ids: Vec<ArtifactId> = job.unit.inputs.values().flatten().copied().collect();
+    let mut found = lake.get_many(&ids).await?;
+    let mut inputs = BTreeMap::new();
+    for (role, ids) in &job.unit.inputs {
+        let mut list = Vec::with_capacity(ids.len());
+        for id in ids {
+            let artifact = found.get(id).cloned().ok_or_else(|| {
+                Error::InvalidInput(format!("input `{role}` artifact {id} is not in the lake"))
+            })?;
+            list.push(artifact);
+        }
+        inputs.insert(role.clone(), list);
+    }
+    found.clear();
+    Ok(inputs)
 }
 
 fn finalize(
@@ -304,9 +280,21 @@ fn staged_execution(
     })
 }
 
+/// The environment variable that sets where unit sandboxes are made.
+pub const WORK_DIR_ENV: &str = "SLUICE_WORK_DIR";
+
+/// A unit's sandbox: `$SLUICE_WORK_DIR/<run id>`, default under the system
+/// temporary folder — never inside the lake.
+pub fn work_dir(run_id: &str) -> std::path::PathBuf {
+    std::env::var_os(WORK_DIR_ENV)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("sluice-work"))
+        .join(run_id)
+}
+
 /// This process's worker id: `host:pid`, plus the SLURM job/task when set.
 pub fn worker_id() -> String {
-    let mut id = format!("{}:{}", super::hostname(), std::process::id());
+    let mut id = format!("{}:{}", crate::host::hostname(), std::process::id());
     if let (Ok(job), Ok(task)) =
         (std::env::var("SLURM_ARRAY_JOB_ID"), std::env::var("SLURM_ARRAY_TASK_ID"))
     {
@@ -330,6 +318,9 @@ pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
     let lake = &lake.clone().with_snapshot_reads();
     let writer = staging_writer(lake);
     let id = worker_id();
+    // A worker never outlives its orchestrator (even when it is SIGKILLed
+    // mid-unit): it would stage results nobody waits for.
+    super::process::watch_parent();
     loop {
         // Plain blocking stdin on a blocking thread, one line at a time.
         let line = tokio::task::spawn_blocking(|| {
@@ -337,7 +328,7 @@ pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
             std::io::stdin().lock().read_line(&mut line).map(|n| (n, line))
         })
         .await
-        .map_err(|e| Error::Internal(format!("reading stdin: {e}")))?
+        .map_err(|e| Error::task("reading stdin", e))?
         .map_err(|e| Error::io("<stdin>", e))?;
         let (n, line) = line;
         if n == 0 {
@@ -346,13 +337,11 @@ pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
         if line.trim().is_empty() {
             continue;
         }
-        let job: UnitJob = serde_json::from_str(&line).map_err(|e| Error::Json {
-            context: "a unit job on stdin".into(),
-            message: e.to_string(),
-        })?;
+        let job: UnitJob =
+            serde_json::from_str(&line).map_err(|e| Error::json("a unit job on stdin", e))?;
         let report = execute_unit(lake, operations, &writer, &job, &id).await?;
         let mut text =
-            serde_json::to_string(&report).map_err(|e| Error::Internal(e.to_string()))?;
+            serde_json::to_string(&report).map_err(|e| Error::json("a unit report", e))?;
         text.push('\n');
         let mut stdout = std::io::stdout().lock();
         stdout
@@ -378,10 +367,8 @@ pub async fn run_slice(
     let id = worker_id();
     let mut done = 0;
     for line in text.lines().skip(task * per_task).take(per_task.max(1)) {
-        let job: UnitJob = serde_json::from_str(line).map_err(|e| Error::Json {
-            context: format!("a unit job in {}", units_file.display()),
-            message: e.to_string(),
-        })?;
+        let job: UnitJob = serde_json::from_str(line)
+            .map_err(|e| Error::json(format!("a unit job in {}", units_file.display()), e))?;
         execute_unit(lake, operations, &writer, &job, &id).await?;
         done += 1;
     }

@@ -1,43 +1,87 @@
-//! Time travel: reading tables as of a version or an instant.
+//! Time travel: reading the lake as of a lake version, an instant, or
+//! explicit table versions.
 
 use std::fmt;
 use std::str::FromStr;
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 
 use crate::error::Error;
+use crate::lake::snapshot::LakePoint;
 
 /// The point in history a query reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AsOf {
-    /// A Delta table version (each table read at that version).
-    Version(u64),
-    /// An instant: each table read at its latest version committed at or
-    /// before it.
+    /// A lake version: the state commit sequence N left, every table read
+    /// at that one point (`sluice history` lists them).
+    Lake(i64),
+    /// An instant: every table as it was then, at one consistent point.
     Time(DateTime<Utc>),
+    /// Explicit table versions (`metrics@3,index@5`); tables not named are
+    /// read at their latest.
+    Tables(BTreeMap<String, u64>),
+}
+
+impl AsOf {
+    /// One table at one version.
+    pub fn table(name: impl Into<String>, version: u64) -> AsOf {
+        AsOf::Tables(BTreeMap::from([(name.into(), version)]))
+    }
+
+    /// The lake point to resolve.
+    pub fn point(&self) -> LakePoint {
+        match self {
+            AsOf::Lake(seq) => LakePoint::Sequence(*seq),
+            AsOf::Time(t) => LakePoint::Time(*t),
+            AsOf::Tables(versions) => LakePoint::Tables(versions.clone()),
+        }
+    }
 }
 
 impl FromStr for AsOf {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
-        if let Ok(v) = s.parse::<u64>() {
-            return Ok(AsOf::Version(v));
-        }
-        DateTime::parse_from_rfc3339(s).map(|t| AsOf::Time(t.with_timezone(&Utc))).map_err(|e| {
+        let bad = |why: String| {
             Error::InvalidInput(format!(
-                "--as-of `{s}`: expected a table version (e.g. 3) or an RFC 3339 time \
-                 (e.g. 2026-11-29T08:00:00Z): {e}"
+                "--as-of `{s}`: {why}. Expected a lake version (e.g. 3, see `sluice history`), an \
+                 RFC 3339 time (e.g. 2026-11-29T08:00:00Z) or table versions (e.g. metrics@3,index@5)"
             ))
-        })
+        };
+        if let Ok(v) = s.parse::<i64>() {
+            return Ok(AsOf::Lake(v));
+        }
+        if s.contains('@') {
+            let mut versions = BTreeMap::new();
+            for part in s.split(',') {
+                let (table, version) = part
+                    .trim()
+                    .split_once('@')
+                    .ok_or_else(|| bad(format!("`{part}` is not table@version")))?;
+                let version = version
+                    .parse()
+                    .map_err(|_| bad(format!("`{version}` is not a table version")))?;
+                versions.insert(table.to_owned(), version);
+            }
+            return Ok(AsOf::Tables(versions));
+        }
+        DateTime::parse_from_rfc3339(s)
+            .map(|t| AsOf::Time(t.with_timezone(&Utc)))
+            .map_err(|e| bad(e.to_string()))
     }
 }
 
 impl fmt::Display for AsOf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            AsOf::Version(v) => write!(f, "version {v}"),
+            AsOf::Lake(v) => write!(f, "lake version {v}"),
             AsOf::Time(t) => write!(f, "{}", t.to_rfc3339()),
+            AsOf::Tables(versions) => {
+                let parts: Vec<String> = versions.iter().map(|(t, v)| format!("{t}@{v}")).collect();
+                write!(f, "{}", parts.join(","))
+            }
         }
     }
 }
@@ -48,7 +92,9 @@ mod tests {
 
     #[test]
     fn parses_versions_and_times() {
-        assert_eq!("3".parse::<AsOf>().unwrap(), AsOf::Version(3));
+        assert_eq!("3".parse::<AsOf>().unwrap(), AsOf::Lake(3));
+        assert_eq!("metrics@3".parse::<AsOf>().unwrap(), AsOf::table("metrics", 3));
+        assert!("metrics@x".parse::<AsOf>().is_err());
         assert!(matches!("2026-11-29T08:00:00+01:00".parse::<AsOf>().unwrap(), AsOf::Time(_)));
         let err = "yesterday".parse::<AsOf>().unwrap_err().to_string();
         assert!(err.contains("RFC 3339"), "{err}");

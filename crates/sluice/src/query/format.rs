@@ -90,7 +90,8 @@ pub fn render(batches: &[RecordBatch], format: OutputFormat) -> Result<String> {
                         .map_err(|e| Error::arrow("writing CSV", e))?;
                 }
             }
-            String::from_utf8(out).map_err(|e| Error::Internal(e.to_string()))
+            String::from_utf8(out)
+                .map_err(|e| Error::Internal(format!("rendered output is not UTF-8: {e}")))
         }
         OutputFormat::Json => {
             let mut out = Vec::new();
@@ -106,7 +107,8 @@ pub fn render(batches: &[RecordBatch], format: OutputFormat) -> Result<String> {
                 }
                 writer.finish().map_err(|e| Error::arrow("writing JSON", e))?;
             }
-            String::from_utf8(out).map_err(|e| Error::Internal(e.to_string()))
+            String::from_utf8(out)
+                .map_err(|e| Error::Internal(format!("rendered output is not UTF-8: {e}")))
         }
     }
 }

@@ -7,7 +7,6 @@
 
 mod as_of;
 pub mod format;
-pub mod scan;
 mod sql;
 
 pub use as_of::AsOf;

@@ -2,14 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use deltalake::DeltaTable;
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::AsOf;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
-use crate::lake::layout::TableSpec;
+use crate::lake::layout::{TableKind, TableSpec};
+use crate::lake::snapshot::{self, LakePoint, LakeSnapshot};
 use crate::lake::table;
 
 /// A SQL statement to run over the lake, built with
@@ -29,6 +29,8 @@ pub struct QueryResult {
     pub batches: Vec<RecordBatch>,
     /// The version each table the statement read was read at.
     pub table_versions: BTreeMap<String, u64>,
+    /// The last commit sequence wholly visible to the query.
+    pub lake_version: Option<i64>,
 }
 
 impl QueryResult {
@@ -38,12 +40,20 @@ impl QueryResult {
     }
 }
 
+impl Lake {
+    /// A SQL statement over every table of the lake.
+    pub fn sql(&self, sql: impl Into<String>) -> SqlBuilder<'_> {
+        SqlBuilder::new(self, sql)
+    }
+}
+
 impl<'a> SqlBuilder<'a> {
-    pub(crate) fn new(lake: &'a Lake, sql: impl Into<String>) -> Self {
+    fn new(lake: &'a Lake, sql: impl Into<String>) -> Self {
         SqlBuilder { lake, sql: sql.into(), as_of: None }
     }
 
-    /// Read every table as of a version or time (default: latest).
+    /// Read the lake as of a lake version, a time or explicit table versions
+    /// (default: the latest consistent point).
     pub fn with_as_of(mut self, as_of: Option<AsOf>) -> Self {
         self.as_of = as_of;
         self
@@ -52,21 +62,24 @@ impl<'a> SqlBuilder<'a> {
     /// A DataFusion context with every table the statement names registered,
     /// and the versions they were loaded at. Use it to run the statement with
     /// your own DataFusion code (streaming, `EXPLAIN`, …).
+    ///
+    /// Every table is read at one consistent point of the lake (see
+    /// [`crate::lake::snapshot`]): the latest, or the `--as-of` point.
     pub async fn context(&self) -> Result<(SessionContext, BTreeMap<String, u64>)> {
+        self.context_at().await.map(|(ctx, versions, _)| (ctx, versions))
+    }
+
+    async fn context_at(&self) -> Result<(SessionContext, BTreeMap<String, u64>, LakeSnapshot)> {
         let ctx =
             SessionContext::new_with_config(SessionConfig::new().with_information_schema(true));
         let state = ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
         let statement = state.sql_to_statement(&self.sql, &dialect)?;
         let references = state.resolve_table_references(&statement)?;
-        let specs: BTreeMap<String, TableSpec> =
-            self.lake.table_specs().into_iter().map(|t| (t.name.clone(), t)).collect();
-        // While a commit sequence is in flight, read every table as of the
-        // last completed one, so a query never sees half a sequence.
-        let pinned = match self.as_of {
-            None => crate::commit::journal::pinned_versions(self.lake).await?,
-            Some(_) => None,
-        };
+        let all = self.lake.table_specs();
+        let specs: BTreeMap<String, &TableSpec> = all.iter().map(|t| (t.name.clone(), t)).collect();
+        let point = self.as_of.as_ref().map_or(LakePoint::Latest, AsOf::point);
+        let snapshot = snapshot::resolve(self.lake.root(), &all, &point).await?;
         let mut versions = BTreeMap::new();
         for reference in references {
             let name = reference.table();
@@ -74,63 +87,35 @@ impl<'a> SqlBuilder<'a> {
             if versions.contains_key(name) {
                 continue;
             }
-            let pin = pinned.as_ref().and_then(|p| p.get(name)).copied();
-            let handle = self.load(spec, pin).await?;
+            let version = self.version_of(spec, &snapshot)?;
+            let handle = table::open_at(self.lake.root(), spec, version).await?;
             handle.update_datafusion_session(&ctx.state()).map_err(|e| Error::delta(name, e))?;
-            versions.insert(name.to_owned(), handle.version().unwrap_or_default());
+            versions.insert(name.to_owned(), version);
             ctx.register_table(name, handle.table_provider().await?)?;
         }
-        Ok((ctx, versions))
+        Ok((ctx, versions, snapshot))
     }
 
-    async fn load(&self, spec: &TableSpec, pinned: Option<u64>) -> Result<DeltaTable> {
-        let as_of = match (self.as_of, pinned) {
-            (Some(as_of), _) => as_of,
-            (None, Some(version)) => AsOf::Version(version),
-            (None, None) => return table::open(self.lake.root(), spec).await,
+    /// The version of one table at the snapshot (the journal: its own
+    /// version at that point).
+    fn version_of(&self, spec: &TableSpec, snapshot: &LakeSnapshot) -> Result<u64> {
+        let version = if spec.kind == TableKind::Commits {
+            snapshot.journal_version
+        } else {
+            snapshot.version_of(&spec.name)
         };
-        let mut handle = table::open_unloaded(self.lake.root(), spec).await?;
-        let loaded = match as_of {
-            AsOf::Version(v) => handle.load_version(v).await,
-            AsOf::Time(t) => handle.load_with_datetime(t).await,
-        };
-        if let Err(e) = loaded {
-            let latest = handle.get_latest_version().await.ok();
-            return Err(Error::TimeTravel {
-                table: spec.name.clone(),
-                as_of: as_of.to_string(),
-                message: match latest {
-                    Some(v) => format!("{e} (the table's versions are 0..={v})"),
-                    None => e.to_string(),
-                },
-            });
-        }
-        if let AsOf::Time(t) = as_of {
-            // Before the first commit, Delta falls back to version 0; a query
-            // for a time when the table did not exist is an error instead.
-            let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
-            let version = state.version();
-            if let Some(committed_ms) = state.version_timestamp(version)
-                && version == 0
-                && committed_ms > t.timestamp_millis()
-            {
-                let created = chrono::DateTime::from_timestamp_millis(committed_ms)
-                    .map_or_else(|| committed_ms.to_string(), |c| c.to_rfc3339());
-                return Err(Error::TimeTravel {
-                    table: spec.name.clone(),
-                    as_of: as_of.to_string(),
-                    message: format!("the table was created later, at {created}"),
-                });
-            }
-        }
-        Ok(handle)
+        version.ok_or_else(|| Error::TimeTravel {
+            table: spec.name.clone(),
+            as_of: self.as_of.as_ref().map_or_else(|| "now".to_owned(), ToString::to_string),
+            message: "the table did not exist at that point".into(),
+        })
     }
 
     /// Run the statement and collect its rows.
     pub async fn execute(self) -> Result<QueryResult> {
-        let (ctx, table_versions) = self.context().await?;
+        let (ctx, table_versions, snapshot) = self.context_at().await?;
         let df = ctx.sql(&self.sql).await?;
         let batches = df.collect().await?;
-        Ok(QueryResult { batches, table_versions })
+        Ok(QueryResult { batches, table_versions, lake_version: snapshot.sequence })
     }
 }

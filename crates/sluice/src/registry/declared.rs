@@ -76,9 +76,10 @@ impl DeclaredType {
     pub fn try_new(spec: &DeclaredTypeSpec) -> Result<Self> {
         let mut columns = Vec::with_capacity(spec.columns.len());
         for c in &spec.columns {
-            let column_type: ColumnType = c.column_type.parse().map_err(|e: String| {
-                Error::registry(&spec.key, format!("column `{}`: {e}", c.name))
-            })?;
+            let column_type: ColumnType =
+                c.column_type.parse().map_err(|e: crate::artifact::value::UnknownColumnType| {
+                    Error::registry(&spec.key, format!("column `{}`: {e}", c.name))
+                })?;
             columns.push(ColumnSpec { name: c.name.clone(), column_type, nullable: c.nullable });
         }
         let identity = match &spec.identity {

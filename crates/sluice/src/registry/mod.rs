@@ -20,73 +20,24 @@
 //! `artifacts/<name>` that no other type or system table uses, column names
 //! that do not shadow the common columns, no duplicate columns.
 
+pub mod builtin;
 pub mod declared;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::artifact::value::{ColumnSpec, FieldValue};
-use crate::artifact::{Artifact, Fields};
+pub use crate::artifact::ArtifactType;
+use crate::artifact::ArtifactTypes;
+use crate::artifact::value::ColumnSpec;
 use crate::error::{Error, Result};
-use crate::lake::layout::{COMMON_COLUMNS, RESERVED_TABLE_NAMES};
 
-/// Describes one artifact type: its table, its columns, and its identity.
-///
-/// Implement it for a unit struct in your own crate and register it with
-/// [`register_artifact_type!`](crate::register_artifact_type); every lake
-/// opened by a binary that links your crate then has the type.
-pub trait ArtifactType: Send + Sync + 'static {
-    /// The unique key of the type (`metric`, `embedding`, …): lowercase ASCII
-    /// letters, digits and `_`. It is hashed into every id of the type.
-    fn key(&self) -> &str;
+/// The columns every content table starts with; a type may not declare them.
+pub const COMMON_COLUMNS: [&str; 4] =
+    ["artifact_id", "origin_step_number", "metadata", "external_path"];
 
-    /// The table path, relative to the lake root; must be `artifacts/<name>`.
-    /// `<name>` is also the table's name in SQL.
-    fn table_path(&self) -> String;
-
-    /// The type's own columns, beyond the common ones every content table has
-    /// (`artifact_id`, `origin_step_number`, `metadata`, `external_path`).
-    fn columns(&self) -> Vec<ColumnSpec>;
-
-    /// Whether the table is partitioned by `origin_step_number` (default: yes).
-    fn partition_by_step(&self) -> bool {
-        true
-    }
-
-    /// Validate a draft's fields and fill in derived columns (called once, when
-    /// a draft is finalized). The default accepts the fields as given.
-    fn prepare(&self, _fields: &mut Fields) -> Result<()> {
-        Ok(())
-    }
-
-    /// The canonical content bytes the id is computed from. The default is the
-    /// canonical JSON of all of the type's columns (binary as hex), so two
-    /// drafts with equal column values get the same id.
-    fn identity_bytes(&self, fields: &Fields) -> Result<Vec<u8>> {
-        let object: serde_json::Map<String, serde_json::Value> =
-            fields.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
-        crate::artifact::canonical_json::to_vec(&serde_json::Value::Object(object))
-    }
-
-    /// A human-readable rendering of an artifact's content for `sluice show`.
-    /// The default pretty-prints the columns as JSON.
-    fn render(&self, artifact: &Artifact) -> Result<String> {
-        let object: serde_json::Map<String, serde_json::Value> = artifact
-            .fields
-            .iter()
-            .map(|(k, v)| {
-                let json = match v {
-                    FieldValue::Binary(b) => {
-                        serde_json::Value::String(format!("<{} bytes>", b.len()))
-                    }
-                    other => other.to_json(),
-                };
-                (k.clone(), json)
-            })
-            .collect();
-        serde_json::to_string_pretty(&object).map_err(|e| Error::Internal(e.to_string()))
-    }
-}
+/// Short names of the system tables, which content types may not use.
+pub const RESERVED_TABLE_NAMES: [&str; 6] =
+    ["index", "artifact_edges", "execution_edges", "executions", "steps", "commits"];
 
 /// A static registration of a Rust artifact type, collected at link time.
 pub struct TypeRegistration {
@@ -136,6 +87,12 @@ macro_rules! register_artifact_type {
             $crate::registry::TypeRegistration::new(|| ::std::sync::Arc::new($value))
         }
     };
+}
+
+impl ArtifactTypes for TypeRegistry {
+    fn artifact_type(&self, key: &str) -> Result<&Arc<dyn ArtifactType>> {
+        self.get(key)
+    }
 }
 
 /// The comparable description of a type, used to detect conflicting
@@ -212,7 +169,7 @@ impl TypeRegistry {
     /// A registry holding only the built-in types.
     pub fn builtin() -> Self {
         let mut registry = TypeRegistry::default();
-        for imp in crate::artifact::builtin::all() {
+        for imp in builtin::all() {
             // Built-ins are valid by construction; a failure here is a bug.
             if let Err(e) = registry.register_with_origin(imp, TypeOrigin::Builtin) {
                 panic!("built-in artifact type failed validation: {e}");
@@ -375,7 +332,7 @@ fn validate(d: &TypeDescriptor) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::artifact::value::ColumnType;
+    use crate::artifact::value::{ColumnSpec, ColumnType};
 
     struct Probe {
         key: &'static str,

@@ -30,7 +30,7 @@ pub const SENTINEL: &str = "executions.parquet";
 
 /// The default staging root of a lake.
 pub fn default_root(lake_root: &std::path::Path) -> std::path::PathBuf {
-    lake_root.join("_staging")
+    crate::lake::layout::staging_root(lake_root)
 }
 
 pub use fs_kind::SyncPolicy;

@@ -47,6 +47,12 @@ pub fn validate_operation(name: &str) -> Result<()> {
     check_name("operation name", name, 1)
 }
 
+/// Check a name that becomes one path component (a role or file stem of a
+/// `command` sandbox): the same rules as operation names.
+pub fn validate_component(what: &str, name: &str) -> Result<()> {
+    check_name(what, name, 1)
+}
+
 /// Check an execution run id for use in a staging path.
 pub fn validate_run_id(run_id: &str) -> Result<()> {
     check_name("run id", run_id, MIN_RUN_ID_LEN)

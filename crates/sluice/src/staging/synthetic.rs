@@ -32,6 +32,10 @@ pub struct SyntheticSpec {
     pub fail_fraction: f64,
     /// Fraction of workers that die before writing the sentinel.
     pub crash_fraction: f64,
+    /// Mix artifact types: cycle through metric, config, data (a small CSV),
+    /// file_ref (a small file written here) and the declared type `sample`
+    /// (columns `label: string`, `value: float64`) when the lake has it.
+    pub mixed: Option<std::path::PathBuf>,
 }
 
 impl Default for SyntheticSpec {
@@ -44,6 +48,7 @@ impl Default for SyntheticSpec {
             duplicate_fraction: 0.0,
             fail_fraction: 0.0,
             crash_fraction: 0.0,
+            mixed: None,
         }
     }
 }
@@ -60,7 +65,7 @@ pub struct SyntheticReport {
 }
 
 /// A reproducible number in [0, 1) from a seed and indices (BLAKE3).
-pub fn unit(seed: u64, parts: &[u64]) -> f64 {
+pub fn uniform(seed: u64, parts: &[u64]) -> f64 {
     let mut h = blake3::Hasher::new();
     h.update(&seed.to_le_bytes());
     for p in parts {
@@ -89,17 +94,21 @@ pub fn execution(
     index: u64,
 ) -> Result<(StagedExecution, bool)> {
     let run = run_id(spec, index);
-    let failed = unit(spec.seed, &[1, index]) < spec.fail_fraction;
-    let crashed = unit(spec.seed, &[2, index]) < spec.crash_fraction;
+    let failed = uniform(spec.seed, &[1, index]) < spec.fail_fraction;
+    let crashed = uniform(spec.seed, &[2, index]) < spec.crash_fraction;
     let mut artifacts: Vec<Artifact> = Vec::new();
     if !failed {
         for j in 0..spec.artifacts_per_execution as u64 {
-            let value = if unit(spec.seed, &[3, index, j]) < spec.duplicate_fraction {
-                json!({"pool": (unit(spec.seed, &[4, index, j]) * 16.0) as u64})
+            let value = if uniform(spec.seed, &[3, index, j]) < spec.duplicate_fraction {
+                json!({"pool": (uniform(spec.seed, &[4, index, j]) * 16.0) as u64})
             } else {
-                json!({"score": unit(spec.seed, &[5, index, j]), "run": run, "j": j})
+                json!({"score": uniform(spec.seed, &[5, index, j]), "run": run, "j": j})
             };
-            artifacts.push(Draft::metric(value)?.with_step(spec.step).finalize(registry)?);
+            let draft = match &spec.mixed {
+                Some(files) => mixed_draft(registry, files, j, &value)?,
+                None => Draft::metric(value)?,
+            };
+            artifacts.push(draft.with_step(spec.step).finalize(registry)?);
         }
     }
     let execution_edges = artifacts
@@ -149,6 +158,39 @@ pub fn execution(
         artifact_edges,
     };
     Ok((staged, crashed))
+}
+
+/// The `j`-th artifact of a mixed execution, from a JSON value.
+fn mixed_draft(
+    registry: &TypeRegistry,
+    files: &std::path::Path,
+    j: u64,
+    value: &serde_json::Value,
+) -> Result<Draft> {
+    let text = crate::artifact::canonical_json::to_string(value)?;
+    let kinds = if registry.get("sample").is_ok() { 5 } else { 4 };
+    Ok(match j % kinds {
+        0 => Draft::metric(value.clone())?,
+        1 => Draft::config(json!({ "config": value }))?,
+        2 => {
+            let digest = blake3::hash(text.as_bytes()).to_hex();
+            let csv = format!("key,v\n{},{}\n", &digest[..12], text.len());
+            Draft::data(csv.into_bytes(), crate::artifact::DataFormat::Csv)
+        }
+        3 => {
+            std::fs::create_dir_all(files).map_err(|e| crate::error::Error::io(files, e))?;
+            let path = files.join(format!("{}.txt", &blake3::hash(text.as_bytes()).to_hex()[..24]));
+            if !path.exists() {
+                std::fs::write(&path, &text).map_err(|e| crate::error::Error::io(&path, e))?;
+            }
+            Draft::file_ref(&path)?
+        }
+        _ => Draft::from_json_object(
+            registry,
+            "sample",
+            &json!({ "label": text, "value": text.len() as f64 }),
+        )?,
+    })
 }
 
 /// Stage executions `range` of a spec.

@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use crate::artifact::arrow_convert::read_value;
 use crate::artifact::{Artifact, ArtifactId};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::layout::{self, TableSpec};
+use crate::lake::scan::{self, Select};
+use crate::lake::snapshot::LakeSnapshot;
 use crate::lake::{key_filter, table};
-use crate::query::scan;
-use crate::store::arrow_convert::read_value;
 use crate::store::rows;
 
 /// Which artifacts [`Lake::list`] returns.
@@ -49,7 +50,8 @@ impl IdFiles {
 
     /// The files to read for `ids`; `None` when no file can hold them.
     fn files(&self, ids: &[ArtifactId]) -> Option<Vec<String>> {
-        let plan = key_filter::plan(&self.active, &self.filters, ids);
+        let plan =
+            key_filter::plan(&self.active, &self.filters, ids, |id| key_filter::Key::from(id));
         let mut files: std::collections::BTreeSet<String> = plan.uncovered.into_iter().collect();
         for (candidates, _) in plan.candidates {
             files.extend(candidates);
@@ -61,38 +63,50 @@ impl IdFiles {
 impl Lake {
     /// Look up ids in the index.
     pub async fn locate(&self, ids: &[ArtifactId]) -> Result<BTreeMap<ArtifactId, IndexEntry>> {
+        let point = self.read_point().await?;
+        self.locate_at(&point, ids).await
+    }
+
+    async fn locate_at(
+        &self,
+        point: &LakeSnapshot,
+        ids: &[ArtifactId],
+    ) -> Result<BTreeMap<ArtifactId, IndexEntry>> {
         let spec = layout::index_table();
-        let handle = self.read_table(&spec).await?;
+        let Some(handle) = self.read_table(&spec, point).await? else { return Ok(BTreeMap::new()) };
         let id_files = IdFiles::new(self, &handle, &spec)?;
         let mut out = BTreeMap::new();
         for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
             let Some(files) = id_files.files(chunk) else { continue };
             let filter = scan::in_list("artifact_id", chunk.iter().map(ArtifactId::to_hex));
-            let batches = scan::select_in_files(
-                &handle,
-                &spec.name,
-                &["artifact_id", "artifact_type", "origin_step_number"],
-                Some(&filter),
-                Some(&files),
-            )
+            let batches = Select::columns(scan::columns(&[
+                "artifact_id",
+                "artifact_type",
+                layout::STEP_COLUMN,
+            ]))
+            .filter(filter)
+            .files(files)
+            .collect(&handle, &spec.name)
             .await?;
             for batch in &batches {
+                let ids = scan::text_column(batch, 0, &spec.name)?;
+                let types = scan::text_column(batch, 1, &spec.name)?;
                 for row in 0..batch.num_rows() {
-                    let id: ArtifactId = read_value(batch.column(0).as_ref(), row)
-                        .as_str()
-                        .unwrap_or_default()
-                        .parse()?;
-                    let artifact_type = read_value(batch.column(1).as_ref(), row)
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_owned();
-                    let step =
-                        read_value(batch.column(2).as_ref(), row).as_int().unwrap_or_default();
+                    let step = read_value(&spec.name, batch.column(2).as_ref(), row)?
+                        .as_int()
+                        .and_then(|s| i32::try_from(s).ok())
+                        .ok_or_else(|| {
+                            Error::corrupt(
+                                &spec.name,
+                                format!("artifact {}", ids.value(row)),
+                                "`origin_step_number` is not a step number",
+                            )
+                        })?;
                     out.insert(
-                        id,
+                        ids.value(row).parse()?,
                         IndexEntry {
-                            artifact_type,
-                            origin_step_number: i32::try_from(step).unwrap_or_default(),
+                            artifact_type: types.value(row).to_owned(),
+                            origin_step_number: step,
                         },
                     );
                 }
@@ -102,8 +116,12 @@ impl Lake {
     }
 
     /// Read artifacts by id, in bulk. Ids not in the lake are absent from the map.
+    ///
+    /// Index and content are read at one consistent point of the lake, so an
+    /// id the index lists always has its content.
     pub async fn get_many(&self, ids: &[ArtifactId]) -> Result<BTreeMap<ArtifactId, Artifact>> {
-        let located = self.locate(ids).await?;
+        let point = self.read_point().await?;
+        let located = self.locate_at(&point, ids).await?;
         let mut by_type: BTreeMap<&str, Vec<(ArtifactId, i32)>> = BTreeMap::new();
         for (id, entry) in &located {
             by_type
@@ -114,7 +132,7 @@ impl Lake {
         let mut out = BTreeMap::new();
         for (type_key, wanted) in by_type {
             let spec = TableSpec::content(self.registry().descriptor(type_key)?);
-            let handle = self.read_table(&spec).await?;
+            let Some(handle) = self.read_table(&spec, &point).await? else { continue };
             let id_files = IdFiles::new(self, &handle, &spec)?;
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
                 let chunk_ids: Vec<ArtifactId> = chunk.iter().map(|(id, _)| *id).collect();
@@ -123,14 +141,10 @@ impl Lake {
                 steps.sort_unstable();
                 steps.dedup();
                 // The step filter prunes partitions; the id filter picks rows.
-                let filter = format!(
-                    "{} AND {}",
-                    scan::in_list_int("origin_step_number", steps.iter().copied()),
-                    scan::in_list("artifact_id", chunk.iter().map(|(id, _)| id.to_hex())),
-                );
-                for artifact in
-                    self.read_content(&handle, &spec, type_key, Some(&filter), Some(&files)).await?
-                {
+                let filter = scan::in_list(layout::STEP_COLUMN, steps.iter().copied())
+                    .and(scan::in_list("artifact_id", chunk.iter().map(|(id, _)| id.to_hex())));
+                let select = Select::default().filter(filter).files(files);
+                for artifact in self.read_content(&handle, &spec, type_key, select).await? {
                     out.insert(artifact.id, artifact);
                 }
             }
@@ -146,10 +160,11 @@ impl Lake {
     /// List the artifacts of a type, optionally of one step, ordered by id.
     pub async fn list(&self, type_key: &str, filter: &ListFilter) -> Result<Vec<Artifact>> {
         let spec = TableSpec::content(self.registry().descriptor(type_key)?);
-        let handle = self.read_table(&spec).await?;
-        let predicate = filter.step.map(|s| format!("origin_step_number = {s}"));
-        let mut artifacts =
-            self.read_content(&handle, &spec, type_key, predicate.as_deref(), None).await?;
+        let point = self.read_point().await?;
+        let Some(handle) = self.read_table(&spec, &point).await? else { return Ok(Vec::new()) };
+        let select =
+            Select::default().filter_opt(filter.step.map(|s| scan::equals(layout::STEP_COLUMN, s)));
+        let mut artifacts = self.read_content(&handle, &spec, type_key, select).await?;
         artifacts.sort_by_key(|a| a.id);
         if let Some(limit) = filter.limit {
             artifacts.truncate(limit);
@@ -162,12 +177,11 @@ impl Lake {
         handle: &deltalake::DeltaTable,
         spec: &TableSpec,
         type_key: &str,
-        filter: Option<&str>,
-        files: Option<&[String]>,
+        select: Select,
     ) -> Result<Vec<Artifact>> {
         let type_columns: Vec<String> =
             self.registry().descriptor(type_key)?.columns.iter().map(|c| c.name.clone()).collect();
-        let batches = scan::select_in_files(handle, &spec.name, &[], filter, files).await?;
+        let batches = select.collect(handle, &spec.name).await?;
         let mut out = Vec::new();
         for batch in &batches {
             out.extend(rows::artifacts_from_batch(&spec.name, type_key, &type_columns, batch)?);

@@ -9,10 +9,11 @@
 //! Reads locate artifacts through the index (id → type, step) and then read
 //! only the partitions of the content tables that hold them.
 
-pub mod arrow_convert;
 mod get;
 mod put;
 pub(crate) mod rows;
 
 pub use get::ListFilter;
 pub use put::PutReport;
+pub(crate) use put::repoint_to_content;
+pub use rows::content_batch as content_rows;

@@ -4,10 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::artifact::{Artifact, ArtifactId};
 use crate::error::Result;
-use crate::lake::Lake;
+use crate::lake::append::{self, Append, Dedup};
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::{key_filter, table};
-use crate::query::scan;
+use crate::lake::{Lake, WriterLock, table};
 use crate::store::rows;
 
 /// What [`Lake::put`] wrote.
@@ -24,13 +23,12 @@ pub struct PutReport {
 impl Lake {
     /// Write artifacts to their content tables, then to the index. Ids already
     /// in the lake and repeats within `artifacts` are skipped, so a put is
-    /// idempotent. Each table is one Delta commit. Waits while a commit holds
-    /// the lake's writer lock.
+    /// idempotent. Each table is one Delta commit, made on top of exactly the
+    /// version its de-duplication read (see [`append`]), so concurrent writers
+    /// never add one id twice. Waits while another writer holds the lake's
+    /// writer lock (a courtesy: correctness does not depend on it).
     pub async fn put(&self, artifacts: &[Artifact]) -> Result<PutReport> {
-        // Serialize with commits: two writers checking the same ids at once
-        // would both find them new.
-        let _lock =
-            crate::commit::CommitLock::wait(&crate::staging::default_root(self.root())).await?;
+        let _lock = WriterLock::wait(self.root()).await?;
         let mut report = PutReport::default();
         let mut seen = BTreeSet::new();
         let mut by_type: BTreeMap<&str, Vec<&Artifact>> = BTreeMap::new();
@@ -43,33 +41,29 @@ impl Lake {
             }
         }
         let mut indexed: Vec<&Artifact> = Vec::new();
+        let mut content_present: Vec<(TableSpec, BTreeSet<String>)> = Vec::new();
         // Registry order is the fixed commit order of content tables.
         let keys: Vec<String> = self.registry().descriptors().map(|d| d.key.clone()).collect();
         for key in keys {
             let Some(batch) = by_type.get(key.as_str()) else { continue };
             let spec = TableSpec::content(self.registry().descriptor(&key)?);
-            let present = self.existing_ids(&spec, batch.iter().map(|a| a.id)).await?;
-            let fresh: Vec<&Artifact> =
-                batch.iter().copied().filter(|a| !present.contains(&a.id)).collect();
-            report.already_present += batch.len() - fresh.len();
-            let ids: Vec<ArtifactId> = fresh.iter().map(|a| a.id).collect();
-            self.append_rows(
-                &spec,
-                |schema| Ok(vec![rows::content_batch(&spec.name, schema, &fresh)?]),
-                &ids,
-            )
-            .await?;
-            report.rows_added.insert(spec.name.clone(), fresh.len());
+            table::ensure(self.root(), &spec).await?;
+            let handle = table::open(self.root(), &spec).await?;
+            let rows =
+                rows::content_batch(&spec.name, &table::arrow_schema(&handle, &spec)?, batch)?;
+            let appended = Append::new(self.root(), &spec, vec![rows]).execute().await?;
+            report.already_present += appended.rows_skipped as usize;
+            report.rows_added.insert(spec.name.clone(), appended.rows_added as usize);
+            content_present.push((spec, appended.present_keys));
             indexed.extend(batch.iter().copied());
         }
         let index = layout::index_table();
-        let present = self.existing_ids(&index, indexed.iter().map(|a| a.id)).await?;
-        let fresh: Vec<&Artifact> =
-            indexed.into_iter().filter(|a| !present.contains(&a.id)).collect();
-        let ids: Vec<ArtifactId> = fresh.iter().map(|a| a.id).collect();
-        self.append_rows(&index, |schema| Ok(vec![rows::index_batch(schema, &fresh)?]), &ids)
-            .await?;
-        report.rows_added.insert(index.name.clone(), fresh.len());
+        table::ensure(self.root(), &index).await?;
+        let handle = table::open(self.root(), &index).await?;
+        let rows = rows::index_batch(&table::arrow_schema(&handle, &index)?, &indexed)?;
+        let rows = repoint_to_content(self, &handle, &index, vec![rows], &content_present).await?;
+        let appended = Append::new(self.root(), &index, rows).execute().await?;
+        report.rows_added.insert(index.name.clone(), appended.rows_added as usize);
         Ok(report)
     }
 
@@ -115,7 +109,8 @@ impl Lake {
         let schema = table::arrow_schema(&handle, spec)?;
         let batches = make(&schema)?;
         let written = table::append(handle, spec, batches).await?;
-        table::record_keys(self.root(), spec, written.version().unwrap_or_default(), ids);
+        let version = written.version().unwrap_or_default();
+        table::record_keys(self.root(), &written, spec, version, ids).await;
         Ok(())
     }
 
@@ -129,47 +124,41 @@ impl Lake {
         spec: &TableSpec,
         ids: impl Iterator<Item = ArtifactId>,
     ) -> Result<BTreeSet<ArtifactId>> {
-        let ids: Vec<ArtifactId> = ids.collect();
-        let mut present = BTreeSet::new();
-        let dir = table::table_dir(self.root(), spec);
-        if ids.is_empty() || !table::is_table(&dir) {
-            return Ok(present);
+        let wanted: BTreeSet<String> = ids.map(|id| id.to_hex()).collect();
+        if wanted.is_empty() || !table::is_table(&table::table_dir(self.root(), spec)) {
+            return Ok(BTreeSet::new());
         }
         let handle = table::open(self.root(), spec).await?;
-        let active = table::active_files(&handle, spec)?;
-        if active.is_empty() {
-            return Ok(present);
-        }
-        let plan = key_filter::plan(&active, &key_filter::read_all(&dir), &ids);
-        let mut hit_files: BTreeSet<String> = BTreeSet::new();
-        let mut hit_ids: BTreeSet<ArtifactId> = BTreeSet::new();
-        for (files, hits) in plan.candidates {
-            hit_files.extend(files);
-            hit_ids.extend(hits);
-        }
-        let lookups = [
-            (plan.uncovered, ids.clone()),
-            (hit_files.into_iter().collect::<Vec<_>>(), hit_ids.into_iter().collect::<Vec<_>>()),
-        ];
-        for (files, wanted) in lookups {
-            if files.is_empty() || wanted.is_empty() {
-                continue;
-            }
-            for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
-                let filter = scan::in_list("artifact_id", chunk.iter().map(ArtifactId::to_hex));
-                let found = scan::select_strings(
-                    &handle,
-                    &spec.name,
-                    "artifact_id",
-                    Some(&filter),
-                    Some(&files),
-                )
-                .await?;
-                for text in found {
-                    present.insert(text.parse()?);
-                }
-            }
-        }
-        Ok(present)
+        let present =
+            append::present_keys(self.root(), &handle, spec, Dedup::ArtifactId, &wanted).await?;
+        present.iter().map(|id| id.parse()).collect()
     }
+}
+
+/// An index row must point at the step where its artifact's content is. When
+/// the content of an artifact was already in the lake (skipped as present)
+/// but the index lacks it — a put or commit died between the two — the new
+/// index row takes the step of the content that exists, not the step given
+/// now.
+pub(crate) async fn repoint_to_content(
+    lake: &Lake,
+    index_handle: &deltalake::DeltaTable,
+    index: &TableSpec,
+    rows: Vec<deltalake::arrow::record_batch::RecordBatch>,
+    content_present: &[(TableSpec, BTreeSet<String>)],
+) -> Result<Vec<deltalake::arrow::record_batch::RecordBatch>> {
+    let candidates: BTreeSet<String> =
+        content_present.iter().flat_map(|(_, ids)| ids.iter().cloned()).collect();
+    if candidates.is_empty() {
+        return Ok(rows);
+    }
+    let indexed =
+        append::present_keys(lake.root(), index_handle, index, Dedup::ArtifactId, &candidates)
+            .await?;
+    let mut steps = BTreeMap::new();
+    for (spec, ids) in content_present {
+        let orphans: BTreeSet<String> = ids.difference(&indexed).cloned().collect();
+        steps.extend(append::content_steps(lake.root(), spec, &orphans).await?);
+    }
+    append::repoint_steps(rows, &steps, &index.name)
 }

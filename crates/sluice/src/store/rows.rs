@@ -3,10 +3,11 @@
 use deltalake::arrow::datatypes::SchemaRef;
 use deltalake::arrow::record_batch::RecordBatch;
 
-use super::arrow_convert::{build_array, read_value};
+use crate::artifact::arrow_convert::{build_array, read_value};
 use crate::artifact::value::FieldValue;
 use crate::artifact::{Artifact, ArtifactId, Metadata};
 use crate::error::{Error, Result};
+use crate::lake::layout::STEP_COLUMN;
 
 fn metadata_text(metadata: &Metadata) -> Result<String> {
     crate::artifact::canonical_json::to_string(&serde_json::Value::Object(metadata.clone()))
@@ -82,34 +83,35 @@ pub fn artifacts_from_batch(
         column: "artifact_id".into(),
         message: "the column is missing".into(),
     })?;
+    let value = |name: &str, row: usize| -> Result<FieldValue> {
+        column(name).map_or(Ok(FieldValue::Null), |a| read_value(table, a.as_ref(), row))
+    };
     let mut out = Vec::with_capacity(batch.num_rows());
     for row in 0..batch.num_rows() {
-        let id_text = read_value(ids.as_ref(), row);
+        let id_text = read_value(table, ids.as_ref(), row)?;
         let id: ArtifactId = id_text.as_str().unwrap_or_default().parse()?;
-        let step = column("origin_step_number")
-            .map(|a| read_value(a.as_ref(), row))
-            .and_then(|v| v.as_int());
-        let metadata = match column("metadata").map(|a| read_value(a.as_ref(), row)) {
-            Some(FieldValue::String(text)) => match serde_json::from_str(&text) {
+        let at = |column: &str| format!("artifact {id}, column `{column}`");
+        let step = value(STEP_COLUMN, row)?
+            .as_int()
+            .and_then(|s| i32::try_from(s).ok())
+            .ok_or_else(|| Error::corrupt(table, at(STEP_COLUMN), "not a step number"))?;
+        let metadata = match value("metadata", row)? {
+            FieldValue::Null => Metadata::new(),
+            FieldValue::String(text) => match serde_json::from_str(&text) {
                 Ok(serde_json::Value::Object(map)) => map,
-                _ => Metadata::new(),
+                _ => return Err(Error::corrupt(table, at("metadata"), "not a JSON object")),
             },
-            _ => Metadata::new(),
+            _ => return Err(Error::corrupt(table, at("metadata"), "not text")),
         };
-        let external_path = column("external_path")
-            .map(|a| read_value(a.as_ref(), row))
-            .and_then(|v| v.as_str().map(str::to_owned));
+        let external_path = value("external_path", row)?.as_str().map(str::to_owned);
         let fields = type_columns
             .iter()
-            .map(|name| {
-                let value = column(name).map_or(FieldValue::Null, |a| read_value(a.as_ref(), row));
-                (name.clone(), value)
-            })
-            .collect();
+            .map(|name| Ok((name.clone(), value(name, row)?)))
+            .collect::<Result<_>>()?;
         out.push(Artifact {
             id,
             type_key: type_key.to_owned(),
-            origin_step_number: step.and_then(|s| i32::try_from(s).ok()).unwrap_or_default(),
+            origin_step_number: step,
             metadata,
             external_path,
             fields,

@@ -74,7 +74,7 @@ async fn commits_every_table_once_and_removes_staging() {
     copy_dir(&staging::default_root(lake.root()), backup.path());
 
     let report = lake.commit().with_chunk_size(15).execute().await.unwrap();
-    assert_eq!(report.runs_committed, 40);
+    assert_eq!(report.runs_committed, 40, "{report:?}");
     assert_eq!(report.sequences.len(), 3, "{report:?}");
     assert!(report.quarantined.is_empty() && report.unsealed.is_empty(), "{report:?}");
     let counts = table_counts(&lake).await;

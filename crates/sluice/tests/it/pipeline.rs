@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use sluice::Draft;
+use sluice::pipeline::StepError;
 use sluice::pipeline::operation::{Operation, Output, Signature, UnitContext};
 use sluice::pipeline::{Operations, Pipeline, PipelineConfig, StepStatus};
 
@@ -28,7 +29,7 @@ impl Operation for DoubleMetrics {
         "double_metrics"
     }
 
-    fn outputs(&self, s: &Signature<'_>) -> Result<BTreeMap<String, String>, String> {
+    fn outputs(&self, s: &Signature<'_>) -> Result<BTreeMap<String, String>, StepError> {
         if s.input_types.values().any(|t| t != "metric") {
             return Err("takes metrics".into());
         }

@@ -70,12 +70,17 @@ async fn as_of_version_and_time() {
 
     let count = "SELECT count(*) AS n FROM metrics";
     assert_eq!(csv(&lake, count, None).await, "n\n5\n");
-    assert_eq!(csv(&lake, count, Some(AsOf::Version(0))).await, "n\n0\n");
-    assert_eq!(csv(&lake, count, Some(AsOf::Version(1))).await, "n\n2\n");
+    assert_eq!(csv(&lake, count, Some(AsOf::table("metrics", 0))).await, "n\n0\n");
+    assert_eq!(csv(&lake, count, Some(AsOf::table("metrics", 1))).await, "n\n2\n");
     assert_eq!(csv(&lake, count, Some(AsOf::Time(between))).await, "n\n2\n");
 
-    let err =
-        lake.sql(count).with_as_of(Some(AsOf::Version(9))).execute().await.unwrap_err().to_string();
+    let err = lake
+        .sql(count)
+        .with_as_of(Some(AsOf::table("metrics", 9)))
+        .execute()
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("table `metrics`") && err.contains("version 9"), "{err}");
     let long_ago = "2001-01-01T00:00:00Z".parse().unwrap();
     let err = lake.sql(count).with_as_of(Some(long_ago)).execute().await.unwrap_err().to_string();

@@ -17,9 +17,14 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use super::{Dispatch, Outcome};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
-use crate::pipeline::operation::Operations;
-use crate::pipeline::worker::{UnitJob, UnitReport, execute_unit, worker_id};
+use crate::pipeline::ops::Operations;
+use crate::pipeline::unit::{UnitJob, UnitReport};
+use crate::pipeline::worker::{execute_unit, worker_id};
 use crate::staging::StagingWriter;
+
+/// How long past a step's time limit a worker may take to answer before it
+/// is killed (its tool enforces the limit itself; this is a backstop).
+const UNIT_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
 
 type Queue = Arc<Mutex<VecDeque<UnitJob>>>;
 type Results = Arc<Mutex<Vec<(String, Outcome)>>>;
@@ -67,7 +72,7 @@ pub async fn run(
         }
     }
     while let Some(joined) = tasks.join_next().await {
-        joined.map_err(|e| Error::Internal(format!("dispatch lane: {e}")))??;
+        joined.map_err(|e| Error::task("a dispatch lane", e))??;
     }
     let out = results.lock().map(|mut r| std::mem::take(&mut *r)).unwrap_or_default();
     Ok(out)
@@ -114,15 +119,39 @@ async fn process_lane(
             Some(w) => w,
             None => worker.insert(spawn_worker(program, dispatch)?),
         };
-        let line = serde_json::to_string(&job).map_err(|e| Error::Internal(e.to_string()))?;
+        let line = serde_json::to_string(&job).map_err(|e| Error::json("a unit job", e))?;
         let sent = async {
             w.stdin.write_all(line.as_bytes()).await?;
             w.stdin.write_all(b"\n").await?;
             w.stdin.flush().await
         }
         .await;
+        // A unit's tool enforces the step's time limit itself; this is the
+        // backstop for an operation that hangs in the worker.
+        let limit = job.step.time_limit_on(job.backend).ok().flatten().map(|l| l + UNIT_GRACE);
         let reply = match sent {
-            Ok(()) => w.lines.next_line().await.ok().flatten(),
+            Ok(()) => match limit {
+                Some(limit) => match tokio::time::timeout(limit, w.lines.next_line()).await {
+                    Ok(line) => line.ok().flatten(),
+                    Err(_) => {
+                        let why = format!(
+                            "timed out: no result within the step's time limit ({:.0}s); the worker was killed",
+                            limit.as_secs_f64()
+                        );
+                        if let Some(mut dead) = worker.take() {
+                            // The worker leads its process group.
+                            if let Some(pid) = dead.child.id() {
+                                crate::pipeline::process::kill_group(pid);
+                            }
+                            let _ = dead.child.wait().await;
+                        }
+                        dispatch.finished(false);
+                        push(results, job.run_id.clone(), Outcome::Lost(why));
+                        continue;
+                    }
+                },
+                None => w.lines.next_line().await.ok().flatten(),
+            },
             Err(_) => None,
         };
         let report = reply.and_then(|l| serde_json::from_str::<UnitReport>(&l).ok());

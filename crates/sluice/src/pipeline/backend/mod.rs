@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::worker::UnitReport;
+use super::unit::UnitReport;
 
 /// What happened to one dispatched unit.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,13 +13,13 @@
 //! On Ctrl-C the array is cancelled with `scancel`; what finished is kept.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{Dispatch, Outcome};
 use crate::error::{Error, Result};
 use crate::pipeline::config::StepConfig;
-use crate::pipeline::worker::UnitJob;
+use crate::pipeline::unit::UnitJob;
 use crate::staging::{ExpectedRun, WaitOptions, WaitOutcome, wait_for_runs};
 
 /// Settings of the SLURM backend.
@@ -29,30 +29,31 @@ pub struct SlurmOptions {
     pub sentinel_timeout: Duration,
     /// Longest pause between `squeue` polls.
     pub max_poll: Duration,
+    /// How long `squeue` may keep failing before the step gives up waiting.
+    pub squeue_patience: Duration,
 }
 
 impl Default for SlurmOptions {
     fn default() -> Self {
-        SlurmOptions { sentinel_timeout: Duration::from_secs(60), max_poll: Duration::from_secs(5) }
+        SlurmOptions {
+            sentinel_timeout: Duration::from_secs(60),
+            max_poll: Duration::from_secs(5),
+            squeue_patience: Duration::from_secs(600),
+        }
     }
 }
 
 fn command_output(program: &str, args: &[String]) -> Result<String> {
-    let out = std::process::Command::new(program).args(args).output().map_err(|e| {
-        Error::operation(
-            "slurm",
-            format!("cannot run `{program}`: {e} (is SLURM installed and on PATH?)"),
-        )
-    })?;
+    let out =
+        std::process::Command::new(program).args(args).output().map_err(|e| Error::Slurm {
+            command: program.to_owned(),
+            message: format!("cannot run it: {e} (is SLURM installed and on PATH?)"),
+        })?;
     if !out.status.success() {
-        return Err(Error::operation(
-            "slurm",
-            format!(
-                "`{program} {}` failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        ));
+        return Err(Error::Slurm {
+            command: format!("{program} {}", args.join(" ")),
+            message: format!("failed: {}", String::from_utf8_lossy(&out.stderr).trim()),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -94,6 +95,28 @@ pub fn sbatch_args(step: &StepConfig, tasks: usize, log_dir: &Path, script: &Pat
     args
 }
 
+/// A submitted job array: where its files are and how units map to tasks.
+struct Array {
+    job_id: String,
+    logs: PathBuf,
+    per_task: usize,
+    /// Run id → position in the units file.
+    index: BTreeMap<String, usize>,
+}
+
+impl Array {
+    fn task_of(&self, run_id: &str) -> usize {
+        self.index.get(run_id).map_or(0, |i| i / self.per_task)
+    }
+}
+
+/// Run a blocking SLURM command off the async runtime.
+async fn slurm_command(program: &'static str, args: Vec<String>) -> Result<String> {
+    tokio::task::spawn_blocking(move || command_output(program, &args))
+        .await
+        .map_err(|e| Error::task(format!("running `{program}`"), e))?
+}
+
 /// Submit, wait and collect one step's units.
 pub async fn run(
     dispatch: &Dispatch,
@@ -102,17 +125,28 @@ pub async fn run(
     jobs: Vec<UnitJob>,
     options: &SlurmOptions,
 ) -> Result<Vec<(String, Outcome)>> {
-    let Some(first) = jobs.first() else { return Ok(Vec::new()) };
-    let program = dispatch.worker_program.clone().ok_or_else(|| {
-        Error::operation("slurm", "the SLURM backend needs a worker program (the sluice binary)")
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let array = submit(dispatch, step, &jobs).await?;
+    let cancelled = wait_for_queue(dispatch, &array, options).await?;
+    collect(dispatch, staging_root, &jobs, &array, cancelled, options).await
+}
+
+/// Write the units file and the task script, then `sbatch` the array.
+async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Result<Array> {
+    let program = dispatch.worker_program.clone().ok_or_else(|| Error::Slurm {
+        command: "sbatch".into(),
+        message: "the SLURM backend needs a worker program (the sluice binary)".into(),
     })?;
-    let dir = dispatch.lake_root.join("_slurm").join(&first.step_run_id);
+    let step_run_id = jobs.first().map(|j| j.step_run_id.clone()).unwrap_or_default();
+    let dir = dispatch.lake_root.join("_slurm").join(step_run_id);
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| Error::io(&logs, e))?;
     let units_file = dir.join("units.jsonl");
     let mut text = String::new();
-    for job in &jobs {
-        text.push_str(&serde_json::to_string(job).map_err(|e| Error::Internal(e.to_string()))?);
+    for job in jobs {
+        text.push_str(&serde_json::to_string(job).map_err(|e| Error::json("a unit job", e))?);
         text.push('\n');
     }
     std::fs::write(&units_file, text).map_err(|e| Error::io(&units_file, e))?;
@@ -128,45 +162,117 @@ pub async fn run(
         per_task
     );
     std::fs::write(&script, body).map_err(|e| Error::io(&script, e))?;
-    let args = sbatch_args(step, tasks, &logs, &script);
-    let out = tokio::task::spawn_blocking(move || command_output("sbatch", &args))
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))??;
+    let out = slurm_command("sbatch", sbatch_args(step, tasks, &logs, &script)).await?;
     let job_id = out.trim().split(';').next().unwrap_or_default().to_owned();
     if job_id.is_empty() || !job_id.chars().all(|c| c.is_ascii_digit()) {
-        return Err(Error::operation(
-            "slurm",
-            format!("sbatch printed no job id: `{}`", out.trim()),
-        ));
+        return Err(Error::Slurm {
+            command: "sbatch".into(),
+            message: format!("printed no job id: `{}`", out.trim()),
+        });
     }
     tracing::info!(job = %job_id, tasks, step = %step.name, "submitted SLURM array");
+    let index = jobs.iter().enumerate().map(|(i, j)| (j.run_id.clone(), i)).collect();
+    Ok(Array { job_id, logs, per_task, index })
+}
 
-    // Wait for the array to leave the queue (or cancel it on Ctrl-C).
+/// Poll `squeue` until the array has left the queue, cancelling it on
+/// Ctrl-C. Returns whether it was cancelled.
+///
+/// A failing `squeue` (a busy or restarting controller) is never read as
+/// "the job is done": it is retried with backoff and reported. The array
+/// counts as gone only when `squeue` answers without it, or says it does not
+/// know the job id any more, or — after failures — the accounting records
+/// (`scontrol`, `sacct`) show every task in a final state. If `squeue` keeps
+/// failing longer than [`SlurmOptions::squeue_patience`], the step fails
+/// with the error, leaving the array and its staging alone.
+async fn wait_for_queue(
+    dispatch: &Dispatch,
+    array: &Array,
+    options: &SlurmOptions,
+) -> Result<bool> {
     let mut pause = Duration::from_millis(200);
     let mut cancelled = false;
+    let mut failing_since: Option<std::time::Instant> = None;
+    let mut failures = 0u32;
     loop {
         if dispatch.cancelled.load(std::sync::atomic::Ordering::SeqCst) && !cancelled {
-            let id = job_id.clone();
-            let _ = tokio::task::spawn_blocking(move || command_output("scancel", &[id])).await;
+            let _ = slurm_command("scancel", vec![array.job_id.clone()]).await;
             cancelled = true;
         }
-        let id = job_id.clone();
-        let queued = tokio::task::spawn_blocking(move || {
-            command_output("squeue", &["-h".into(), "-j".into(), id, "-o".into(), "%i".into()])
-        })
-        .await
-        .map_err(|e| Error::Internal(e.to_string()))?;
-        match queued {
-            Ok(text) if text.trim().is_empty() => break,
-            // squeue fails on a job id it no longer knows: the job is done.
-            Err(_) => break,
-            Ok(_) => {}
+        let args = vec!["-h".into(), "-j".into(), array.job_id.clone(), "-o".into(), "%i".into()];
+        match slurm_command("squeue", args).await {
+            Ok(text) if text.trim().is_empty() => return Ok(cancelled),
+            Ok(_) => {
+                failing_since = None;
+                failures = 0;
+            }
+            Err(e) if e.to_string().contains("Invalid job id") => return Ok(cancelled),
+            Err(e) => {
+                failures += 1;
+                let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+                if failures == 1 || failures.is_multiple_of(10) {
+                    tracing::warn!(job = %array.job_id, failures, error = %e, "squeue failed; retrying");
+                    eprintln!("warning: squeue failed ({failures} in a row), retrying: {e}");
+                }
+                if failures >= 3 && all_tasks_final(array).await {
+                    return Ok(cancelled);
+                }
+                if since.elapsed() > options.squeue_patience {
+                    return Err(Error::Slurm {
+                        command: "squeue".into(),
+                        message: format!(
+                            "kept failing for {:.0}s while job {} was queued or running: {e}. Help: \
+                             the array and its staging are left as they are; rerun the pipeline \
+                             when the controller answers (finished units are committed then)",
+                            since.elapsed().as_secs_f64(),
+                            array.job_id
+                        ),
+                    });
+                }
+            }
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(options.max_poll);
     }
+}
 
-    // Collect the sentinels.
+/// Whether the accounting records show every task of the array ended.
+async fn all_tasks_final(array: &Array) -> bool {
+    let id = array.job_id.clone();
+    let tasks = array.index.len().div_ceil(array.per_task);
+    let states = tokio::task::spawn_blocking(move || task_states(&id)).await.unwrap_or_default();
+    states.len() >= tasks && states.values().all(|(state, _)| is_final(state))
+}
+
+/// A SLURM job state from which a task never runs again.
+fn is_final(state: &str) -> bool {
+    [
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    ]
+    .iter()
+    .any(|s| state.starts_with(s))
+}
+
+/// Collect the sentinels: one NFS-safe poll for everything, then a wait (up
+/// to the timeout) only for units whose task completed — a cancelled,
+/// failed, timed-out or killed task will not stage anything more. Units
+/// still missing are `Lost`, with their task's state and log.
+async fn collect(
+    dispatch: &Dispatch,
+    staging_root: &Path,
+    jobs: &[UnitJob],
+    array: &Array,
+    cancelled: bool,
+    options: &SlurmOptions,
+) -> Result<Vec<(String, Outcome)>> {
     let expected: Vec<ExpectedRun> = jobs
         .iter()
         .map(|j| ExpectedRun {
@@ -175,57 +281,50 @@ pub async fn run(
             run_id: j.run_id.clone(),
         })
         .collect();
-    // One NFS-safe poll for everything; then wait (up to the timeout) only
-    // for units whose task completed: a cancelled, failed, timed-out or
-    // killed task will not stage anything more.
     let poll = |runs: Vec<ExpectedRun>, timeout: Duration| {
         let root = staging_root.to_path_buf();
         async move {
             let wait = WaitOptions { timeout, ..WaitOptions::default() };
             tokio::task::spawn_blocking(move || wait_for_runs(&root, &runs, wait))
                 .await
-                .map_err(|e| Error::Internal(e.to_string()))?
+                .map_err(|e| Error::task("waiting for sentinels", e))?
         }
     };
-    let first = poll(expected, Duration::ZERO).await?;
     let mut results = Vec::new();
-    let staged = |ready: &[(ExpectedRun, std::path::PathBuf)],
-                  results: &mut Vec<(String, Outcome)>| {
+    let mut staged = |ready: &[(ExpectedRun, PathBuf)]| {
         for (run, _) in ready {
             dispatch.finished(true);
             results.push((run.run_id.clone(), Outcome::Staged));
         }
     };
-    staged(&first.ready, &mut results);
+    let first = poll(expected, Duration::ZERO).await?;
+    staged(&first.ready);
     if first.missing.is_empty() || cancelled {
         return Ok(results);
     }
-    let id = job_id.clone();
+    let id = array.job_id.clone();
     let states = tokio::task::spawn_blocking(move || task_states(&id))
         .await
-        .map_err(|e| Error::Internal(e.to_string()))?;
-    let index: BTreeMap<&str, usize> =
-        jobs.iter().enumerate().map(|(i, j)| (j.run_id.as_str(), i)).collect();
-    let task_of = |run: &ExpectedRun| index.get(run.run_id.as_str()).map_or(0, |i| i / per_task);
-    let (expected_late, dead): (Vec<ExpectedRun>, Vec<ExpectedRun>) = first
-        .missing
-        .into_iter()
-        .partition(|run| states.get(&task_of(run)).is_none_or(|(state, _)| state == "COMPLETED"));
+        .map_err(|e| Error::task("reading SLURM task states", e))?;
+    let (expected_late, dead): (Vec<ExpectedRun>, Vec<ExpectedRun>) =
+        first.missing.into_iter().partition(|run| {
+            states.get(&array.task_of(&run.run_id)).is_none_or(|(state, _)| state == "COMPLETED")
+        });
     let late = poll(expected_late, options.sentinel_timeout).await?;
-    staged(&late.ready, &mut results);
+    staged(&late.ready);
     let outcome = WaitOutcome {
         missing: late.missing.into_iter().chain(dead).collect(),
         ..WaitOutcome::default()
     };
     for run in &outcome.missing {
-        let task = index.get(run.run_id.as_str()).map_or(0, |i| i / per_task);
+        let task = array.task_of(&run.run_id);
         let (state, exit) =
             states.get(&task).cloned().unwrap_or_else(|| ("UNKNOWN".into(), String::new()));
-        let log = logs.join(format!("{job_id}_{task}.log"));
+        let log = array.logs.join(format!("{}_{task}.log", array.job_id));
         dispatch.finished(false);
         results.push((
             run.run_id.clone(),
-            Outcome::Lost(describe_state(&job_id, task, &state, &exit, &log)),
+            Outcome::Lost(describe_state(&array.job_id, task, &state, &exit, &log)),
         ));
     }
     Ok(results)

@@ -27,10 +27,10 @@ use deltalake::datafusion::sql::sqlparser::parser::Parser;
 
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
+use crate::lake::scan::{self, Select};
 use crate::lake::{layout, table};
-use crate::pipeline::config::StepConfig;
+use crate::pipeline::config::{StepConfig, StepError};
 use crate::pipeline::operation::{Grouping, Operation, Output, Signature, UnitContext};
-use crate::query::scan;
 
 /// The `filter` operation.
 #[derive(Debug, Default, Clone, Copy)]
@@ -38,16 +38,19 @@ pub struct FilterOp;
 
 const ID_COLUMN: &str = "__sluice_artifact_id";
 
-fn predicate(step: &StepConfig) -> std::result::Result<String, String> {
-    let text = step
-        .params
-        .get("where")
-        .and_then(|v| v.as_str())
-        .ok_or("parameter `where` (a SQL predicate over the metric's keys) is required")?;
-    Parser::new(&GenericDialect {})
-        .try_with_sql(text)
-        .and_then(|mut p| p.parse_expr())
-        .map_err(|e| format!("`where = \"{text}\"` is not a SQL expression: {e}"))?;
+fn predicate(step: &StepConfig) -> std::result::Result<String, StepError> {
+    let text = step.params.get("where").and_then(|v| v.as_str()).ok_or_else(|| {
+        StepError::MissingParam {
+            name: "where".into(),
+            expected: "a SQL predicate over the metric's keys".into(),
+        }
+    })?;
+    Parser::new(&GenericDialect {}).try_with_sql(text).and_then(|mut p| p.parse_expr()).map_err(
+        |e| StepError::BadParam {
+            name: "where".into(),
+            problem: format!("= \"{text}\" is not a SQL expression: {e}"),
+        },
+    )?;
     Ok(text.to_owned())
 }
 
@@ -64,22 +67,30 @@ impl Operation for FilterOp {
             .unwrap_or_default()
     }
 
-    fn outputs(&self, s: &Signature<'_>) -> std::result::Result<BTreeMap<String, String>, String> {
-        let candidates =
-            s.input_types.get("candidates").ok_or("needs an input role `candidates`")?;
+    fn outputs(
+        &self,
+        s: &Signature<'_>,
+    ) -> std::result::Result<BTreeMap<String, String>, StepError> {
+        let candidates = s
+            .input_types
+            .get("candidates")
+            .ok_or_else(|| StepError::Shape("needs an input role `candidates`".into()))?;
         if let Some(extra) = s.input_types.keys().find(|r| *r != "candidates" && *r != "metric") {
-            return Err(format!(
+            return Err(StepError::Shape(format!(
                 "unexpected input `{extra}` (filter takes `candidates` and params.metric)"
-            ));
+            )));
         }
         match s.input_types.get("metric") {
             None => {
-                return Err("parameter `metric` (\"<step>.<role>\" of metrics) is required".into());
+                return Err(StepError::MissingParam {
+                    name: "metric".into(),
+                    expected: "\"<step>.<role>\" of metrics".into(),
+                });
             }
             Some(t) if t != crate::artifact::METRIC => {
-                return Err(format!(
+                return Err(StepError::Shape(format!(
                     "params.metric refers to `{t}` artifacts, but filter needs `metric` ones"
-                ));
+                )));
             }
             Some(_) => {}
         }
@@ -100,8 +111,8 @@ impl Operation for FilterOp {
     }
 
     fn run(&self, ctx: &UnitContext) -> Result<Vec<Output>> {
-        let bad = |m: String| Error::operation("filter", m);
-        let predicate = predicate(&ctx.step).map_err(bad)?;
+        let predicate = predicate(&ctx.step)
+            .map_err(|source| Error::Step { operation: "filter".into(), source })?;
         let candidates = ctx.input_ids.get("candidates").cloned().unwrap_or_default();
         let metrics: Vec<ArtifactId> = ctx.input_ids.get("metric").cloned().unwrap_or_default();
         let candidate_set: BTreeSet<ArtifactId> = candidates.iter().copied().collect();
@@ -141,16 +152,13 @@ async fn derivations(
     let mut out = Vec::new();
     for chunk in targets.chunks(scan::IN_LIST_CHUNK) {
         let filter = scan::in_list("target_artifact_id", chunk.iter().map(ArtifactId::to_hex));
-        let batches = scan::select(
-            &handle,
-            &spec.name,
-            &["source_artifact_id", "target_artifact_id"],
-            Some(&filter),
-        )
-        .await?;
+        let batches = Select::columns(scan::columns(&["source_artifact_id", "target_artifact_id"]))
+            .filter(filter)
+            .collect(&handle, &spec.name)
+            .await?;
         for batch in &batches {
-            let s = crate::pipeline::cache::strings(batch, 0, "artifact_edges")?;
-            let t = crate::pipeline::cache::strings(batch, 1, "artifact_edges")?;
+            let s = scan::text_column(batch, 0, &spec.name)?;
+            let t = scan::text_column(batch, 1, &spec.name)?;
             for row in 0..batch.num_rows() {
                 if let (Ok(s), Ok(t)) = (s.value(row).parse(), t.value(row).parse()) {
                     out.push((s, t));

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::Result;
+use crate::pipeline::config::StepError;
 use crate::pipeline::operation::{Grouping, Operation, Output, Signature, UnitContext};
 
 /// The `merge` operation.
@@ -18,22 +19,25 @@ impl Operation for MergeOp {
         "merge"
     }
 
-    fn outputs(&self, s: &Signature<'_>) -> std::result::Result<BTreeMap<String, String>, String> {
+    fn outputs(
+        &self,
+        s: &Signature<'_>,
+    ) -> std::result::Result<BTreeMap<String, String>, StepError> {
         let types: BTreeSet<&String> = s.input_types.values().collect();
         match types.len() {
-            0 => Err("needs at least one input".into()),
+            0 => Err(StepError::Shape("needs at least one input".into())),
             1 => Ok(BTreeMap::from([(
                 "merged".into(),
                 (*types.iter().next().unwrap_or(&&String::new())).clone(),
             )])),
-            _ => Err(format!(
+            _ => Err(StepError::Shape(format!(
                 "inputs must hold one artifact type, got {}",
                 s.input_types
                     .iter()
                     .map(|(r, t)| format!("{r}: {t}"))
                     .collect::<Vec<_>>()
                     .join(", ")
-            )),
+            ))),
         }
     }
 

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::artifact::{Artifact, DataFormat, Draft, FieldValue};
 use crate::error::{Error, Result};
+use crate::pipeline::config::StepError;
 use crate::pipeline::operation::{Operation, Output, Signature, UnitContext};
 
 /// The `compute_metrics` operation.
@@ -118,7 +119,10 @@ impl Operation for ComputeMetrics {
         "compute_metrics"
     }
 
-    fn outputs(&self, s: &Signature<'_>) -> std::result::Result<BTreeMap<String, String>, String> {
+    fn outputs(
+        &self,
+        s: &Signature<'_>,
+    ) -> std::result::Result<BTreeMap<String, String>, StepError> {
         super::require_inputs_of(s, crate::artifact::DATA)?;
         Ok(BTreeMap::from([("metrics".into(), crate::artifact::METRIC.into())]))
     }

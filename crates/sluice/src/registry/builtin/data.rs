@@ -7,10 +7,10 @@ use deltalake::arrow::csv::reader::Format;
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::arrow::util::pretty::pretty_format_batches;
 
+use crate::artifact::ArtifactType;
 use crate::artifact::value::{ColumnSpec, ColumnType, FieldValue};
 use crate::artifact::{Artifact, DataFormat, Fields};
 use crate::error::{Error, Result};
-use crate::registry::ArtifactType;
 
 /// Rows shown by `sluice show` for a data artifact.
 const HEAD_ROWS: usize = 10;
@@ -21,7 +21,7 @@ pub struct DataType;
 
 impl ArtifactType for DataType {
     fn key(&self) -> &str {
-        super::DATA
+        crate::artifact::DATA
     }
 
     fn table_path(&self) -> String {
@@ -43,18 +43,20 @@ impl ArtifactType for DataType {
     fn prepare(&self, fields: &mut Fields) -> Result<()> {
         let format = match fields.get("format") {
             Some(FieldValue::String(name)) => DataFormat::from_name(name)?,
-            _ => return Err(Error::invalid_artifact(super::DATA, "`format` is required")),
+            _ => {
+                return Err(Error::invalid_artifact(crate::artifact::DATA, "`format` is required"));
+            }
         };
         let Some(FieldValue::Binary(bytes)) = fields.get("content") else {
             return Err(Error::invalid_artifact(
-                super::DATA,
+                crate::artifact::DATA,
                 "`content` must be the table's bytes",
             ));
         };
         let shape = format.shape(bytes)?;
         let size = bytes.len() as i64;
         let columns =
-            serde_json::to_string(&shape.columns).map_err(|e| Error::Internal(e.to_string()))?;
+            serde_json::to_string(&shape.columns).map_err(|e| Error::json("data columns", e))?;
         fields.insert("size_bytes".into(), FieldValue::Int(size));
         fields.insert("columns".into(), FieldValue::String(columns));
         fields.insert("row_count".into(), FieldValue::Int(shape.row_count));
@@ -64,7 +66,7 @@ impl ArtifactType for DataType {
     fn identity_bytes(&self, fields: &Fields) -> Result<Vec<u8>> {
         match fields.get("content") {
             Some(FieldValue::Binary(bytes)) => Ok(bytes.clone()),
-            _ => Err(Error::invalid_artifact(super::DATA, "content is missing")),
+            _ => Err(Error::invalid_artifact(crate::artifact::DATA, "content is missing")),
         }
     }
 

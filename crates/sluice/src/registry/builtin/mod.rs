@@ -13,16 +13,7 @@ pub mod json_doc;
 
 use std::sync::Arc;
 
-use crate::registry::ArtifactType;
-
-/// Key of the metric type.
-pub const METRIC: &str = "metric";
-/// Key of the config type.
-pub const CONFIG: &str = "config";
-/// Key of the data type.
-pub const DATA: &str = "data";
-/// Key of the file reference type.
-pub const FILE_REF: &str = "file_ref";
+use crate::artifact::ArtifactType;
 
 /// The built-in types, in their canonical order.
 pub fn all() -> Vec<Arc<dyn ArtifactType>> {

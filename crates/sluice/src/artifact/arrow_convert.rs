@@ -123,39 +123,45 @@ pub fn build_array<'a>(
     Ok(array)
 }
 
-/// Read one value of a column.
-pub fn read_value(array: &dyn Array, row: usize) -> FieldValue {
+/// Read one value of a column of `table`. A column of an Arrow type sluice
+/// does not store (and that does not cast to text) is an error naming the
+/// table and row, never a silent null.
+pub fn read_value(table: &str, array: &dyn Array, row: usize) -> Result<FieldValue> {
     if array.is_null(row) {
-        return FieldValue::Null;
+        return Ok(FieldValue::Null);
     }
     let any = array.as_any();
     if let Some(a) = any.downcast_ref::<StringArray>() {
-        FieldValue::String(a.value(row).to_owned())
+        Ok(FieldValue::String(a.value(row).to_owned()))
     } else if let Some(a) = any.downcast_ref::<StringViewArray>() {
-        FieldValue::String(a.value(row).to_owned())
+        Ok(FieldValue::String(a.value(row).to_owned()))
     } else if let Some(a) = any.downcast_ref::<LargeStringArray>() {
-        FieldValue::String(a.value(row).to_owned())
+        Ok(FieldValue::String(a.value(row).to_owned()))
     } else if let Some(a) = any.downcast_ref::<BinaryArray>() {
-        FieldValue::Binary(a.value(row).to_vec())
+        Ok(FieldValue::Binary(a.value(row).to_vec()))
     } else if let Some(a) = any.downcast_ref::<BinaryViewArray>() {
-        FieldValue::Binary(a.value(row).to_vec())
+        Ok(FieldValue::Binary(a.value(row).to_vec()))
     } else if let Some(a) = any.downcast_ref::<LargeBinaryArray>() {
-        FieldValue::Binary(a.value(row).to_vec())
+        Ok(FieldValue::Binary(a.value(row).to_vec()))
     } else if let Some(a) = any.downcast_ref::<BooleanArray>() {
-        FieldValue::Bool(a.value(row))
+        Ok(FieldValue::Bool(a.value(row)))
     } else if let Some(a) = any.downcast_ref::<Int32Array>() {
-        FieldValue::Int(i64::from(a.value(row)))
+        Ok(FieldValue::Int(i64::from(a.value(row))))
     } else if let Some(a) = any.downcast_ref::<Int64Array>() {
-        FieldValue::Int(a.value(row))
+        Ok(FieldValue::Int(a.value(row)))
     } else if let Some(a) = any.downcast_ref::<Float64Array>() {
-        FieldValue::Float(a.value(row))
+        Ok(FieldValue::Float(a.value(row)))
     } else if let Some(a) = any.downcast_ref::<TimestampMicrosecondArray>() {
-        FieldValue::TimestampMicros(a.value(row))
+        Ok(FieldValue::TimestampMicros(a.value(row)))
     } else if let Ok(cast) = deltalake::arrow::compute::cast(&array.slice(row, 1), &DataType::Utf8)
     {
         // Dictionary-encoded or other physical forms a reader may hand back.
-        read_value(cast.as_ref(), 0)
+        read_value(table, cast.as_ref(), 0)
     } else {
-        FieldValue::Null
+        Err(Error::corrupt(
+            table,
+            format!("row {row}"),
+            format!("a column of Arrow type {} cannot be read", array.data_type()),
+        ))
     }
 }

@@ -1,9 +1,9 @@
 //! `metric` and `config`: JSON content, identified by its canonical form.
 
+use crate::artifact::ArtifactType;
 use crate::artifact::value::{ColumnSpec, ColumnType, FieldValue};
 use crate::artifact::{Artifact, Fields, canonical_json};
 use crate::error::{Error, Result};
-use crate::registry::ArtifactType;
 
 /// A type whose content is one JSON document (metric: an object of named
 /// values; config: any document).
@@ -17,12 +17,12 @@ pub struct JsonDocType {
 impl JsonDocType {
     /// The built-in `metric` type.
     pub const fn metric() -> Self {
-        JsonDocType { key: super::METRIC, table: "artifacts/metrics", object_only: true }
+        JsonDocType { key: crate::artifact::METRIC, table: "artifacts/metrics", object_only: true }
     }
 
     /// The built-in `config` type.
     pub const fn config() -> Self {
-        JsonDocType { key: super::CONFIG, table: "artifacts/configs", object_only: false }
+        JsonDocType { key: crate::artifact::CONFIG, table: "artifacts/configs", object_only: false }
     }
 }
 
@@ -72,6 +72,6 @@ impl ArtifactType for JsonDocType {
 
     fn render(&self, artifact: &Artifact) -> Result<String> {
         let value = artifact.json_content()?;
-        serde_json::to_string_pretty(&value).map_err(|e| Error::Internal(e.to_string()))
+        serde_json::to_string_pretty(&value).map_err(|e| Error::json("rendering content", e))
     }
 }

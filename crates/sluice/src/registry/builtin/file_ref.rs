@@ -4,12 +4,10 @@
 //! memory); the id covers the content hash, the absolute path and the size, so
 //! the same bytes at two paths are two references.
 
-use std::path::Path;
-
-use crate::artifact::value::{ColumnSpec, ColumnType, FieldValue};
-use crate::artifact::{Artifact, Draft, Fields};
+use crate::artifact::ArtifactType;
+use crate::artifact::value::{ColumnSpec, ColumnType};
+use crate::artifact::{Artifact, Fields};
 use crate::error::{Error, Result};
-use crate::registry::ArtifactType;
 
 /// The built-in `file_ref` type.
 #[derive(Debug, Clone, Copy)]
@@ -17,7 +15,7 @@ pub struct FileRefType;
 
 impl ArtifactType for FileRefType {
     fn key(&self) -> &str {
-        super::FILE_REF
+        crate::artifact::FILE_REF
     }
 
     fn table_path(&self) -> String {
@@ -41,7 +39,7 @@ impl ArtifactType for FileRefType {
                 Ok(format!("{hash}\0{path}\0{size}").into_bytes())
             }
             _ => Err(Error::invalid_artifact(
-                super::FILE_REF,
+                crate::artifact::FILE_REF,
                 "content_hash, path and size_bytes are required",
             )),
         }
@@ -57,36 +55,9 @@ impl ArtifactType for FileRefType {
     }
 }
 
-/// Hash a file and make a `file_ref` draft of it.
-pub fn draft(path: &Path) -> Result<Draft> {
-    let absolute = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
-    let file = std::fs::File::open(&absolute).map_err(|e| Error::io(&absolute, e))?;
-    let meta = file.metadata().map_err(|e| Error::io(&absolute, e))?;
-    if !meta.is_file() {
-        return Err(Error::InvalidInput(format!("{}: not a regular file", absolute.display())));
-    }
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(file).map_err(|e| Error::io(&absolute, e))?;
-    let path_text = absolute.to_str().ok_or_else(|| {
-        Error::InvalidInput(format!("{}: path is not valid UTF-8", absolute.display()))
-    })?;
-    let mut draft = Draft::new(
-        super::FILE_REF,
-        Fields::from([
-            ("content_hash".into(), FieldValue::String(hasher.finalize().to_hex().to_string())),
-            ("path".into(), FieldValue::String(path_text.to_owned())),
-            ("size_bytes".into(), FieldValue::Int(meta.len() as i64)),
-        ]),
-    );
-    if let Some(name) = absolute.file_name().and_then(|n| n.to_str()) {
-        draft = draft.with_original_name(name);
-    }
-    Ok(draft.with_external_path(path_text))
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::artifact::Draft;
     use crate::registry::TypeRegistry;
 
     #[test]
@@ -95,7 +66,7 @@ mod tests {
         let path = dir.path().join("a.txt");
         std::fs::write(&path, b"hello").unwrap();
         let r = TypeRegistry::builtin();
-        let a = draft(&path).unwrap().finalize(&r).unwrap();
+        let a = Draft::file_ref(&path).unwrap().finalize(&r).unwrap();
         assert_eq!(
             a.field("content_hash").as_str(),
             Some(blake3::hash(b"hello").to_hex().as_str())
@@ -103,9 +74,9 @@ mod tests {
         assert_eq!(a.field("size_bytes").as_int(), Some(5));
         assert_eq!(a.field("extension").as_str(), Some("txt"));
         std::fs::write(&path, b"hellO").unwrap();
-        let b = draft(&path).unwrap().finalize(&r).unwrap();
+        let b = Draft::file_ref(&path).unwrap().finalize(&r).unwrap();
         assert_ne!(a.id, b.id);
-        let err = draft(&dir.path().join("missing.txt")).unwrap_err().to_string();
+        let err = Draft::file_ref(&dir.path().join("missing.txt")).unwrap_err().to_string();
         assert!(err.contains("missing.txt"), "{err}");
     }
 }

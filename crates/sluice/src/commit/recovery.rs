@@ -1,0 +1,126 @@
+//! Continuing after a crash: finish what has a manifest, close what cannot
+//! be finished.
+//!
+//! For every manifest on disk, the journal says where its sequence got to:
+//!
+//! - `completed` → only the clean-up was interrupted: remove its run
+//!   directories and the manifest;
+//! - `started` → load its run directories again and commit every table that
+//!   does not hold a commit with the sequence's token yet, then complete;
+//! - no row for its token → the claim never landed (the journal is checked
+//!   against the tables before this runs): nothing was committed under it;
+//!   remove the manifest, its runs are committed as a new sequence.
+//!
+//! A `started` row with neither an end row nor a manifest is a sequence
+//! nobody can finish (its committer died before writing the manifest, or
+//! someone removed the manifest). Once its committer is certainly gone (same
+//! host, process gone) or it is older than the stale age (another host), it
+//! is recorded `abandoned` with the reason, and readers stop waiting for it.
+//! Whatever tables it reached keep what it wrote: each of its commits was
+//! whole and de-duplicated, and content precedes index.
+
+use std::time::Duration;
+
+use super::CommitReport;
+use super::manifest;
+use super::quarantine::remove_run;
+use super::sequence::{Context, Loaded};
+use crate::error::Result;
+use crate::lake::journal::{self, Journal, JournalEntry, Phase};
+
+/// Default age after which a started sequence of another host is abandoned.
+pub(super) const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(3600);
+
+/// Finish manifests and abandon orphaned sequences.
+pub(super) async fn recover(
+    ctx: &Context<'_>,
+    journal: &Journal,
+    stale_after: Duration,
+    report: &mut CommitReport,
+) -> Result<()> {
+    let manifests = manifest::read_all(ctx.staging_root)?;
+    for manifest in &manifests {
+        let (dirs, bad) = manifest.run_dirs(ctx.staging_root);
+        for path in &bad {
+            tracing::warn!(seq = manifest.seq, %path, "a manifest entry is not a staging run directory; ignored");
+        }
+        let token = manifest_token(manifest);
+        if journal.has(&token, Phase::Completed) {
+            for dir in &dirs {
+                remove_run(ctx.staging_root, dir)?;
+            }
+            manifest::remove(ctx.staging_root, manifest.seq)?;
+            continue;
+        }
+        let Some(started) = journal.of_token(&token).find(|e| e.phase() == Phase::Started) else {
+            tracing::warn!(
+                seq = manifest.seq,
+                "a manifest without a journal claim; its runs are committed anew"
+            );
+            manifest::remove(ctx.staging_root, manifest.seq)?;
+            continue;
+        };
+        tracing::info!(
+            seq = manifest.seq,
+            runs = dirs.len(),
+            "finishing an interrupted commit sequence"
+        );
+        let present: Vec<_> = dirs.into_iter().filter(|d| d.path.is_dir()).collect();
+        let loaded = Loaded::load(ctx, present).await?;
+        report.absorb(loaded.resume(started).finish(ctx).await?);
+        report.recovered.push(manifest.seq);
+    }
+    let with_manifest: Vec<String> = manifests.iter().map(manifest_token).collect();
+    for open in journal.unfinished() {
+        if with_manifest.contains(&open.token) {
+            continue;
+        }
+        if let Some(reason) = orphan_reason(open, stale_after) {
+            abandon(ctx, open, &reason).await?;
+            report.abandoned.push((open.seq, reason));
+        }
+    }
+    Ok(())
+}
+
+/// Manifests written before tokens existed name sequences by number.
+fn manifest_token(manifest: &manifest::Manifest) -> String {
+    if manifest.token.is_empty() { format!("seq-{}", manifest.seq) } else { manifest.token.clone() }
+}
+
+/// Why an unfinished sequence without a manifest can be abandoned, if it can.
+fn orphan_reason(open: &JournalEntry, stale_after: Duration) -> Option<String> {
+    if crate::host::owner_is_dead(&open.owner) {
+        return Some(format!(
+            "its committer ({}) is gone and its manifest is missing; nothing can finish it",
+            open.owner
+        ));
+    }
+    let age_us = chrono::Utc::now().timestamp_micros() - open.timestamp;
+    let stale = u128::try_from(age_us).is_ok_and(|age| age > stale_after.as_micros());
+    (stale || open.owner.is_empty()).then(|| {
+        format!(
+            "started {} s ago by {} and its manifest is missing; nothing can finish it",
+            age_us / 1_000_000,
+            if open.owner.is_empty() { "an unknown committer" } else { open.owner.as_str() }
+        )
+    })
+}
+
+async fn abandon(ctx: &Context<'_>, open: &JournalEntry, reason: &str) -> Result<()> {
+    let entry = JournalEntry {
+        seq: open.seq,
+        phase: Some(Phase::Abandoned),
+        token: open.token.clone(),
+        owner: crate::host::owner(),
+        reason: Some(reason.to_owned()),
+        ..JournalEntry::default()
+    };
+    tracing::warn!(seq = open.seq, %reason, "recording an unfinished commit sequence as abandoned");
+    journal::append(ctx.lake.root(), |j| {
+        let ended = j.has(&open.token, Phase::Completed) || j.has(&open.token, Phase::Abandoned);
+        Ok((!ended).then(|| entry.clone()))
+    })
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! This machine and this process: host name, unique ids, owner strings.
+//!
+//! Several parts of sluice name the process that did something (a worker, a
+//! committer) and mint ids nobody else can mint (run ids, commit tokens).
+//! They all come from here, the bottom of the module graph.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// This machine's host name, read once.
+pub fn hostname() -> &'static str {
+    static HOST: OnceLock<String> = OnceLock::new();
+    HOST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_owned()
+    })
+}
+
+/// `f` over every item on up to `threads` cores (at most 8), results in
+/// item order. A panic in `f` is resumed on the caller.
+pub fn on_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+    let per = items.len().div_ceil(threads).max(1);
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .chunks(per)
+            .map(|chunk| scope.spawn(move || chunk.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| match h.join() {
+                Ok(results) => results,
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    })
+}
+
+/// A fresh id no other call, process or host produces (32 hex characters):
+/// BLAKE3 of the host, pid, time and a process-wide counter.
+pub fn unique_id() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&std::process::id().to_le_bytes());
+    let now =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    hasher.update(&now.as_nanos().to_le_bytes());
+    hasher.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    hasher.update(hostname().as_bytes());
+    crate::artifact::id::hex(&hasher.finalize().as_bytes()[..16])
+}
+
+/// Who this process is: `host:pid:start`, where start is the process start
+/// time in clock ticks since boot, so a reused pid is told apart.
+pub fn owner() -> String {
+    let pid = std::process::id();
+    format!("{}:{pid}:{}", hostname(), process_start(pid).unwrap_or(0))
+}
+
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: fields start after it.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process an [`owner`] string names is certainly gone: it ran
+/// on this host and no process with its pid and start time exists. Owners on
+/// other hosts are never declared dead here (callers judge them by age).
+pub fn owner_is_dead(owner: &str) -> bool {
+    let mut parts = owner.rsplitn(3, ':');
+    let (Some(start), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    if host != hostname() {
+        return false;
+    }
+    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else { return false };
+    process_start(pid) != Some(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owners_of_this_host_are_alive_or_dead_by_pid_and_start() {
+        let me = owner();
+        assert!(!owner_is_dead(&me), "{me}");
+        let host = hostname();
+        assert!(owner_is_dead(&format!("{host}:{}:1", std::process::id())), "start time differs");
+        assert!(owner_is_dead(&format!("{host}:4194303:5")), "no such pid");
+        assert!(!owner_is_dead("another-host:1:1"), "other hosts are judged by age");
+        assert!(!owner_is_dead("garbage"));
+    }
+
+    #[test]
+    fn unique_ids_are_unique() {
+        let ids: std::collections::BTreeSet<String> = (0..1000).map(|_| unique_id()).collect();
+        assert_eq!(ids.len(), 1000);
+        assert!(ids.iter().all(|i| i.len() == 32));
+    }
+}

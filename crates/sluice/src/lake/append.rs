@@ -1,0 +1,678 @@
+//! Appending rows that must not duplicate what a table holds, without
+//! trusting any lock.
+//!
+//! ```text
+//!  open table at head V ─▶ token already committed after `since`? ─ yes ─▶ done
+//!        │ no
+//!        ▼
+//!  drop rows whose key the table holds at V ─▶ write data files
+//!        ─▶ commit them as exactly version V+1 (put-if-absent, no retry)
+//!             │ another writer took V+1
+//!             ▼
+//!  read what versions V+1..head added: none of our keys ─▶ commit the same files at head+1
+//!                                      some of our keys ─▶ delete our files, start over
+//! ```
+//!
+//! Delta writes each log entry `_delta_log/{version}.json` with put-if-absent,
+//! so exactly one writer gets each version. A de-duplicating append checks
+//! its keys against the very version it commits on top of, which makes "is
+//! this key new?" and "add it" one atomic step: two writers that cannot see
+//! each other's lock still never both add a key. Our uncommitted files are
+//! removed when we give them up (no commit ever referenced them).
+//!
+//! Idempotence across crashes comes from the commit's *token* (recorded in
+//! the commit's metadata): a retry of the same logical append first looks for
+//! its token in the versions committed since the append began, and does
+//! nothing if one holds it.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::Path;
+
+use deltalake::DeltaTable;
+use deltalake::DeltaTableError;
+use deltalake::arrow::array::{Array, ArrayRef, BooleanArray, Int32Array};
+use deltalake::arrow::compute::filter_record_batch;
+use deltalake::arrow::datatypes::DataType;
+use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::arrow::row::{RowConverter, SortField};
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake::kernel::{Action, Add, Transaction};
+use deltalake::logstore::object_store::ObjectStoreExt;
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::writer::{DeltaWriter, RecordBatchWriter};
+
+use super::key_filter::{self, Key};
+use super::layout::{STEP_COLUMN, TableKind, TableSpec};
+use super::scan::{self, Select};
+use super::table;
+use crate::error::{Error, Result};
+
+/// How many times an append starts over after losing a version to another
+/// writer before it reports the contention.
+const MAX_ATTEMPTS: usize = 50;
+
+/// The commit-metadata key that carries an append's token.
+pub const TOKEN_KEY: &str = "sluice_commit_token";
+
+/// How rows are told apart from what the table already holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dedup {
+    /// One row per artifact id (content tables and the index).
+    ArtifactId,
+    /// A run's rows are committed together, in one commit: a run whose id the
+    /// table holds is skipped whole (executions and edge tables).
+    RunId,
+    /// Append everything (steps, the journal).
+    Nothing,
+}
+
+impl Dedup {
+    /// The de-duplication of a table of this kind.
+    pub fn of(kind: &TableKind) -> Dedup {
+        match kind {
+            TableKind::Content(_) | TableKind::Index => Dedup::ArtifactId,
+            TableKind::Executions | TableKind::ExecutionEdges | TableKind::ArtifactEdges => {
+                Dedup::RunId
+            }
+            TableKind::Steps | TableKind::Commits => Dedup::Nothing,
+        }
+    }
+
+    fn column(self) -> Option<&'static str> {
+        match self {
+            Dedup::ArtifactId => Some("artifact_id"),
+            Dedup::RunId => Some("execution_run_id"),
+            Dedup::Nothing => None,
+        }
+    }
+}
+
+/// Natural-key columns of a table: no two rows of a table share them.
+pub fn natural_key(kind: &TableKind) -> &'static [&'static str] {
+    use TableKind::*;
+    match kind {
+        Content(_) | Index => &["artifact_id"],
+        Executions => &["execution_run_id"],
+        ExecutionEdges => &["execution_run_id", "direction", "role", "artifact_id"],
+        ArtifactEdges => &[
+            "execution_run_id",
+            "source_artifact_id",
+            "target_artifact_id",
+            "source_role",
+            "target_role",
+        ],
+        Steps => &["step_run_id", "status", "timestamp"],
+        Commits => &["commit_seq", "phase"],
+    }
+}
+
+/// A de-duplicating append to one table. Build it with [`Append::new`].
+#[derive(Debug)]
+#[must_use = "an append does nothing until executed"]
+pub struct Append<'a> {
+    root: &'a Path,
+    spec: &'a TableSpec,
+    batches: Vec<RecordBatch>,
+    commit: CommitSpec,
+    /// The table version before the logical append began (token search).
+    since: u64,
+}
+
+/// What goes into a commit besides its files.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CommitSpec {
+    /// A Delta application transaction (`txn` action).
+    pub txn: Option<(String, i64)>,
+    /// Top-level keys of the commit's `commitInfo`.
+    pub metadata: Vec<(String, serde_json::Value)>,
+    /// The append's token (also written into the metadata).
+    pub token: Option<String>,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Appended {
+    /// The table version the append committed, or found its token at.
+    pub committed: Option<u64>,
+    /// The table's version after the append (its own commit, or the head it
+    /// found when there was nothing to add).
+    pub version: u64,
+    /// Rows written.
+    pub rows_added: u64,
+    /// Rows dropped: repeated within the append or already in the table.
+    pub rows_skipped: u64,
+    /// Whether an earlier attempt with the same token had committed already.
+    pub already_committed: bool,
+    /// Keys of rows not written because the table held them already.
+    pub present_keys: BTreeSet<String>,
+}
+
+impl<'a> Append<'a> {
+    /// Append `batches` (in the table's schema) to the table of `spec`.
+    pub fn new(root: &'a Path, spec: &'a TableSpec, batches: Vec<RecordBatch>) -> Self {
+        Append { root, spec, batches, commit: CommitSpec::default(), since: 0 }
+    }
+
+    /// Commit metadata (a top-level key of the commit's `commitInfo`).
+    pub fn with_metadata(mut self, key: impl Into<String>, value: serde_json::Value) -> Self {
+        self.commit.metadata.push((key.into(), value));
+        self
+    }
+
+    /// A Delta application transaction (`txn` action) in the commit.
+    pub fn with_app_transaction(mut self, app_id: impl Into<String>, version: i64) -> Self {
+        self.commit.txn = Some((app_id.into(), version));
+        self
+    }
+
+    /// Make the append idempotent: a commit carrying `token` in a version
+    /// after `since` means it is done already.
+    pub fn with_token(mut self, token: impl Into<String>, since: u64) -> Self {
+        self.commit.token = Some(token.into());
+        self.since = since;
+        self
+    }
+
+    /// Run the append.
+    pub async fn execute(self) -> Result<Appended> {
+        let spec = self.spec;
+        let dedup = Dedup::of(&spec.kind);
+        let mut table = table::open(self.root, spec).await?;
+        let head = table.version().unwrap_or_default();
+        if let Some(found) = self.token_commit(&table, head, None).await? {
+            return Ok(Appended {
+                committed: Some(found),
+                version: head,
+                already_committed: true,
+                ..Appended::default()
+            });
+        }
+        let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
+        let mut batches = unique_rows(&self.batches, spec)?;
+        let mut all_keys = BTreeSet::new();
+        for batch in &batches {
+            all_keys.extend(key_texts(batch, dedup, &spec.name)?);
+        }
+        let present_of = |batches: &[RecordBatch]| -> Result<BTreeSet<String>> {
+            let mut left = BTreeSet::new();
+            for batch in batches {
+                left.extend(key_texts(batch, dedup, &spec.name)?);
+            }
+            Ok(all_keys.difference(&left).cloned().collect())
+        };
+        let mut checked_at = None;
+        for _ in 0..MAX_ATTEMPTS {
+            let head = table.version().unwrap_or_default();
+            batches = drop_present(self.root, &table, spec, dedup, batches, checked_at).await?;
+            let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+            if rows == 0 {
+                return Ok(Appended {
+                    version: head,
+                    rows_skipped: staged,
+                    present_keys: present_of(&batches)?,
+                    ..Appended::default()
+                });
+            }
+            let adds = write_files(&table, spec, &batches).await?;
+            match self.commit_new_adds(&mut table, &adds, dedup, &batches).await? {
+                Some(version) => {
+                    let keys = batch_keys(&batches, dedup, &spec.name)?;
+                    if !keys.is_empty() {
+                        table::record_key_filter(self.root, spec, version, &adds, None, &keys);
+                    }
+                    for column in spec.lookup_columns() {
+                        let keys = column_keys(&batches, column, &spec.name)?;
+                        table::record_key_filter(
+                            self.root,
+                            spec,
+                            version,
+                            &adds,
+                            Some(column),
+                            &keys,
+                        );
+                    }
+                    return Ok(Appended {
+                        committed: Some(version),
+                        version,
+                        rows_added: rows,
+                        rows_skipped: staged - rows,
+                        already_committed: false,
+                        present_keys: present_of(&batches)?,
+                    });
+                }
+                None => {
+                    // Some of our keys were added by another writer, or our
+                    // token turned up: give our files up and look again.
+                    remove_files(&table, &adds).await;
+                    if let Some(found) = self.token_commit(&table, head, None).await? {
+                        return Ok(Appended {
+                            committed: Some(found),
+                            version: table.version().unwrap_or_default(),
+                            already_committed: true,
+                            ..Appended::default()
+                        });
+                    }
+                    checked_at = Some(head);
+                }
+            }
+        }
+        Err(Error::Contention { table: spec.name.clone(), attempts: MAX_ATTEMPTS })
+    }
+
+    /// Commit `adds` as exactly the next version; when other writers took
+    /// it, keep trying at the new head as long as what they added holds none
+    /// of our keys. `None` means: start over (our keys or token turned up).
+    async fn commit_new_adds(
+        &self,
+        table: &mut DeltaTable,
+        adds: &[Add],
+        dedup: Dedup,
+        batches: &[RecordBatch],
+    ) -> Result<Option<u64>> {
+        loop {
+            let base = table.version().unwrap_or_default();
+            if let Some(version) = try_commit_next(table, self.spec, adds, &self.commit).await? {
+                return Ok(Some(version));
+            }
+            table.update_incremental(None).await.map_err(|e| Error::delta(&self.spec.name, e))?;
+            let head = table.version().unwrap_or_default();
+            if self.token_commit(table, head, Some(base)).await?.is_some() {
+                return Ok(None);
+            }
+            if dedup != Dedup::Nothing
+                && added_any(table, self.spec, dedup, batches, base, head).await?
+            {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// The version after `since` (the token's own start, or `after`) whose
+    /// commit carries this append's token, up to `head`.
+    async fn token_commit(
+        &self,
+        table: &DeltaTable,
+        head: u64,
+        after: Option<u64>,
+    ) -> Result<Option<u64>> {
+        let Some(token) = &self.commit.token else { return Ok(None) };
+        let from = after.unwrap_or(self.since).max(self.since) + 1;
+        for version in from..=head {
+            if commit_token(table, &self.spec.name, version).await?.as_deref() == Some(token) {
+                return Ok(Some(version));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The token a committed version carries, if any.
+pub async fn commit_token(table: &DeltaTable, name: &str, version: u64) -> Result<Option<String>> {
+    let actions = table::commit_actions(table, name, version).await?;
+    Ok(actions.into_iter().find_map(|a| match a {
+        Action::CommitInfo(info) => {
+            info.info.get(TOKEN_KEY).and_then(|v| v.as_str()).map(str::to_owned)
+        }
+        _ => None,
+    }))
+}
+
+/// Commit `adds` as exactly `table.version() + 1`. `Ok(None)`: another
+/// writer committed that version first (the table is then behind; update
+/// it). Other failures are errors, and our files are removed.
+pub(crate) async fn try_commit_next(
+    table: &mut DeltaTable,
+    spec: &TableSpec,
+    adds: &[Add],
+    commit: &CommitSpec,
+) -> Result<Option<u64>> {
+    let name = &spec.name;
+    let mut properties = CommitProperties::default().with_max_retries(0);
+    if let Some((app, version)) = &commit.txn {
+        properties =
+            properties.with_application_transaction(Transaction::new(app.clone(), *version));
+    }
+    let mut metadata = commit.metadata.clone();
+    if let Some(token) = &commit.token {
+        metadata.push((TOKEN_KEY.into(), serde_json::Value::String(token.clone())));
+    }
+    properties = properties.with_metadata(metadata);
+    let snapshot = table.snapshot().map_err(|e| Error::delta(name, e))?;
+    let operation = DeltaOperation::Write {
+        mode: SaveMode::Append,
+        partition_by: (!spec.partition_columns.is_empty()).then(|| spec.partition_columns.clone()),
+        predicate: None,
+    };
+    let actions = adds.iter().cloned().map(Action::Add).collect();
+    let committed = CommitBuilder::from(properties)
+        .with_actions(actions)
+        .build(Some(snapshot), table.log_store(), operation)
+        .await;
+    match committed {
+        Ok(done) => {
+            let version = done.version();
+            table.state = Some(done.snapshot());
+            Ok(Some(version))
+        }
+        Err(e) if lost_the_version(&e) => Ok(None),
+        Err(e) => {
+            remove_files(table, adds).await;
+            Err(Error::delta(name, e))
+        }
+    }
+}
+
+fn lost_the_version(e: &DeltaTableError) -> bool {
+    matches!(
+        e,
+        DeltaTableError::Transaction {
+            source: TransactionError::MaxCommitAttempts(_)
+                | TransactionError::VersionAlreadyExists(_)
+        } | DeltaTableError::VersionAlreadyExists(_)
+    )
+}
+
+/// Rows of `batches` whose natural key did not appear earlier in them.
+fn unique_rows(batches: &[RecordBatch], spec: &TableSpec) -> Result<Vec<RecordBatch>> {
+    let columns = natural_key(&spec.kind);
+    let Some(first) = batches.first() else { return Ok(Vec::new()) };
+    let fields = columns
+        .iter()
+        .map(|c| {
+            let field =
+                first.schema().field_with_name(c).map_err(|e| Error::arrow(&spec.name, e))?.clone();
+            Ok(SortField::new(field.data_type().clone()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let converter = RowConverter::new(fields).map_err(|e| Error::arrow(&spec.name, e))?;
+    let mut seen: HashSet<Vec<u8>> = HashSet::new();
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let arrays: Vec<ArrayRef> = columns
+            .iter()
+            .map(|c| {
+                batch.column_by_name(c).cloned().ok_or_else(|| {
+                    Error::Internal(format!("table `{}`: key column `{c}` is missing", spec.name))
+                })
+            })
+            .collect::<Result<_>>()?;
+        let rows = converter.convert_columns(&arrays).map_err(|e| Error::arrow(&spec.name, e))?;
+        let mask: Vec<bool> = rows.iter().map(|r| seen.insert(r.as_ref().to_vec())).collect();
+        out.push(keep(batch, mask, &spec.name)?);
+    }
+    Ok(out)
+}
+
+fn keep(batch: &RecordBatch, mask: Vec<bool>, table: &str) -> Result<RecordBatch> {
+    if mask.iter().all(|k| *k) {
+        return Ok(batch.clone());
+    }
+    filter_record_batch(batch, &BooleanArray::from(mask))
+        .map_err(|e| Error::arrow(format!("table `{table}`"), e))
+}
+
+/// The dedup-key text of every row, in order.
+fn key_texts(batch: &RecordBatch, dedup: Dedup, table: &str) -> Result<Vec<String>> {
+    let Some(column) = dedup.column() else { return Ok(Vec::new()) };
+    let i = batch.schema().index_of(column).map_err(|e| Error::arrow(table, e))?;
+    let text = scan::text_column(batch, i, table)?;
+    Ok((0..text.len()).map(|r| text.value(r).to_owned()).collect())
+}
+
+fn key_of(dedup: Dedup, text: &str) -> Result<Key> {
+    Ok(match dedup {
+        Dedup::ArtifactId => Key::from(text.parse::<crate::artifact::ArtifactId>()?),
+        _ => Key::of_text(text),
+    })
+}
+
+/// The distinct artifact ids of a column, as keys (for lookup sidecars).
+fn column_keys(batches: &[RecordBatch], column: &str, table: &str) -> Result<Vec<Key>> {
+    let mut keys = BTreeSet::new();
+    for batch in batches {
+        let i = batch.schema().index_of(column).map_err(|e| Error::arrow(table, e))?;
+        let text = scan::text_column(batch, i, table)?;
+        for row in 0..text.len() {
+            if let Ok(id) = text.value(row).parse::<crate::artifact::ArtifactId>() {
+                keys.insert(Key::from(id));
+            }
+        }
+    }
+    Ok(keys.into_iter().collect())
+}
+
+/// The distinct keys of the rows, for the key filter of the commit.
+fn batch_keys(batches: &[RecordBatch], dedup: Dedup, table: &str) -> Result<Vec<Key>> {
+    let mut keys = BTreeSet::new();
+    for batch in batches {
+        for text in key_texts(batch, dedup, table)? {
+            keys.insert(key_of(dedup, &text)?);
+        }
+    }
+    Ok(keys.into_iter().collect())
+}
+
+/// Drop the rows whose key the table holds at its current version. With
+/// `since`, only versions after it are searched (the rest were checked).
+async fn drop_present(
+    root: &Path,
+    table: &DeltaTable,
+    spec: &TableSpec,
+    dedup: Dedup,
+    batches: Vec<RecordBatch>,
+    since: Option<u64>,
+) -> Result<Vec<RecordBatch>> {
+    if dedup == Dedup::Nothing {
+        return Ok(batches);
+    }
+    let mut wanted = BTreeSet::new();
+    for batch in &batches {
+        wanted.extend(key_texts(batch, dedup, &spec.name)?);
+    }
+    let present = match since {
+        None => present_keys(root, table, spec, dedup, &wanted).await?,
+        Some(after) => {
+            let head = table.version().unwrap_or_default();
+            keys_added_between(table, spec, dedup, &wanted, after, head).await?
+        }
+    };
+    if present.is_empty() {
+        return Ok(batches);
+    }
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in &batches {
+        let mask =
+            key_texts(batch, dedup, &spec.name)?.iter().map(|k| !present.contains(k)).collect();
+        out.push(keep(batch, mask, &spec.name)?);
+    }
+    Ok(out)
+}
+
+/// Which of `wanted` the table holds, reading only the files its key
+/// filters cannot rule out (see [`key_filter`]).
+pub async fn present_keys(
+    root: &Path,
+    table: &DeltaTable,
+    spec: &TableSpec,
+    dedup: Dedup,
+    wanted: &BTreeSet<String>,
+) -> Result<BTreeSet<String>> {
+    let Some(column) = dedup.column() else { return Ok(BTreeSet::new()) };
+    let active = table::active_files(table, spec)?;
+    if active.is_empty() || wanted.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let wanted: Vec<String> = wanted.iter().cloned().collect();
+    let filters = key_filter::read_all(&table::table_dir(root, spec));
+    let plan = key_filter::plan(&active, &filters, &wanted, |k| {
+        key_of(dedup, k).unwrap_or_else(|_| Key::of_text(k))
+    });
+    let mut hit_files: BTreeSet<String> = BTreeSet::new();
+    let mut hit_keys: BTreeSet<String> = BTreeSet::new();
+    for (files, hits) in plan.candidates {
+        hit_files.extend(files);
+        hit_keys.extend(hits);
+    }
+    let mut present = BTreeSet::new();
+    let lookups = [
+        (plan.uncovered, wanted),
+        (hit_files.into_iter().collect(), hit_keys.into_iter().collect()),
+    ];
+    for (files, keys) in lookups {
+        present.extend(keys_in_files(table, spec, column, files, &keys).await?);
+    }
+    Ok(present)
+}
+
+/// Which of `keys` the given files of the table hold in `column`.
+async fn keys_in_files(
+    table: &DeltaTable,
+    spec: &TableSpec,
+    column: &str,
+    files: Vec<String>,
+    keys: &[String],
+) -> Result<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    if files.is_empty() || keys.is_empty() {
+        return Ok(out);
+    }
+    for chunk in keys.chunks(scan::IN_LIST_CHUNK) {
+        let select = Select::columns(vec![scan::column(column)])
+            .filter(scan::in_list(column, chunk.iter().map(String::as_str)))
+            .files(files.clone());
+        out.extend(select.strings(table, &spec.name).await?);
+    }
+    Ok(out)
+}
+
+/// Which of `wanted` the commits `after+1 ..= head` added.
+async fn keys_added_between(
+    table: &DeltaTable,
+    spec: &TableSpec,
+    dedup: Dedup,
+    wanted: &BTreeSet<String>,
+    after: u64,
+    head: u64,
+) -> Result<BTreeSet<String>> {
+    let Some(column) = dedup.column() else { return Ok(BTreeSet::new()) };
+    let mut files = Vec::new();
+    for version in after + 1..=head {
+        files.extend(key_filter::added_files(
+            &table::commit_actions(table, &spec.name, version).await?,
+        ));
+    }
+    let keys: Vec<String> = wanted.iter().cloned().collect();
+    keys_in_files(table, spec, column, files, &keys).await
+}
+
+/// Whether the commits `after+1 ..= head` added any key of `batches`.
+async fn added_any(
+    table: &DeltaTable,
+    spec: &TableSpec,
+    dedup: Dedup,
+    batches: &[RecordBatch],
+    after: u64,
+    head: u64,
+) -> Result<bool> {
+    let mut wanted = BTreeSet::new();
+    for batch in batches {
+        wanted.extend(key_texts(batch, dedup, &spec.name)?);
+    }
+    Ok(!keys_added_between(table, spec, dedup, &wanted, after, head).await?.is_empty())
+}
+
+/// Write the batches as zstd Parquet data files of the table (uncommitted).
+pub(crate) async fn write_files(
+    table: &DeltaTable,
+    spec: &TableSpec,
+    batches: &[RecordBatch],
+) -> Result<Vec<Add>> {
+    let mut writer = RecordBatchWriter::for_table(table)
+        .map_err(|e| Error::delta(&spec.name, e))?
+        .with_writer_properties(table::writer_properties());
+    for batch in batches.iter().filter(|b| b.num_rows() > 0) {
+        writer.write(batch.clone()).await.map_err(|e| Error::delta(&spec.name, e))?;
+    }
+    writer.flush().await.map_err(|e| Error::delta(&spec.name, e))
+}
+
+/// Delete data files no commit references (ours, given up). Best effort: a
+/// file left behind is an orphan that `vacuum --full` removes.
+pub(crate) async fn remove_files(table: &DeltaTable, adds: &[Add]) {
+    let store = table.object_store();
+    for add in adds {
+        let path = deltalake::Path::from(add.path.as_str());
+        if let Err(e) = store.delete(&path).await {
+            tracing::warn!(file = %add.path, error = %e, "could not remove an uncommitted data file");
+        }
+    }
+}
+
+/// For index rows whose artifact's content is already in the lake at
+/// another step, the step where the content is: the index must point at
+/// the content that exists (a half-finished put left content without its
+/// index row).
+pub fn repoint_steps(
+    batches: Vec<RecordBatch>,
+    content_steps: &BTreeMap<String, i32>,
+    table: &str,
+) -> Result<Vec<RecordBatch>> {
+    if content_steps.is_empty() {
+        return Ok(batches);
+    }
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let ids = key_texts(&batch, Dedup::ArtifactId, table)?;
+        let i = batch.schema().index_of(STEP_COLUMN).map_err(|e| Error::arrow(table, e))?;
+        let steps = batch
+            .column(i)
+            .as_any()
+            .downcast_ref::<Int32Array>()
+            .ok_or_else(|| Error::Internal(format!("`{table}.{STEP_COLUMN}` is not int32")))?;
+        let fixed: Int32Array = ids
+            .iter()
+            .enumerate()
+            .map(|(row, id)| content_steps.get(id).copied().or(Some(steps.value(row))))
+            .collect();
+        let mut columns = batch.columns().to_vec();
+        columns[i] = std::sync::Arc::new(fixed);
+        out.push(
+            RecordBatch::try_new(batch.schema(), columns).map_err(|e| Error::arrow(table, e))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Where the table holds each of `ids` (artifact id → step), for content
+/// tables.
+pub async fn content_steps(
+    root: &Path,
+    spec: &TableSpec,
+    ids: &BTreeSet<String>,
+) -> Result<BTreeMap<String, i32>> {
+    let mut out = BTreeMap::new();
+    if ids.is_empty() || !table::is_table(&table::table_dir(root, spec)) {
+        return Ok(out);
+    }
+    let handle = table::open(root, spec).await?;
+    let present = present_keys(root, &handle, spec, Dedup::ArtifactId, ids).await?;
+    for chunk in present.iter().cloned().collect::<Vec<_>>().chunks(scan::IN_LIST_CHUNK) {
+        let select = Select::columns(scan::columns(&["artifact_id", STEP_COLUMN]))
+            .filter(scan::in_list("artifact_id", chunk.iter().map(String::as_str)));
+        select
+            .for_each_batch(&handle, &spec.name, |batch| {
+                let ids = scan::text_column(batch, 0, &spec.name)?;
+                let steps = deltalake::arrow::compute::cast(batch.column(1), &DataType::Int32)
+                    .map_err(|e| Error::arrow(&spec.name, e))?;
+                let steps = steps.as_any().downcast_ref::<Int32Array>().ok_or_else(|| {
+                    Error::Internal(format!("`{}.{STEP_COLUMN}` did not cast", spec.name))
+                })?;
+                for row in 0..batch.num_rows() {
+                    out.insert(ids.value(row).to_owned(), steps.value(row));
+                }
+                Ok(())
+            })
+            .await?;
+    }
+    Ok(out)
+}

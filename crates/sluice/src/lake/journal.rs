@@ -1,0 +1,395 @@
+//! The commit journal (`orchestration/commits`): the lake's clock.
+//!
+//! Delta makes each table commit atomic, not a group of them. A commit
+//! *sequence* (one batch of staged runs, committed table by table) therefore
+//! records itself in the journal:
+//!
+//! - `started(seq, token, owner, versions)`: before its first table commit,
+//!   with every table's version before it (read in reverse commit order, see
+//!   [`versions`]);
+//! - `completed(seq, token, versions, table_commits, rows_added)`: after its
+//!   last table commit, with every table's version after it and the version
+//!   of each of its own table commits;
+//! - `abandoned(seq, token, reason)`: written by `recover` for a started
+//!   sequence whose committer is gone and whose staging manifest is gone too,
+//!   so nothing can finish it; readers stop waiting for it.
+//!
+//! Every journal row is appended as exactly the journal's next Delta version
+//! (put-if-absent, no retry), so `position` is the row's own version, and the
+//! sequence number a `started` row claims is unique: it is computed from the
+//! very journal version it is committed on top of. Each table commit of a
+//! sequence also carries the sequence number as a Delta application
+//! transaction (`sluice-commit`) and its token in the commit metadata, so the
+//! journal can be checked against, and rebuilt from, the tables themselves.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use deltalake::arrow::record_batch::RecordBatch;
+use serde::{Deserialize, Serialize};
+
+use super::append::{self, TOKEN_KEY};
+use super::layout::{self, TableKind, TableSpec};
+use super::scan::{self, Select};
+use super::table;
+use crate::artifact::arrow_convert::{build_array, read_value};
+use crate::artifact::value::FieldValue;
+use crate::error::{Error, Result};
+
+/// The Delta application-transaction id of commit sequences.
+pub const TXN_APP_ID: &str = "sluice-commit";
+
+/// The commit-metadata key holding a table commit's sequence number.
+pub const SEQ_KEY: &str = "sluice_commit_seq";
+
+/// How many times a journal append re-reads the journal after losing its
+/// version to another writer.
+const MAX_ATTEMPTS: usize = 100;
+
+/// Phase of a journal row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// The sequence is about to commit tables.
+    Started,
+    /// Every table of the sequence committed.
+    Completed,
+    /// The sequence can never finish; readers stop waiting for it.
+    Abandoned,
+}
+
+impl Phase {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Started => "started",
+            Phase::Completed => "completed",
+            Phase::Abandoned => "abandoned",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Phase> {
+        [Phase::Started, Phase::Completed, Phase::Abandoned]
+            .into_iter()
+            .find(|p| p.as_str() == text)
+    }
+}
+
+/// One journal row.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct JournalEntry {
+    /// Sequence number.
+    pub seq: i64,
+    /// Phase.
+    pub phase: Option<Phase>,
+    /// Run directories in the sequence.
+    pub run_count: i64,
+    /// Every table's version before (started) or after (completed) the sequence.
+    pub table_versions: BTreeMap<String, u64>,
+    /// Completed rows: the version of each table commit the sequence made.
+    pub table_commits: BTreeMap<String, u64>,
+    /// Completed rows: rows added per table.
+    pub rows_added: BTreeMap<String, u64>,
+    /// The unique token of this sequence (in every table commit it made).
+    pub token: String,
+    /// Who committed: `host:pid:start`.
+    pub owner: String,
+    /// The journal version holding this row.
+    pub position: u64,
+    /// When the row was written, µs since the epoch.
+    pub timestamp: i64,
+    /// Abandoned rows: why.
+    pub reason: Option<String>,
+}
+
+impl JournalEntry {
+    /// The row's phase (rows are only built with one).
+    pub fn phase(&self) -> Phase {
+        self.phase.unwrap_or(Phase::Started)
+    }
+}
+
+/// The journal as of one of its versions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Journal {
+    /// Rows in journal order.
+    pub entries: Vec<JournalEntry>,
+    /// The journal's version, `None` when the table does not exist.
+    pub version: Option<u64>,
+}
+
+impl Journal {
+    /// The highest sequence number recorded.
+    pub fn max_seq(&self) -> i64 {
+        self.entries.iter().map(|e| e.seq).max().unwrap_or(0)
+    }
+
+    /// The rows of one sequence attempt.
+    pub fn of_token<'a>(&'a self, token: &'a str) -> impl Iterator<Item = &'a JournalEntry> + 'a {
+        self.entries.iter().filter(move |e| e.token == token)
+    }
+
+    /// Whether a sequence attempt has a row in `phase`.
+    pub fn has(&self, token: &str, phase: Phase) -> bool {
+        self.of_token(token).any(|e| e.phase() == phase)
+    }
+
+    /// `started` rows with neither a `completed` nor an `abandoned` row.
+    pub fn unfinished(&self) -> Vec<&JournalEntry> {
+        self.entries
+            .iter()
+            .filter(|e| e.phase() == Phase::Started)
+            .filter(|e| {
+                !self.has(&e.token, Phase::Completed) && !self.has(&e.token, Phase::Abandoned)
+            })
+            .collect()
+    }
+
+    /// The completed row of a sequence number, if any.
+    pub fn completed(&self, seq: i64) -> Option<&JournalEntry> {
+        self.entries.iter().find(|e| e.seq == seq && e.phase() == Phase::Completed)
+    }
+}
+
+/// Read the journal at its latest version (or the given one).
+pub async fn read(root: &Path, at: Option<u64>) -> Result<Journal> {
+    let spec = layout::commits_table();
+    if !table::is_table(&table::table_dir(root, &spec)) {
+        return Ok(Journal::default());
+    }
+    let handle = match at {
+        None => table::open(root, &spec).await?,
+        Some(v) => {
+            let mut t = table::open_unloaded(root, &spec).await?;
+            t.load_version(v).await.map_err(|e| Error::delta(&spec.name, e))?;
+            t
+        }
+    };
+    read_table(&handle, &spec).await
+}
+
+/// Read the journal from an open handle.
+pub async fn read_table(handle: &deltalake::DeltaTable, spec: &TableSpec) -> Result<Journal> {
+    let batches = Select::columns(scan::columns(&COLUMNS)).collect(handle, &spec.name).await?;
+    let mut entries = Vec::new();
+    for batch in &batches {
+        for row in 0..batch.num_rows() {
+            entries.push(parse_row(batch, row, &spec.name)?);
+        }
+    }
+    entries.sort_by_key(|e| (e.position, e.seq, e.phase()));
+    Ok(Journal { entries, version: handle.version() })
+}
+
+const COLUMNS: [&str; 11] = [
+    "commit_seq",
+    "phase",
+    "run_count",
+    "table_versions",
+    "rows_added",
+    "timestamp",
+    "token",
+    "owner",
+    "position",
+    "table_commits",
+    "reason",
+];
+
+/// One journal row. A row sluice cannot read (unknown phase, malformed
+/// version map) is an error naming it: the journal decides what recovery and
+/// readers do, so it is never guessed.
+fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<JournalEntry> {
+    let values = (0..batch.num_columns())
+        .map(|i| read_value(table, batch.column(i).as_ref(), row))
+        .collect::<Result<Vec<_>>>()?;
+    let seq = values[0]
+        .as_int()
+        .ok_or_else(|| Error::corrupt(table, format!("row {row}"), "`commit_seq` is null"))?;
+    let at = |column: &str| format!("sequence {seq}, column `{column}`");
+    let phase = values[1].as_str().and_then(Phase::parse).ok_or_else(|| {
+        Error::corrupt(table, at("phase"), format!("unknown phase {:?}", values[1].as_str()))
+    })?;
+    let map = |i: usize| -> Result<BTreeMap<String, u64>> {
+        match values[i].as_str() {
+            None => Ok(BTreeMap::new()),
+            Some(text) => serde_json::from_str(text).map_err(|e| {
+                Error::corrupt(
+                    table,
+                    at(COLUMNS[i]),
+                    format!("not a JSON map of table versions: {e}"),
+                )
+            }),
+        }
+    };
+    let text = |i: usize| values[i].as_str().map(str::to_owned);
+    Ok(JournalEntry {
+        seq,
+        phase: Some(phase),
+        run_count: values[2].as_int().unwrap_or_default(),
+        table_versions: map(3)?,
+        rows_added: map(4)?,
+        timestamp: match values[5] {
+            FieldValue::TimestampMicros(t) => t,
+            _ => 0,
+        },
+        // Rows of lakes made before tokens existed: one attempt per sequence.
+        token: text(6).unwrap_or_else(|| format!("seq-{seq}")),
+        owner: text(7).unwrap_or_default(),
+        position: values[8].as_int().map_or(0, |p| p.max(0) as u64),
+        table_commits: map(9)?,
+        reason: text(10),
+    })
+}
+
+/// Append one row, computed from the journal as of the version it will be
+/// committed on top of. `make` returns `None` when there is nothing to add
+/// (e.g. another process recorded the same completion). The row lands as
+/// exactly that version + 1; if another writer took it, the journal is read
+/// again and `make` asked again.
+pub async fn append(
+    root: &Path,
+    mut make: impl FnMut(&Journal) -> Result<Option<JournalEntry>>,
+) -> Result<Option<JournalEntry>> {
+    let spec = layout::commits_table();
+    for _ in 0..MAX_ATTEMPTS {
+        let mut handle = table::open(root, &spec).await?;
+        let journal = read_table(&handle, &spec).await?;
+        let Some(mut entry) = make(&journal)? else { return Ok(None) };
+        entry.position = journal.version.unwrap_or_default() + 1;
+        entry.timestamp = chrono::Utc::now().timestamp_micros();
+        let schema = table::arrow_schema(&handle, &spec)?;
+        let batch = row_batch(&entry, &schema, &spec)?;
+        let adds = append::write_files(&handle, &spec, &[batch]).await?;
+        let txn = append::CommitSpec { txn: None, metadata: Vec::new(), token: None };
+        if append::try_commit_next(&mut handle, &spec, &adds, &txn).await?.is_some() {
+            return Ok(Some(entry));
+        }
+        append::remove_files(&handle, &adds).await;
+    }
+    Err(Error::Contention { table: spec.name.clone(), attempts: MAX_ATTEMPTS })
+}
+
+fn row_batch(
+    entry: &JournalEntry,
+    schema: &deltalake::arrow::datatypes::SchemaRef,
+    spec: &TableSpec,
+) -> Result<RecordBatch> {
+    let text = |m: &BTreeMap<String, u64>| -> Result<FieldValue> {
+        Ok(FieldValue::String(
+            serde_json::to_string(m).map_err(|e| Error::json("a journal row", e))?,
+        ))
+    };
+    let s = |v: &str| FieldValue::String(v.to_owned());
+    let mut columns = Vec::new();
+    for field in schema.fields() {
+        let value = match field.name().as_str() {
+            "commit_seq" => FieldValue::Int(entry.seq),
+            "phase" => s(entry.phase().as_str()),
+            "run_count" => FieldValue::Int(entry.run_count),
+            "table_versions" => text(&entry.table_versions)?,
+            "rows_added" => text(&entry.rows_added)?,
+            "timestamp" => FieldValue::TimestampMicros(entry.timestamp),
+            "token" => s(&entry.token),
+            "owner" => s(&entry.owner),
+            "position" => FieldValue::Int(entry.position as i64),
+            "table_commits" => text(&entry.table_commits)?,
+            "reason" => entry.reason.as_deref().map_or(FieldValue::Null, s),
+            _ => FieldValue::Null,
+        };
+        columns.push(build_array(&spec.name, field, std::iter::once(&value))?);
+    }
+    RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| Error::arrow("building a journal row", e))
+}
+
+/// The tables a sequence writes, in commit order.
+pub fn sequence_tables(specs: &[TableSpec]) -> Vec<&TableSpec> {
+    specs.iter().filter(|s| !matches!(s.kind, TableKind::Steps | TableKind::Commits)).collect()
+}
+
+/// Every table's current version (the journal's excluded), read in reverse
+/// commit order: executions first, content tables last. Writers commit in
+/// the forward order, so a row seen in a later table always has what it
+/// depends on in the earlier tables (an index row its content, an execution
+/// its edges), whatever commits while the versions are read.
+pub async fn versions(root: &Path, specs: &[TableSpec]) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for spec in specs.iter().rev().filter(|s| s.kind != TableKind::Commits) {
+        let dir = table::table_dir(root, spec);
+        if !table::is_table(&dir) {
+            continue;
+        }
+        out.insert(spec.name.clone(), table::latest_version(root, spec).await?);
+    }
+    Ok(out)
+}
+
+/// The highest sequence number any table's commits record (its
+/// `sluice-commit` application transaction), and which table.
+pub async fn highest_table_seq(root: &Path, specs: &[TableSpec]) -> Result<Option<(i64, String)>> {
+    let mut best: Option<(i64, String)> = None;
+    for spec in sequence_tables(specs) {
+        if !table::is_table(&table::table_dir(root, spec)) {
+            continue;
+        }
+        let handle = table::open(root, spec).await?;
+        let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
+        let txn = state
+            .transaction_version(handle.log_store().as_ref(), TXN_APP_ID)
+            .await
+            .map_err(|e| Error::delta(&spec.name, e))?;
+        if let Some(seq) = txn
+            && best.as_ref().is_none_or(|(b, _)| seq > *b)
+        {
+            best = Some((seq, spec.name.clone()));
+        }
+    }
+    Ok(best)
+}
+
+/// A table commit that belongs to a sequence, as the table records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSequenceCommit {
+    /// The table.
+    pub table: String,
+    /// The table version.
+    pub version: u64,
+    /// The sequence number.
+    pub seq: i64,
+    /// The sequence's token.
+    pub token: String,
+    /// When, ms since the epoch.
+    pub timestamp: i64,
+}
+
+/// Every sequence commit a table's log still holds (for rebuilding the
+/// journal): each version's `sluice_commit_seq` and token metadata.
+pub async fn table_sequence_commits(
+    root: &Path,
+    spec: &TableSpec,
+) -> Result<Vec<TableSequenceCommit>> {
+    let handle = table::open(root, spec).await?;
+    let head = handle.version().unwrap_or_default();
+    let mut out = Vec::new();
+    for version in 0..=head {
+        let Ok(actions) = table::commit_actions(&handle, &spec.name, version).await else {
+            continue; // cleaned up after a checkpoint
+        };
+        for action in actions {
+            if let deltalake::kernel::Action::CommitInfo(info) = action {
+                let seq = info.info.get(SEQ_KEY).and_then(serde_json::Value::as_i64);
+                let token = info.info.get(TOKEN_KEY).and_then(|v| v.as_str()).map(str::to_owned);
+                if let Some(seq) = seq {
+                    out.push(TableSequenceCommit {
+                        table: spec.name.clone(),
+                        version,
+                        seq,
+                        token: token.unwrap_or_else(|| format!("seq-{seq}")),
+                        timestamp: info.timestamp.unwrap_or_default(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,257 @@
+//! One consistent point of the whole lake: a version for every table.
+//!
+//! Each table is consistent on its own (Delta), but a commit sequence writes
+//! several tables one after the other. A reader that opened every table at
+//! its latest version could see half a sequence: content and index of a
+//! batch of runs but not yet their executions. [`resolve`] picks, for every
+//! table, a version at which every commit sequence is either wholly visible
+//! or wholly invisible:
+//!
+//! 1. read every table's latest version in reverse commit order (executions
+//!    first, content last), then the journal — so a sequence that touched a
+//!    table before its version was read has its `started` row in the journal;
+//! 2. a sequence still in flight (a `started` row with no `completed` or
+//!    `abandoned` one, whose committer may still be running or whose manifest
+//!    is still on disk) caps every table at the version it recorded before
+//!    its first commit;
+//! 3. a completed sequence that is now visible in some tables and not in
+//!    others (it committed while the versions were read, or a cap cut through
+//!    it) is hidden everywhere: each table is capped below its commit;
+//!    repeated until nothing changes.
+//!
+//! Direct puts are not sequences; they commit content before index, so the
+//! reverse-order read alone keeps an index row from being seen without its
+//! content.
+//!
+//! The same resolution, applied to the journal as it was at a sequence's
+//! completion or at an instant, gives time travel for the whole lake.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use chrono::{DateTime, Utc};
+
+use super::journal::{self, Journal, JournalEntry, Phase};
+use super::layout::{self, TableSpec};
+use super::table;
+use crate::error::{Error, Result};
+
+/// Which point of the lake to read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum LakePoint {
+    /// The latest consistent point.
+    #[default]
+    Latest,
+    /// The lake as the sequence with this number left it.
+    Sequence(i64),
+    /// The lake as it was at an instant.
+    Time(DateTime<Utc>),
+    /// These tables at these versions (others at their latest).
+    Tables(BTreeMap<String, u64>),
+}
+
+/// A version for every table, consistent across tables.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LakeSnapshot {
+    /// Table short name → version to read.
+    pub versions: BTreeMap<String, u64>,
+    /// The last commit sequence wholly visible (`None` before the first).
+    pub sequence: Option<i64>,
+    /// The journal's own version at that point.
+    pub journal_version: Option<u64>,
+    /// How the point was given, for messages.
+    pub point: LakePoint,
+}
+
+impl LakeSnapshot {
+    /// The version to read a table at; `None` when the table did not exist
+    /// at that point.
+    pub fn version_of(&self, table: &str) -> Option<u64> {
+        self.versions.get(table).copied()
+    }
+}
+
+/// Resolve a point of the lake at `root` with these tables.
+pub async fn resolve(root: &Path, specs: &[TableSpec], point: &LakePoint) -> Result<LakeSnapshot> {
+    let (heads, journal, historical) = match point {
+        LakePoint::Latest => {
+            let heads = journal::versions(root, specs).await?;
+            (heads, journal::read(root, None).await?, false)
+        }
+        LakePoint::Sequence(seq) => {
+            let journal = journal::read(root, None).await?;
+            let Some(done) = journal.completed(*seq) else {
+                return Err(Error::TimeTravel {
+                    table: "the lake".into(),
+                    as_of: format!("lake version {seq}"),
+                    message: format!(
+                        "no commit sequence {seq} completed (the last is {}). Help: `sluice history` lists lake versions",
+                        last_completed(&journal).map_or("none".into(), |s| s.to_string())
+                    ),
+                });
+            };
+            let position = done.position;
+            let heads = done.table_versions.clone();
+            let prefix = Journal {
+                entries: journal.entries.into_iter().filter(|e| e.position <= position).collect(),
+                version: Some(position),
+            };
+            (heads, prefix, true)
+        }
+        LakePoint::Time(at) => {
+            let heads = versions_at(root, specs, *at).await?;
+            let journal = journal_at(root, *at).await?;
+            (heads, journal, true)
+        }
+        LakePoint::Tables(given) => {
+            let mut versions = journal::versions(root, specs).await?;
+            versions.extend(given.iter().map(|(t, v)| (t.clone(), *v)));
+            let journal_version = match given.get(layout::commits_table().name.as_str()) {
+                Some(v) => Some(*v),
+                None => journal::read(root, None).await?.version,
+            };
+            return Ok(LakeSnapshot {
+                versions,
+                sequence: None,
+                journal_version,
+                point: point.clone(),
+            });
+        }
+    };
+    let mut cut = heads;
+    for open in journal.unfinished() {
+        if historical || pins_readers(root, open) {
+            for (table, before) in &open.table_versions {
+                cap(&mut cut, table, *before);
+            }
+        }
+    }
+    hide_partial_sequences(&journal, &mut cut);
+    let sequence = journal
+        .entries
+        .iter()
+        .filter(|e| e.phase() == Phase::Completed)
+        .filter(|e| wholly_visible(e, &cut))
+        .map(|e| e.seq)
+        .max();
+    Ok(LakeSnapshot {
+        versions: cut,
+        sequence,
+        journal_version: journal.version,
+        point: point.clone(),
+    })
+}
+
+/// Whether an unfinished sequence still holds readers back: its manifest is
+/// on disk (a committer or `recover` will finish it) or its committer may be
+/// alive. A sequence whose committer is certainly dead and whose manifest is
+/// gone can never finish; readers do not wait for it (`recover` records it
+/// as abandoned).
+fn pins_readers(root: &Path, open: &JournalEntry) -> bool {
+    layout::manifest_path(root, open.seq).exists() || !crate::host::owner_is_dead(&open.owner)
+}
+
+fn cap(cut: &mut BTreeMap<String, u64>, table: &str, version: u64) {
+    if let Some(v) = cut.get_mut(table) {
+        *v = (*v).min(version);
+    }
+}
+
+fn wholly_visible(entry: &JournalEntry, cut: &BTreeMap<String, u64>) -> bool {
+    entry.table_commits.iter().all(|(t, v)| cut.get(t).is_some_and(|c| v <= c))
+}
+
+/// Step 3: a completed sequence partly above the cut is hidden everywhere.
+fn hide_partial_sequences(journal: &Journal, cut: &mut BTreeMap<String, u64>) {
+    loop {
+        let mut changed = false;
+        for entry in journal.entries.iter().filter(|e| e.phase() == Phase::Completed) {
+            let visible: Vec<(&String, &u64)> = entry
+                .table_commits
+                .iter()
+                .filter(|(t, v)| cut.get(*t).is_some_and(|c| *v <= c))
+                .collect();
+            if visible.is_empty() || visible.len() == entry.table_commits.len() {
+                continue;
+            }
+            for (table, version) in visible {
+                cap(cut, table, version.saturating_sub(1));
+                changed = true;
+            }
+        }
+        if !changed {
+            return;
+        }
+    }
+}
+
+fn last_completed(journal: &Journal) -> Option<i64> {
+    journal.entries.iter().filter(|e| e.phase() == Phase::Completed).map(|e| e.seq).max()
+}
+
+/// Every table's version at an instant (tables created later are absent).
+async fn versions_at(
+    root: &Path,
+    specs: &[TableSpec],
+    at: DateTime<Utc>,
+) -> Result<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for spec in specs.iter().rev().filter(|s| s.kind != layout::TableKind::Commits) {
+        if !table::is_table(&table::table_dir(root, spec)) {
+            continue;
+        }
+        if let Some(version) = table::version_at(root, spec, at).await? {
+            out.insert(spec.name.clone(), version);
+        }
+    }
+    Ok(out)
+}
+
+/// The journal as it was at an instant.
+async fn journal_at(root: &Path, at: DateTime<Utc>) -> Result<Journal> {
+    let spec = layout::commits_table();
+    if !table::is_table(&table::table_dir(root, &spec)) {
+        return Ok(Journal::default());
+    }
+    match table::version_at(root, &spec, at).await? {
+        Some(version) => journal::read(root, Some(version)).await,
+        None => Ok(Journal::default()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn completed(seq: i64, commits: &[(&str, u64)]) -> JournalEntry {
+        JournalEntry {
+            seq,
+            phase: Some(Phase::Completed),
+            token: format!("t{seq}"),
+            table_commits: commits.iter().map(|(t, v)| ((*t).to_owned(), *v)).collect(),
+            ..JournalEntry::default()
+        }
+    }
+
+    #[test]
+    fn a_sequence_seen_in_part_is_hidden_everywhere() {
+        // Sequence 2 committed metrics v5, index v7, executions v3; the reader
+        // read executions before its commit (v2) and the rest after.
+        let journal = Journal {
+            entries: vec![
+                completed(1, &[("metrics", 4), ("executions", 2)]),
+                completed(2, &[("metrics", 5), ("index", 7), ("executions", 3)]),
+            ],
+            version: Some(4),
+        };
+        let mut cut: BTreeMap<String, u64> = [("metrics", 5), ("index", 7), ("executions", 2)]
+            .map(|(t, v)| (t.to_owned(), v))
+            .into();
+        hide_partial_sequences(&journal, &mut cut);
+        assert_eq!(cut["metrics"], 4);
+        assert_eq!(cut["index"], 6);
+        assert_eq!(cut["executions"], 2);
+        assert!(wholly_visible(&journal.entries[0], &cut));
+        assert!(!wholly_visible(&journal.entries[1], &cut));
+    }
+}

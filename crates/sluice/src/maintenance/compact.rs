@@ -1,0 +1,204 @@
+//! Compaction: Delta OPTIMIZE per partition, Z-ordered, zstd — then key
+//! filters for the files it wrote.
+//!
+//! A lake built by thousands of small commits has thousands of small files:
+//! every scan opens them all, every open replays their add actions. OPTIMIZE
+//! rewrites each partition's files into a few large ones in one commit
+//! (removes + adds, so readers at older versions are unaffected). Z-ordering
+//! by the column a table is looked up by (`artifact_id` for content and the
+//! index, `execution_spec_id` for executions, the artifact columns for edge
+//! tables) gives each new file a narrow range of that column, so file
+//! statistics prune lookups on their own. The key filters of the replaced
+//! files no longer count (their files are gone); compaction writes new ones
+//! for the files it added, so de-duplication reads as little as before.
+//!
+//! A compaction racing a commit loses nothing: each is one Delta commit, and
+//! a de-duplicating append that finds the compaction took its version checks
+//! what it added (rewritten rows of keys it already knew were present) and
+//! commits on top (see [`crate::lake::append`]).
+
+use std::collections::BTreeSet;
+use std::num::NonZeroU64;
+use std::time::Instant;
+
+use deltalake::operations::optimize::OptimizeType;
+use deltalake::{FilterOp, FilterValue};
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::lake::append::Dedup;
+use crate::lake::key_filter::{self, Key, KeyFilter};
+use crate::lake::layout::{STEP_COLUMN, TableKind, TableSpec};
+use crate::lake::scan::{self, Select};
+use crate::lake::{Lake, WriterLock, table};
+
+/// What to compact.
+#[derive(Debug, Clone, Default)]
+pub struct CompactOptions {
+    /// One table (default: every table).
+    pub table: Option<String>,
+    /// One step's partition (partitioned tables only).
+    pub step: Option<i32>,
+    /// Z-order columns (default: per table, see the module doc; empty means
+    /// plain bin-packing).
+    pub zorder: Option<Vec<String>>,
+    /// Target file size in bytes (default: Delta's, 100 MiB).
+    pub target_size: Option<u64>,
+    /// Only say what would be compacted.
+    pub dry_run: bool,
+}
+
+/// What compaction did to one table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CompactReport {
+    /// The table.
+    pub table: String,
+    /// Z-order columns used (empty: bin-packing).
+    pub zorder: Vec<String>,
+    /// Active files before.
+    pub files_before: u64,
+    /// Active files after.
+    pub files_after: u64,
+    /// Bytes of active files before.
+    pub bytes_before: u64,
+    /// Bytes after.
+    pub bytes_after: u64,
+    /// The version compaction committed (none in a dry run, or when there
+    /// was nothing to do).
+    pub version: Option<u64>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// The columns a table is Z-ordered by unless told otherwise.
+pub fn default_zorder(spec: &TableSpec) -> Vec<String> {
+    let columns: &[&str] = match spec.kind {
+        TableKind::Content(_) | TableKind::Index => &["artifact_id"],
+        TableKind::Executions => &["execution_spec_id"],
+        TableKind::ArtifactEdges => &["source_artifact_id", "target_artifact_id"],
+        TableKind::ExecutionEdges => &["artifact_id"],
+        TableKind::Steps | TableKind::Commits => &[],
+    };
+    columns.iter().map(|c| (*c).to_owned()).collect()
+}
+
+fn file_stats(handle: &deltalake::DeltaTable, spec: &TableSpec) -> Result<(u64, u64)> {
+    use deltalake::arrow::array::{Array, Int64Array};
+    let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
+    let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;
+    let bytes = adds
+        .column_by_name("size_bytes")
+        .and_then(|c| c.as_any().downcast_ref::<Int64Array>().cloned())
+        .map_or(0, |a| (0..a.len()).map(|i| a.value(i).max(0) as u64).sum());
+    Ok((adds.num_rows() as u64, bytes))
+}
+
+/// Compact the lake's tables.
+pub async fn compact(lake: &Lake, options: &CompactOptions) -> Result<Vec<CompactReport>> {
+    let _lock = WriterLock::wait(lake.root()).await?;
+    let mut out = Vec::new();
+    for spec in super::select_tables(lake, options.table.as_deref())? {
+        out.push(compact_table(lake, &spec, options).await?);
+    }
+    Ok(out)
+}
+
+async fn compact_table(
+    lake: &Lake,
+    spec: &TableSpec,
+    options: &CompactOptions,
+) -> Result<CompactReport> {
+    let clock = Instant::now();
+    let handle = table::open(lake.root(), spec).await?;
+    let (files_before, bytes_before) = file_stats(&handle, spec)?;
+    let zorder = options.zorder.clone().unwrap_or_else(|| default_zorder(spec));
+    let mut report = CompactReport {
+        table: spec.name.clone(),
+        zorder: zorder.clone(),
+        files_before,
+        files_after: files_before,
+        bytes_before,
+        bytes_after: bytes_before,
+        version: None,
+        seconds: 0.0,
+    };
+    if options.dry_run || files_before <= 1 {
+        report.seconds = clock.elapsed().as_secs_f64();
+        return Ok(report);
+    }
+    let step_text = options.step.map(|s| s.to_string());
+    let filters: Vec<(&str, FilterOp, FilterValue<'_>)> = match (&step_text, spec.is_partitioned())
+    {
+        (Some(step), true) => vec![(STEP_COLUMN, FilterOp::Eq, FilterValue::Scalar(step.as_str()))],
+        _ => Vec::new(),
+    };
+    let before = handle.version().unwrap_or_default();
+    let mut builder = handle
+        .optimize()
+        .with_filters(&filters)
+        .with_writer_properties(table::writer_properties())
+        .with_type(if zorder.is_empty() {
+            OptimizeType::Compact
+        } else {
+            OptimizeType::ZOrder(zorder)
+        });
+    if let Some(size) = options.target_size.and_then(NonZeroU64::new) {
+        builder = builder.with_target_size(size);
+    }
+    let (optimized, _metrics) = builder.await.map_err(|e| Error::delta(&spec.name, e))?;
+    let after = optimized.version().unwrap_or_default();
+    if after > before {
+        report.version = Some(after);
+        rewrite_key_filters(lake, &optimized, spec, after).await?;
+    }
+    let (files_after, bytes_after) = file_stats(&optimized, spec)?;
+    report.files_after = files_after;
+    report.bytes_after = bytes_after;
+    report.seconds = clock.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Key filters (dedup column and lookup columns) for the files a version
+/// added.
+async fn rewrite_key_filters(
+    lake: &Lake,
+    handle: &deltalake::DeltaTable,
+    spec: &TableSpec,
+    version: u64,
+) -> Result<()> {
+    let dedup = Dedup::of(&spec.kind);
+    let key_column = match dedup {
+        Dedup::ArtifactId => Some("artifact_id"),
+        Dedup::RunId => Some("execution_run_id"),
+        Dedup::Nothing => None,
+    };
+    let added = key_filter::added_files(&table::commit_actions(handle, &spec.name, version).await?);
+    if added.is_empty() {
+        return Ok(());
+    }
+    let dir = table::table_dir(lake.root(), spec);
+    let columns: Vec<(Option<&str>, &str)> = key_column
+        .map(|c| (None, c))
+        .into_iter()
+        .chain(spec.lookup_columns().iter().map(|c| (Some(*c), *c)))
+        .collect();
+    for (sidecar, column) in columns {
+        let values = Select::columns(vec![scan::column(column)])
+            .files(added.clone())
+            .strings(handle, &spec.name)
+            .await?;
+        let keys: BTreeSet<Key> = values
+            .iter()
+            .map(|v| match (dedup, sidecar) {
+                (Dedup::RunId, None) => Key::of_text(v),
+                _ => v
+                    .parse::<crate::artifact::ArtifactId>()
+                    .map(Key::from)
+                    .unwrap_or_else(|_| Key::of_text(v)),
+            })
+            .collect();
+        let keys: Vec<Key> = keys.into_iter().collect();
+        key_filter::write_for(&dir, version, sidecar, &KeyFilter::new(added.clone(), &keys))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! Keeping a lake fast as it grows: history, checkpoints, compaction,
+//! vacuum — all on Delta's own operations.
+//!
+//! - [`history`]: lake versions (the journal's completed sequences) and one
+//!   table's Delta history.
+//! - [`checkpoint`]: write a checkpoint of every table (or one) and drop
+//!   expired log entries, so opening a table replays a short log.
+//! - [`compact`]: Delta OPTIMIZE per partition, Z-ordered by the column a
+//!   table is looked up by, zstd; then the key filters of the new files are
+//!   written, so de-duplication and lookups stay as fast as before.
+//! - [`vacuum`]: Delta VACUUM with the retention enforced (shorter needs
+//!   `force`), `full` for files crashed writers left; sluice's own leftovers
+//!   (key filters of files no longer active, old SLURM task folders, empty
+//!   staging shards) go under the same retention.
+//!
+//! Every operation takes the writer lock (a courtesy: each commit is still
+//! checked by Delta against concurrent commits) and reports what it did.
+
+pub mod compact;
+pub mod history;
+pub mod vacuum;
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::lake::layout::TableSpec;
+use crate::lake::{Lake, WriterLock, table};
+
+pub use compact::{CompactOptions, CompactReport};
+pub use history::{LakeVersion, TableVersion};
+pub use vacuum::{VacuumOptions, VacuumReport};
+
+/// The tables an operation works on: one by name, or every table.
+pub(crate) fn select_tables(lake: &Lake, name: Option<&str>) -> Result<Vec<TableSpec>> {
+    let all: Vec<TableSpec> = lake
+        .table_specs()
+        .into_iter()
+        .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))
+        .collect();
+    match name {
+        None => Ok(all),
+        Some(name) => {
+            let spec = all.into_iter().find(|s| s.name == name).ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "no table named `{name}`. Help: `sluice tables` lists them"
+                ))
+            })?;
+            Ok(vec![spec])
+        }
+    }
+}
+
+/// What [`checkpoint`] did to one table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckpointReport {
+    /// The table.
+    pub table: String,
+    /// The version checkpointed.
+    pub version: u64,
+    /// Expired log files removed.
+    pub logs_removed: usize,
+}
+
+/// Checkpoint every table (or one) at its latest version, then remove log
+/// entries older than the table's log retention (30 days by default) that
+/// the checkpoint makes unnecessary. Delta also checkpoints every 100
+/// commits on its own (`delta.checkpointInterval`).
+pub async fn checkpoint(lake: &Lake, name: Option<&str>) -> Result<Vec<CheckpointReport>> {
+    let _lock = WriterLock::wait(lake.root()).await?;
+    let mut out = Vec::new();
+    for spec in select_tables(lake, name)? {
+        let handle = table::open(lake.root(), &spec).await?;
+        deltalake::checkpoints::create_checkpoint(&handle, None)
+            .await
+            .map_err(|e| Error::delta(&spec.name, e))?;
+        let logs_removed = deltalake::checkpoints::cleanup_metadata(&handle, None)
+            .await
+            .map_err(|e| Error::delta(&spec.name, e))?;
+        out.push(CheckpointReport {
+            table: spec.name.clone(),
+            version: handle.version().unwrap_or_default(),
+            logs_removed,
+        });
+    }
+    Ok(out)
+}

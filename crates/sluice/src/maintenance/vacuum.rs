@@ -1,0 +1,163 @@
+//! Vacuum: remove data files no version within the retention needs, and
+//! sluice's own leftovers.
+//!
+//! Delta VACUUM deletes files that no table version newer than the retention
+//! references: time travel to a version older than the retention is no
+//! longer possible afterwards, and a reader still reading such a version
+//! fails. The default retention is 168 hours (7 days); a shorter one is
+//! refused unless forced, and the report says what it risks. `full` also
+//! removes files no version ever referenced (left by a writer that died
+//! before its commit). sluice's own leftovers under the same retention:
+//! key filters whose files are all gone, SLURM task folders, empty staging
+//! shard folders.
+
+use std::time::{Duration, SystemTime};
+
+use deltalake::operations::vacuum::VacuumMode;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::lake::key_filter;
+use crate::lake::layout::STAGING_DIR;
+use crate::lake::{Lake, WriterLock, table};
+
+/// The default retention: 7 days.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(168 * 3600);
+
+/// What to vacuum.
+#[derive(Debug, Clone)]
+pub struct VacuumOptions {
+    /// One table (default: every table).
+    pub table: Option<String>,
+    /// Files older than this that no newer version needs are removed.
+    pub retention: Duration,
+    /// Allow a retention shorter than the default.
+    pub force: bool,
+    /// Also remove files no version ever referenced.
+    pub full: bool,
+    /// Only list what would be removed.
+    pub dry_run: bool,
+}
+
+impl Default for VacuumOptions {
+    fn default() -> Self {
+        VacuumOptions {
+            table: None,
+            retention: DEFAULT_RETENTION,
+            force: false,
+            full: false,
+            dry_run: false,
+        }
+    }
+}
+
+/// What vacuum removed (or would remove, in a dry run).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+pub struct VacuumReport {
+    /// Whether nothing was removed.
+    pub dry_run: bool,
+    /// Data files, per table (relative to the table).
+    pub files: Vec<(String, Vec<String>)>,
+    /// sluice's own leftovers (paths relative to the lake).
+    pub leftovers: Vec<String>,
+}
+
+/// Vacuum the lake.
+pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport> {
+    if options.retention < DEFAULT_RETENTION && !options.force {
+        return Err(Error::InvalidInput(format!(
+            "a retention of {:.0}h is shorter than the default {}h: readers still reading older versions would fail, \
+             and time travel before it becomes impossible. Help: pass --force to accept that",
+            options.retention.as_secs_f64() / 3600.0,
+            DEFAULT_RETENTION.as_secs() / 3600
+        )));
+    }
+    let _lock = WriterLock::wait(lake.root()).await?;
+    let retention = chrono::Duration::from_std(options.retention)
+        .map_err(|e| Error::InvalidInput(format!("retention: {e}")))?;
+    let mut report = VacuumReport { dry_run: options.dry_run, ..VacuumReport::default() };
+    for spec in super::select_tables(lake, options.table.as_deref())? {
+        let handle = table::open(lake.root(), &spec).await?;
+        let (_, metrics) = handle
+            .vacuum()
+            .with_retention_period(retention)
+            .with_enforce_retention_duration(false)
+            .with_mode(if options.full { VacuumMode::Full } else { VacuumMode::Lite })
+            .with_dry_run(options.dry_run)
+            .await
+            .map_err(|e| Error::delta(&spec.name, e))?;
+        let mut files = metrics.files_deleted;
+        files.sort();
+        report.files.push((spec.name.clone(), files));
+    }
+    report.leftovers = leftovers(lake, options).await?;
+    Ok(report)
+}
+
+fn older_than(path: &std::path::Path, age: Duration) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .is_some_and(|a| a >= age)
+}
+
+/// Key filters whose files are all gone, SLURM task folders and empty staging
+/// shards, older than the retention; removed unless a dry run.
+async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for spec in super::select_tables(lake, options.table.as_deref())? {
+        let dir = table::table_dir(lake.root(), &spec);
+        let keys = dir.join(key_filter::KEYS_DIR);
+        let Ok(entries) = std::fs::read_dir(&keys) else { continue };
+        let handle = table::open(lake.root(), &spec).await?;
+        let active: std::collections::BTreeSet<String> =
+            table::active_files(&handle, &spec)?.into_iter().collect();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let stale = std::fs::read(&path)
+                .ok()
+                .and_then(|b| key_filter::files_of(&b))
+                .is_none_or(|files| files.iter().all(|f| !active.contains(f)));
+            if stale && older_than(&path, options.retention) {
+                found.push(path);
+            }
+        }
+    }
+    if options.table.is_none() {
+        for entry in std::fs::read_dir(lake.root().join("_slurm")).into_iter().flatten().flatten() {
+            if older_than(&entry.path(), options.retention) {
+                found.push(entry.path());
+            }
+        }
+        let staging = lake.root().join(STAGING_DIR);
+        for step in std::fs::read_dir(&staging).into_iter().flatten().flatten() {
+            if step.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            for shard in std::fs::read_dir(step.path()).into_iter().flatten().flatten() {
+                for inner in std::fs::read_dir(shard.path()).into_iter().flatten().flatten() {
+                    let empty =
+                        std::fs::read_dir(inner.path()).is_ok_and(|mut d| d.next().is_none());
+                    if empty && older_than(&inner.path(), options.retention) {
+                        found.push(inner.path());
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for path in found {
+        if !options.dry_run {
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed.map_err(|e| Error::io(&path, e))?;
+        }
+        out.push(path.strip_prefix(lake.root()).unwrap_or(&path).display().to_string());
+    }
+    out.sort();
+    Ok(out)
+}

@@ -1,0 +1,469 @@
+//! One step of a pipeline run, phase by phase.
+//!
+//! ```text
+//!  plan ──▶ step cache ──hit──▶ `skipped` row, reuse the recorded streams
+//!             │ miss
+//!             ▼
+//!  `running` row ─▶ execution cache + jobs ─▶ dispatch ─▶ commit ─▶ collect ─▶ final row
+//! ```
+//!
+//! Each phase is one method and its wall time lands in the step's
+//! `timings` (plan, cache_lookup, execute, commit, collect). What is durable
+//! after each phase: nothing before `running`; after dispatch, the workers'
+//! sealed staging (a crash here is committed by the next run's recover);
+//! after commit, every dispatched unit's execution row.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use serde_json::json;
+
+use super::backend::slurm::SlurmOptions;
+use super::backend::{self, Dispatch, Outcome};
+use super::cache;
+use super::config::{BackendKind, FailurePolicy, StepConfig};
+use super::events::{Observer, RunEvent, StepSummary};
+use super::operation::Operation;
+use super::ops::Operations;
+use super::plan;
+use super::steps_log::{self, StepRecord, StepStatus, Streams};
+use super::unit::{Unit, UnitJob};
+use super::validate::Pipeline;
+use super::worker::{stage_failure, worker_id};
+use crate::artifact::{ArtifactId, canonical_json};
+use crate::error::Result;
+use crate::lake::Lake;
+use crate::staging::{self, StagingWriter, SyncPolicy};
+
+/// Failures kept in a step's summary and metadata.
+const FAILURES_KEPT: usize = 20;
+
+/// A unit's execution run id, and whether the cache answered it.
+struct UnitRun {
+    run_id: String,
+    cached: bool,
+}
+
+/// What dispatching a step's jobs left behind.
+struct Dispatched {
+    /// Run ids of units that were dispatched (and so have an execution row).
+    runs: HashSet<String>,
+    /// Quarantined staging of this step: `path: reason`.
+    quarantined: Vec<String>,
+    fail_fast: bool,
+}
+
+/// What every step of a run shares: the lake, the pipeline, and how units
+/// are dispatched.
+pub(super) struct RunContext<'a> {
+    pub lake: &'a Lake,
+    pub pipeline: &'a Pipeline,
+    pub operations: &'a Operations,
+    /// Overrides every step's backend.
+    pub backend: Option<BackendKind>,
+    pub workers: usize,
+    pub worker_program: Option<std::path::PathBuf>,
+    pub cancel: Arc<AtomicBool>,
+    pub observer: Option<Observer>,
+    pub slurm: &'a SlurmOptions,
+}
+
+impl RunContext<'_> {
+    fn lake(&self) -> &Lake {
+        self.lake
+    }
+
+    fn pipeline(&self) -> &Pipeline {
+        self.pipeline
+    }
+
+    fn backend_of(&self, index: usize) -> BackendKind {
+        self.backend.unwrap_or_else(|| self.pipeline.config.backend_of(index))
+    }
+
+    pub(super) fn emit(&self, event: RunEvent) {
+        if let Some(o) = &self.observer {
+            o(event);
+        }
+    }
+}
+
+/// One step of a run, from planning to its final `steps` row.
+pub(super) struct StepRun<'r, 'a> {
+    runner: &'r RunContext<'a>,
+    index: usize,
+    number: i32,
+    step: &'r StepConfig,
+    op: Arc<dyn Operation>,
+    pipeline_run_id: String,
+    step_run_id: String,
+    step_spec_id: String,
+    params: String,
+    units: Vec<Unit>,
+    input_types: BTreeMap<String, String>,
+    summary: StepSummary,
+    timings: BTreeMap<&'static str, f64>,
+    clock: Instant,
+    phase: Instant,
+}
+
+impl<'r, 'a> StepRun<'r, 'a> {
+    /// Plan step `index`: its inputs from the upstream streams, its units and
+    /// their cache keys, and the step's own cache key.
+    pub(super) fn plan(
+        runner: &'r RunContext<'a>,
+        index: usize,
+        streams: &[Streams],
+        specs: &[String],
+        pipeline_run_id: &str,
+    ) -> Result<Self> {
+        let clock = Instant::now();
+        let pipeline = runner.pipeline();
+        let config = &pipeline.config;
+        let step = &config.steps[index];
+        let op = pipeline.operations[index].clone();
+        let number = i32::try_from(index + 1).unwrap_or(i32::MAX);
+        let mut inputs: BTreeMap<String, Vec<ArtifactId>> = BTreeMap::new();
+        let mut input_types = BTreeMap::new();
+        let mut upstream = Vec::new();
+        for (role, r) in &pipeline.inputs[index] {
+            let j = config.step_index(&r.step).unwrap_or(0);
+            inputs.insert(
+                role.clone(),
+                streams.get(j).and_then(|s| s.get(&r.role)).cloned().unwrap_or_default(),
+            );
+            input_types.insert(
+                role.clone(),
+                pipeline.outputs[j].get(&r.role).cloned().unwrap_or_default(),
+            );
+            upstream.push(specs.get(j).cloned().unwrap_or_default());
+        }
+        let units = plan::plan_units(step, op.as_ref(), &inputs)
+            .map_err(|e| config.step_error(index, e.to_string()))?;
+        let step_spec_id = plan::step_spec_id(step, op.as_ref(), &upstream, &units)?;
+        let step_run_id = plan::new_run_id();
+        let params = canonical_json::to_string(&serde_json::Value::Object(step.params.clone()))?;
+        let summary = StepSummary {
+            number,
+            name: step.name.clone(),
+            operation: step.operation.clone(),
+            status: StepStatus::Running,
+            step_run_id: step_run_id.clone(),
+            step_spec_id: step_spec_id.clone(),
+            total: units.len(),
+            cached: 0,
+            dispatched: 0,
+            succeeded: 0,
+            failed: 0,
+            not_run: 0,
+            outputs: BTreeMap::new(),
+            failures: Vec::new(),
+            seconds: 0.0,
+        };
+        let mut run = StepRun {
+            runner,
+            index,
+            number,
+            step,
+            op,
+            pipeline_run_id: pipeline_run_id.to_owned(),
+            step_run_id,
+            step_spec_id,
+            params,
+            units,
+            input_types,
+            summary,
+            timings: BTreeMap::new(),
+            clock,
+            phase: clock,
+        };
+        run.lap("plan");
+        Ok(run)
+    }
+
+    /// Run the planned step; returns its summary, output streams and spec id.
+    pub(super) async fn execute(mut self) -> Result<(StepSummary, Streams, String)> {
+        let lake = self.runner.lake();
+        if let Some(done) = steps_log::completed_spec(lake, &self.step_spec_id).await? {
+            return self.skip(done).await;
+        }
+        steps_log::append(lake, &self.record(StepStatus::Running)).await?;
+        let backend_kind = self.runner.backend_of(self.index);
+        let (unit_runs, jobs) = self.jobs(backend_kind).await?;
+        let dispatched = self.dispatch(jobs, backend_kind).await?;
+        let outputs = self.collect(&unit_runs, &dispatched).await?;
+        self.finish(outputs, backend_kind, &dispatched).await
+    }
+
+    fn lap(&mut self, name: &'static str) {
+        self.timings.insert(name, self.phase.elapsed().as_secs_f64());
+        self.phase = Instant::now();
+    }
+
+    /// Where the step's inputs come from: role → `"<step>.<role>"` (drawn by
+    /// `sluice graph`).
+    fn input_refs(&self) -> BTreeMap<String, String> {
+        self.runner.pipeline().inputs[self.index]
+            .iter()
+            .map(|(role, r)| (role.clone(), r.to_string()))
+            .collect()
+    }
+
+    /// A `steps` row of this step run in `status`, counts not yet filled in.
+    fn record(&self, status: StepStatus) -> StepRecord {
+        StepRecord {
+            step_run_id: self.step_run_id.clone(),
+            step_spec_id: self.step_spec_id.clone(),
+            pipeline_run_id: self.pipeline_run_id.clone(),
+            step_number: self.number,
+            step_name: self.step.name.clone(),
+            status,
+            operation_name: self.step.operation.clone(),
+            params: self.params.clone(),
+            total_count: None,
+            succeeded_count: None,
+            failed_count: None,
+            timestamp: chrono::Utc::now().timestamp_micros(),
+            duration_seconds: None,
+            error: None,
+            metadata: json!({
+                "pipeline": self.runner.pipeline().config.name,
+                "owner": crate::host::owner(),
+                "inputs": self.input_refs(),
+            }),
+        }
+    }
+
+    /// Step cache hit: record `skipped` and reuse the recorded output streams.
+    async fn skip(mut self, done: StepRecord) -> Result<(StepSummary, Streams, String)> {
+        let total = self.units.len();
+        let outputs = done.outputs();
+        self.summary.status = StepStatus::Skipped;
+        self.summary.cached = total;
+        self.summary.succeeded = total;
+        self.summary.outputs = outputs.iter().map(|(r, ids)| (r.clone(), ids.len())).collect();
+        self.runner.emit(RunEvent::StepStarted {
+            number: self.number,
+            name: self.step.name.clone(),
+            total,
+            cached: total,
+            skipped: true,
+        });
+        self.lap("cache_lookup");
+        self.summary.seconds = self.clock.elapsed().as_secs_f64();
+        let mut row = self.record(StepStatus::Skipped);
+        row.total_count = Some(total as i64);
+        row.succeeded_count = Some(total as i64);
+        row.failed_count = Some(0);
+        row.duration_seconds = Some(self.summary.seconds);
+        row.metadata = json!({
+            "pipeline": self.runner.pipeline().config.name,
+            "reused_step_run_id": done.step_run_id,
+            "timings": self.timings,
+            "inputs": self.input_refs(),
+            "outputs": outputs,
+        });
+        steps_log::append(self.runner.lake(), &row).await?;
+        Ok((self.summary, outputs, self.step_spec_id))
+    }
+
+    /// Execution cache (one scan for the whole step): units with a
+    /// successful execution reuse it; the others become jobs with fresh run ids.
+    async fn jobs(&mut self, backend_kind: BackendKind) -> Result<(Vec<UnitRun>, Vec<UnitJob>)> {
+        let wanted: HashSet<String> = self.units.iter().map(|u| u.spec_id.clone()).collect();
+        let cached = cache::successful_runs(self.runner.lake(), &wanted).await?;
+        self.lap("cache_lookup");
+        let mut unit_runs = Vec::with_capacity(self.units.len());
+        let mut jobs = Vec::new();
+        for unit in std::mem::take(&mut self.units) {
+            if let Some(run) = cached.get(&unit.spec_id) {
+                unit_runs.push(UnitRun { run_id: run.clone(), cached: true });
+                continue;
+            }
+            let run_id = plan::new_run_id();
+            jobs.push(UnitJob {
+                step: self.step.clone(),
+                step_number: self.number,
+                step_run_id: self.step_run_id.clone(),
+                pipeline_run_id: self.pipeline_run_id.clone(),
+                run_id: run_id.clone(),
+                backend: backend_kind,
+                input_types: self.input_types.clone(),
+                unit,
+            });
+            unit_runs.push(UnitRun { run_id, cached: false });
+        }
+        self.summary.cached = unit_runs.iter().filter(|u| u.cached).count();
+        self.runner.emit(RunEvent::StepStarted {
+            number: self.number,
+            name: self.step.name.clone(),
+            total: unit_runs.len(),
+            cached: self.summary.cached,
+            skipped: false,
+        });
+        Ok((unit_runs, jobs))
+    }
+
+    /// Run the jobs on their backend, stage a failed execution for every
+    /// unit whose worker was lost, then commit the step's staging.
+    async fn dispatch(
+        &mut self,
+        jobs: Vec<UnitJob>,
+        backend_kind: BackendKind,
+    ) -> Result<Dispatched> {
+        let runner = self.runner;
+        let lake = runner.lake();
+        let staging_root = staging::default_root(lake.root());
+        let writer = StagingWriter::new(&staging_root, lake.registry().clone(), SyncPolicy::Detect);
+        let observer = runner.observer.clone();
+        let number = self.number;
+        let inline = self.op.inline();
+        let dispatch = Dispatch {
+            lake_root: lake.root().to_path_buf(),
+            worker_program: if inline { None } else { runner.worker_program.clone() },
+            workers: runner.workers,
+            stop: Arc::new(AtomicBool::new(false)),
+            cancelled: runner.cancel.clone(),
+            fail_fast: runner.pipeline().config.failure_of(self.index) == FailurePolicy::FailFast,
+            on_unit: Arc::new(move |success| {
+                if let Some(o) = &observer {
+                    o(RunEvent::UnitFinished { number, success });
+                }
+            }),
+        };
+        let job_count = jobs.len();
+        let job_runs: HashSet<String> = jobs.iter().map(|j| j.run_id.clone()).collect();
+        let outcomes = if inline || backend_kind == BackendKind::Local {
+            backend::local::run(lake, runner.operations, &writer, &dispatch, jobs.clone()).await?
+        } else {
+            backend::slurm::run(&dispatch, &staging_root, self.step, jobs.clone(), runner.slurm)
+                .await?
+        };
+        self.lap("execute");
+        let by_run: HashMap<&str, &UnitJob> = jobs.iter().map(|j| (j.run_id.as_str(), j)).collect();
+        let mut runs = HashSet::new();
+        let local_id = worker_id();
+        for (run_id, outcome) in &outcomes {
+            runs.insert(run_id.clone());
+            if let (Outcome::Lost(why), Some(job)) = (outcome, by_run.get(run_id.as_str())) {
+                stage_failure(&writer, job, why, &local_id)?;
+            }
+        }
+        self.summary.dispatched = runs.len();
+        self.summary.not_run = job_count - runs.len();
+
+        self.runner.emit(RunEvent::Committing { number });
+        let committed =
+            lake.commit().with_step(Some(number)).with_runs(Some(job_runs)).execute().await?;
+        let quarantined = committed
+            .quarantined
+            .iter()
+            .map(|(p, why)| format!("{}: {why}", p.display()))
+            .collect();
+        self.lap("commit");
+        Ok(Dispatched { runs, quarantined, fail_fast: dispatch.fail_fast })
+    }
+
+    /// Count results from the lake and gather the step's output streams
+    /// (unit order, then role and id; each artifact once per stream).
+    async fn collect(&mut self, unit_runs: &[UnitRun], dispatched: &Dispatched) -> Result<Streams> {
+        let lake = self.runner.lake();
+        let results = cache::step_results(lake, self.number, &self.step_run_id).await?;
+        let mut good_runs: HashSet<String> = HashSet::new();
+        for u in unit_runs {
+            let outcome = if u.cached {
+                Ok(())
+            } else if !dispatched.runs.contains(&u.run_id) {
+                continue;
+            } else {
+                match results.get(&u.run_id) {
+                    Some(r) if r.success => Ok(()),
+                    Some(r) => Err(r.error.clone().unwrap_or_default()),
+                    None => Err(dispatched
+                        .quarantined
+                        .iter()
+                        .find(|q| q.contains(u.run_id.as_str()))
+                        .cloned()
+                        .unwrap_or_else(|| "its results were not committed".into())),
+                }
+            };
+            match outcome {
+                Ok(()) => {
+                    self.summary.succeeded += 1;
+                    good_runs.insert(u.run_id.clone());
+                }
+                Err(why) => {
+                    self.summary.failed += 1;
+                    if self.summary.failures.len() < FAILURES_KEPT {
+                        self.summary.failures.push((u.run_id.clone(), why));
+                    }
+                }
+            }
+        }
+        let outputs_by_run = cache::outputs_of(lake, &good_runs).await?;
+        let mut outputs: Streams = self.runner.pipeline().outputs[self.index]
+            .keys()
+            .map(|r| (r.clone(), Vec::new()))
+            .collect();
+        let mut seen: HashSet<(String, ArtifactId)> = HashSet::new();
+        for u in unit_runs {
+            for (role, id) in outputs_by_run.get(&u.run_id).into_iter().flatten() {
+                if seen.insert((role.clone(), *id)) {
+                    outputs.entry(role.clone()).or_default().push(*id);
+                }
+            }
+        }
+        self.summary.outputs = outputs.iter().map(|(r, ids)| (r.clone(), ids.len())).collect();
+        self.lap("collect");
+        Ok(outputs)
+    }
+
+    /// The final row: `completed`, `failed` or `cancelled`, with counts,
+    /// timings, failures and the output streams.
+    async fn finish(
+        mut self,
+        outputs: Streams,
+        backend_kind: BackendKind,
+        dispatched: &Dispatched,
+    ) -> Result<(StepSummary, Streams, String)> {
+        let summary = &mut self.summary;
+        let cancelled = self.runner.cancel.load(Ordering::SeqCst) && summary.not_run > 0;
+        summary.status = if cancelled {
+            StepStatus::Cancelled
+        } else if summary.failed > 0 && (dispatched.fail_fast || summary.succeeded == 0) {
+            StepStatus::Failed
+        } else {
+            StepStatus::Completed
+        };
+        summary.seconds = self.clock.elapsed().as_secs_f64();
+        let mut row = self.record(self.summary.status);
+        let summary = &self.summary;
+        row.total_count = Some(summary.total as i64);
+        row.succeeded_count = Some(summary.succeeded as i64);
+        row.failed_count = Some((summary.failed + summary.not_run) as i64);
+        row.duration_seconds = Some(summary.seconds);
+        row.error = match summary.status {
+            StepStatus::Cancelled => Some(format!("cancelled; {} units not run", summary.not_run)),
+            StepStatus::Failed => {
+                Some(format!("{} of {} units failed", summary.failed, summary.total))
+            }
+            _ => None,
+        };
+        row.metadata = json!({
+            "pipeline": self.runner.pipeline().config.name,
+            "backend": backend_kind.as_str(),
+            "cached": summary.cached,
+            "dispatched": summary.dispatched,
+            "not_run": summary.not_run,
+            "timings": self.timings,
+            "failures": summary.failures,
+            "quarantined": dispatched.quarantined,
+            "inputs": self.input_refs(),
+            "outputs": outputs,
+        });
+        steps_log::append(self.runner.lake(), &row).await?;
+        Ok((self.summary, outputs, self.step_spec_id))
+    }
+}

@@ -1,0 +1,61 @@
+//! Units of work as they travel between the orchestrator and its workers.
+//!
+//! A [`Unit`] is what planning produces (inputs, sources, cache key); a
+//! [`UnitJob`] is a unit with everything a worker process needs to run it
+//! (sent as one JSON line, or one line of a SLURM units file); a
+//! [`UnitReport`] is the worker's answer. This module depends on nothing else
+//! in `pipeline` but the step's configuration, so the planner, the operations,
+//! the workers and the backends can all use it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::config::{BackendKind, StepConfig};
+use crate::artifact::ArtifactId;
+
+/// One unit of work of a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Unit {
+    /// Position in the step (stream order of outputs follows it).
+    pub index: usize,
+    /// The cache key.
+    pub spec_id: String,
+    /// Input artifact ids by role.
+    pub inputs: BTreeMap<String, Vec<ArtifactId>>,
+    /// Source descriptors (operations without inputs).
+    pub sources: Vec<Value>,
+}
+
+/// Everything a worker needs to run one unit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnitJob {
+    /// The step.
+    pub step: StepConfig,
+    /// Its number (1-based; the partition of what it produces).
+    pub step_number: i32,
+    /// The step run this unit belongs to.
+    pub step_run_id: String,
+    /// The pipeline run.
+    pub pipeline_run_id: String,
+    /// The run id of this execution.
+    pub run_id: String,
+    /// Where it runs.
+    pub backend: BackendKind,
+    /// Type of each input role.
+    pub input_types: BTreeMap<String, String>,
+    /// The unit.
+    pub unit: Unit,
+}
+
+/// What a worker tells the orchestrator after a unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitReport {
+    /// The execution run id.
+    pub run_id: String,
+    /// Whether the unit succeeded.
+    pub success: bool,
+    /// The error, when it failed.
+    pub error: Option<String>,
+}

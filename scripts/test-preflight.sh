@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Say, before the tests run, which tests this machine will skip and why.
+# Under CI (`CI` set) nothing may be skipped: the same tests fail instead.
+set -u
+skips=0
+if ! sinfo -h -o '%t' >/dev/null 2>&1 || [ -z "$(sinfo -h -o '%t' 2>/dev/null)" ]; then
+  echo "make test: SLURM is not running: the 4 SLURM tests (crates/sluice-cli/tests/cli/slurm.rs) will be skipped."
+  echo "           Start a single-node SLURM with \`bash scripts/slurm.sh up\` (as root), as .ci/run does."
+  skips=1
+fi
+if [ ! -x "${SLUICE_PYTHON:-}" ]; then
+  echo "make test: no Python readers (SLUICE_PYTHON): the interop check will be skipped (make python)."
+  skips=1
+fi
+if [ "$skips" = 1 ] && [ -n "${CI:-}" ]; then
+  echo "make test: CI is set, so those tests will fail instead of skipping."
+fi
+exit 0
