@@ -219,6 +219,36 @@ pub enum Command {
         json: bool,
     },
 
+    /// Restore every table to one lake version or time, as one journaled
+    /// operation (`sluice recover` finishes it if it is interrupted).
+    Restore {
+        /// A lake version (see `sluice history`) or an RFC 3339 time.
+        #[arg(long)]
+        to: String,
+        /// Only list what would change.
+        #[arg(long)]
+        dry_run: bool,
+        /// Restore even though staging holds runs waiting for a commit.
+        #[arg(long)]
+        force: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Rows a table gained (or lost) since a lake version, a time, or one of
+    /// its own versions (`metrics@5`): Delta's change data feed.
+    Changes {
+        /// The table.
+        table: String,
+        /// A lake version, an RFC 3339 time, or `TABLE@VERSION`.
+        #[arg(long)]
+        since: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+
     /// A pipeline run as a graph: steps, the artifact streams between them,
     /// status and timings.
     Graph {
@@ -307,6 +337,11 @@ pub enum Command {
         #[arg(long, default_value_t = 1)]
         per_task: usize,
     },
+
+    /// Ingest files from a landing zone into declared tables, exactly once
+    /// (see docs/ingestion.md).
+    #[command(subcommand)]
+    Ingest(IngestCommand),
 
     /// Load generators: stage synthetic executions with real worker processes.
     #[command(subcommand)]
@@ -414,5 +449,79 @@ pub enum BenchCommand {
         /// Local worker processes.
         #[arg(long, default_value_t = 2)]
         workers: usize,
+    },
+    /// Lineage cost at scale: a layered derivation graph of --edges edges
+    /// (needs an empty lake), then lineage --up --depth 5 of --samples
+    /// artifacts, each in a fresh process (time, peak RSS), against one SQL
+    /// scan of the whole edge table.
+    Lineage {
+        /// Edges in all (artifact edges + execution edges).
+        #[arg(long, default_value_t = 1_000_000)]
+        edges: u64,
+        /// Derivation layers (at least 6, so depth 5 is reachable).
+        #[arg(long, default_value_t = 10)]
+        layers: u64,
+        /// Artifacts whose lineage is measured.
+        #[arg(long, default_value_t = 5)]
+        samples: u64,
+    },
+    /// Commit and a partition-pruned query into a lake filled by many small
+    /// commits, before and after `sluice compact`.
+    Maintenance {
+        #[command(flatten)]
+        workload: Workload,
+        /// Metrics in the lake before the measured commits.
+        #[arg(long, default_value_t = 1_000_000)]
+        existing: u64,
+        /// Metrics per filling commit.
+        #[arg(long, default_value_t = 5_000)]
+        commit_size: u64,
+        /// Staging worker processes.
+        #[arg(long, default_value_t = 2)]
+        workers: u64,
+    },
+}
+
+/// `sluice ingest` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum IngestCommand {
+    /// Claim landed files, parse and cast them in parallel, commit them
+    /// through one writer.
+    Run {
+        /// The lakehouse config (TOML).
+        #[arg(long, default_value = "lakehouse.toml")]
+        config: PathBuf,
+        /// Ingest what has landed, then stop (the default).
+        #[arg(long, conflicts_with = "watch")]
+        once: bool,
+        /// Keep watching the landing zone until interrupted (Ctrl-C).
+        #[arg(long)]
+        watch: bool,
+        /// Parse workers (overrides the config).
+        #[arg(long)]
+        workers: Option<usize>,
+        /// Print the summary as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Queue depth, in-flight files, per-table rows and files, dead letters.
+    Status {
+        /// The lakehouse config (TOML).
+        #[arg(long, default_value = "lakehouse.toml")]
+        config: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put dead-lettered files back into the landing zone.
+    Retry {
+        /// The lakehouse config (TOML).
+        #[arg(long, default_value = "lakehouse.toml")]
+        config: PathBuf,
+        /// `table/file` keys to retry.
+        files: Vec<String>,
+        /// Retry every dead letter.
+        #[arg(long, conflicts_with = "files")]
+        all_dead: bool,
     },
 }

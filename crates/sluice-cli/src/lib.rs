@@ -26,7 +26,12 @@ pub fn main_entry() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    let outcome = runtime.block_on(commands::run(cli));
+    if std::env::var_os("SLUICE_REPORT_PEAK_RSS").is_some() {
+        // For `sluice bench lineage`, which runs this process as its probe.
+        eprintln!("peak RSS MiB: {:.1}", commands::peak_rss_mib());
+    }
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {

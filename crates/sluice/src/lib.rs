@@ -49,6 +49,7 @@ pub mod artifact;
 pub mod commit;
 pub mod error;
 pub mod host;
+pub mod ingest;
 pub mod lake;
 pub mod lineage;
 pub mod maintenance;

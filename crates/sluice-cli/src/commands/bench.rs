@@ -47,6 +47,14 @@ pub async fn stage_worker(
 }
 
 /// Stage a workload with `workers` processes; returns seconds.
+pub(super) async fn stage_for(
+    root: &Path,
+    workload: &Workload,
+    workers: u64,
+) -> anyhow::Result<f64> {
+    stage(root, workload, workers).await
+}
+
 async fn stage(root: &Path, workload: &Workload, workers: u64) -> anyhow::Result<f64> {
     let exe = std::env::current_exe().context("locating the sluice binary")?;
     let workers = workers.max(1);
@@ -105,7 +113,7 @@ async fn fill(lake: &Lake, n: u64, seed: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn peak_rss_mib() -> f64 {
+pub(crate) fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -179,6 +187,12 @@ pub async fn run(root: &Path, command: BenchCommand) -> anyhow::Result<()> {
             print(&lines.join("\n"))
         }
         BenchCommand::Pipeline { executions, workers } => pipeline(root, executions, workers).await,
+        BenchCommand::Lineage { edges, layers, samples } => {
+            super::bench_scale::lineage(root, edges, layers, samples).await
+        }
+        BenchCommand::Maintenance { workload, existing, commit_size, workers } => {
+            super::bench_scale::maintenance(root, &workload, existing, commit_size, workers).await
+        }
     }
 }
 

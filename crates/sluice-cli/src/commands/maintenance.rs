@@ -1,9 +1,10 @@
-//! `sluice history`, `compact`, `vacuum` and `checkpoint`.
+//! `sluice history`, `restore`, `compact`, `vacuum` and `checkpoint`.
 
 use std::path::Path;
 
 use sluice::Lake;
-use sluice::maintenance::{self, CompactOptions, VacuumOptions};
+use sluice::maintenance::{self, CompactOptions, RestoreOptions, VacuumOptions};
+use sluice::query::AsOf;
 
 use crate::output::{print, text_table};
 
@@ -122,4 +123,71 @@ pub async fn checkpoint(root: &Path, table: Option<&str>, json: bool) -> anyhow:
         .map(|r| vec![r.table.clone(), r.version.to_string(), r.logs_removed.to_string()])
         .collect();
     print(&text_table(&["table", "checkpoint at version", "expired logs removed"], &rows))
+}
+
+pub async fn restore(
+    root: &Path,
+    to: &str,
+    dry_run: bool,
+    force: bool,
+    json: bool,
+) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let to = match to.parse::<AsOf>()? {
+        AsOf::Tables(_) => anyhow::bail!(
+            "--to `{to}`: restore takes a lake version or a time (one point for every table)"
+        ),
+        point => point.point(),
+    };
+    let report = maintenance::restore::restore(
+        &lake,
+        &RestoreOptions {
+            to,
+            dry_run,
+            force,
+            hooks: sluice::lake::restore::RestoreHooks {
+                failpoint: std::env::var("SLUICE_FAILPOINT").ok(),
+                pause: std::env::var("SLUICE_RESTORE_PAUSE_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .map(std::time::Duration::from_millis),
+            },
+        },
+    )
+    .await?;
+    if json {
+        return print(&serde_json::to_string_pretty(&report)?);
+    }
+    if report.plan.tables.is_empty() {
+        return print(&format!(
+            "every table is already at {}; nothing to restore",
+            report.plan.point
+        ));
+    }
+    let rows: Vec<Vec<String>> = report
+        .plan
+        .tables
+        .iter()
+        .map(|t| {
+            let commit = report
+                .outcome
+                .as_ref()
+                .and_then(|o| o.table_commits.get(&t.table))
+                .map_or("-".into(), |v| v.to_string());
+            vec![t.table.clone(), t.from.to_string(), t.to.to_string(), commit]
+        })
+        .collect();
+    let head = match &report.outcome {
+        None => format!("(dry run) restoring to {} would change:\n", report.plan.point),
+        Some(o) => format!("restored to {}: lake version {}\n", report.plan.point, o.seq),
+    };
+    let pending = if report.pending_runs > 0 {
+        format!("\n{} staged run(s) wait for the next commit", report.pending_runs)
+    } else {
+        String::new()
+    };
+    print(&format!(
+        "{head}{}{pending}",
+        text_table(&["table", "from version", "to version", "restore commit"], &rows)
+    ))
 }

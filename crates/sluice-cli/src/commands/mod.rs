@@ -1,8 +1,12 @@
 //! One function per command.
 
 mod bench;
+mod bench_scale;
 mod commit;
 mod demo;
+pub(crate) use bench::peak_rss_mib;
+mod doctor;
+mod ingest;
 mod lineage;
 mod maintenance;
 mod pipeline;
@@ -39,7 +43,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let options = commit::CommitOptions { wait, recover: true, ..Default::default() };
             commit::commit(&root, options, json).await
         }
-        Command::Doctor { repair, json } => commit::doctor(&root, repair, json).await,
+        Command::Doctor { repair, json } => doctor::doctor(&root, repair, json).await,
         Command::Lineage { id, up, down, both: _, depth, artifact_type, step, format, output } => {
             let direction = match (up, down) {
                 (true, _) => Direction::Up,
@@ -76,6 +80,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Checkpoint { table, json } => {
             maintenance::checkpoint(&root, table.as_deref(), json).await
         }
+        Command::Restore { to, dry_run, force, json } => {
+            maintenance::restore(&root, &to, dry_run, force, json).await
+        }
+        Command::Changes { table, since, format } => changes(&root, &table, &since, format).await,
         Command::Graph { run, format, output } => {
             lineage::graph(&root, run.as_deref(), &format, output.as_deref()).await
         }
@@ -90,6 +98,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline::worker(&root, units.as_deref(), task, per_task).await
         }
         Command::Bench(bench) => bench::run(&root, bench).await,
+        Command::Ingest(command) => ingest::run(command).await,
         Command::StageWorker { workload, from, to } => {
             bench::stage_worker(&root, &workload, from, to).await
         }
@@ -115,16 +124,33 @@ async fn query(root: &Path, sql: &str, format: Format, as_of: Option<&str>) -> a
     let lake = Lake::open(root).await?;
     let as_of = as_of.map(str::parse::<AsOf>).transpose()?;
     let result = lake.sql(sql).with_as_of(as_of).execute().await?;
-    let format = match format {
-        Format::Table => OutputFormat::Table,
-        Format::Csv => OutputFormat::Csv,
-        Format::Json => OutputFormat::Json,
-    };
-    let text = sluice::query::format::render(&result.batches, format)?;
+    let text = sluice::query::format::render(&result.batches, output_format(format))?;
     if text.is_empty() {
         return Ok(());
     }
     print(&text)
+}
+
+async fn changes(root: &Path, table: &str, since: &str, format: Format) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let since = since.parse::<AsOf>()?;
+    let changes = sluice::query::changes(&lake, table, &since).await?;
+    let text = sluice::query::format::render(&changes.batches, output_format(format))?;
+    if text.is_empty() {
+        return print(&format!(
+            "no changes to `{}` in versions {}..={}",
+            changes.table, changes.from_version, changes.to_version
+        ));
+    }
+    print(&text)
+}
+
+fn output_format(format: Format) -> OutputFormat {
+    match format {
+        Format::Table => OutputFormat::Table,
+        Format::Csv => OutputFormat::Csv,
+        Format::Json => OutputFormat::Json,
+    }
 }
 
 async fn tables(root: &Path, as_json: bool) -> anyhow::Result<()> {

@@ -13,7 +13,7 @@ use sluice::query::format::render;
 use crate::Lake;
 
 /// Tables the commit writes, with the order that makes a dump canonical.
-const TABLES: [(&str, &str); 9] = [
+pub(crate) const TABLES: [(&str, &str); 9] = [
     ("metrics", "artifact_id"),
     ("configs", "artifact_id"),
     ("data", "artifact_id"),
@@ -36,7 +36,7 @@ columns = [
 ]
 "#;
 
-fn new_lake() -> Lake {
+pub(crate) fn new_lake() -> Lake {
     let lake = Lake::new();
     std::fs::create_dir_all(&lake.root).unwrap();
     std::fs::write(lake.root.join("sluice.toml"), SLUICE_TOML).unwrap();
@@ -44,7 +44,7 @@ fn new_lake() -> Lake {
     lake
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
@@ -58,18 +58,28 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// Every row of every committed table, sorted, as CSV; and the duplicate-key count.
-fn dump(root: &Path) -> (Vec<String>, u64) {
+pub(crate) fn dump(root: &Path) -> (Vec<String>, u64) {
+    dump_at(root, None)
+}
+
+/// [`dump`] of the lake as of a point.
+pub(crate) fn dump_at(root: &Path, as_of: Option<sluice::query::AsOf>) -> (Vec<String>, u64) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let lake = sluice::Lake::open(root).await.unwrap();
         let mut out = Vec::new();
         let mut duplicates = 0;
         for (table, key) in TABLES {
-            let rows =
-                lake.sql(format!("SELECT * FROM {table} ORDER BY {key}")).execute().await.unwrap();
+            let rows = lake
+                .sql(format!("SELECT * FROM {table} ORDER BY {key}"))
+                .with_as_of(as_of.clone())
+                .execute()
+                .await
+                .unwrap();
             out.push(render(&rows.batches, OutputFormat::Csv).unwrap());
             let dup = lake
                 .sql(format!("SELECT count(*) - count(DISTINCT ({key})) AS d FROM {table}"))
+                .with_as_of(as_of.clone())
                 .execute()
                 .await
                 .unwrap();
@@ -83,7 +93,7 @@ fn dump(root: &Path) -> (Vec<String>, u64) {
 /// The journal after recovery: no sequence left open, each sequence
 /// completed at most once, numbers never reused by two attempts, and the
 /// tables' highest sequence known to the journal.
-fn check_journal(root: &Path, trial: u64) {
+pub(crate) fn check_journal(root: &Path, trial: u64) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let lake = sluice::Lake::open(root).await.unwrap();
@@ -121,7 +131,7 @@ fn check_journal(root: &Path, trial: u64) {
 }
 
 /// A pseudo-random fraction in [0, 1) from a trial number.
-fn fraction(trial: u64) -> f64 {
+pub(crate) fn fraction(trial: u64) -> f64 {
     let h = blake3::hash(&trial.to_le_bytes());
     let mut x = [0u8; 8];
     x.copy_from_slice(&h.as_bytes()[..8]);
@@ -133,9 +143,17 @@ fn trials() -> u64 {
 }
 
 /// Kill `args` after `delay` unless it finished; returns whether it was killed.
-fn kill_after(lake: &Lake, args: &[&str], delay: std::time::Duration) -> bool {
-    let mut child = lake
-        .command(args)
+pub(crate) fn kill_after(lake: &Lake, args: &[&str], delay: std::time::Duration) -> bool {
+    kill_command_after(lake.command(args), delay)
+}
+
+/// Run `command`, SIGKILL it after `delay` unless it finished; returns
+/// whether it was killed.
+pub(crate) fn kill_command_after(
+    mut command: std::process::Command,
+    delay: std::time::Duration,
+) -> bool {
+    let mut child = command
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -112,7 +112,7 @@ fn lineage_and_graph_in_every_format_and_the_page_in_a_browser() {
     lake.ok(&["lineage", &table, "--format", "html", "-o", page.to_str().unwrap()]);
     let html = std::fs::read_to_string(&page).unwrap();
     assert!(!html.contains("<script>alert(1)"), "a hostile name is escaped");
-    assert!(html.contains("&lt;script&gt;alert(1)"), "and shown as text");
+    assert!(html.contains("&lt;script&gt;alert("), "and shown as text (labels are clipped)");
     for url in ["http://", "https://", "//cdn"] {
         assert!(html.matches(url).count() <= usize::from(url == "http://"), "no network: {url}");
     }
@@ -123,7 +123,7 @@ fn lineage_and_graph_in_every_format_and_the_page_in_a_browser() {
     let (dom, log) = load(&browser, &page, &format!("search={}", &hostile[..12]));
     assert!(dom.contains("data-ready=\"1\""), "the page's script ran:\n{log}");
     assert!(dom.contains("data-found=\"1\""), "search found the artifact:\n{dom}");
-    assert!(dom.contains("&lt;script&gt;alert(1)"), "the hostile name is text in the DOM");
+    assert!(dom.contains("&lt;script&gt;alert("), "the hostile name is text in the DOM");
     for bad in ["Uncaught", "SyntaxError", "ERR_NAME_NOT_RESOLVED", "ERR_CONNECTION", "net::ERR"] {
         assert!(!log.contains(bad), "browser log has {bad}:\n{log}");
     }

@@ -10,8 +10,10 @@ use serde_json::Value;
 mod concurrency;
 mod crash;
 mod hardening;
+mod ingest;
 mod lineage;
 mod pipeline;
+mod restore;
 mod slurm;
 
 pub(crate) struct Lake {

@@ -18,6 +18,9 @@
 //! is recorded `abandoned` with the reason, and readers stop waiting for it.
 //! Whatever tables it reached keep what it wrote: each of its commits was
 //! whole and de-duplicated, and content precedes index.
+//!
+//! An unfinished restore (a `started` row with a `restore_to` plan) needs no
+//! manifest: it is finished from the journal row, before anything else.
 
 use std::time::Duration;
 
@@ -25,8 +28,9 @@ use super::CommitReport;
 use super::manifest;
 use super::quarantine::remove_run;
 use super::sequence::{Context, Loaded};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lake::journal::{self, Journal, JournalEntry, Phase};
+use crate::lake::restore;
 
 /// Default age after which a started sequence of another host is abandoned.
 pub(super) const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(3600);
@@ -72,6 +76,10 @@ pub(super) async fn recover(
     }
     let with_manifest: Vec<String> = manifests.iter().map(manifest_token).collect();
     for open in journal.unfinished() {
+        if open.is_restore() {
+            finish_restore(ctx, open, stale_after, report).await?;
+            continue;
+        }
         if with_manifest.contains(&open.token) {
             continue;
         }
@@ -80,6 +88,28 @@ pub(super) async fn recover(
             report.abandoned.push((open.seq, reason));
         }
     }
+    Ok(())
+}
+
+/// An interrupted restore is finished before anything else commits (a
+/// commit landing between two of its table restores would be half undone).
+/// One whose restorer may still be running is an error, not a race.
+async fn finish_restore(
+    ctx: &Context<'_>,
+    open: &JournalEntry,
+    stale_after: Duration,
+    report: &mut CommitReport,
+) -> Result<()> {
+    if orphan_reason(open, stale_after).is_none() {
+        return Err(Error::InvalidInput(format!(
+            "a restore (lake version {}) is in progress by {}; wait for it to finish, or once that process is gone run `sluice recover`",
+            open.seq, open.owner
+        )));
+    }
+    tracing::info!(seq = open.seq, "finishing an interrupted restore");
+    let specs = ctx.lake.table_specs();
+    restore::finish(ctx.lake.root(), &specs, open, &restore::RestoreHooks::default()).await?;
+    report.recovered.push(open.seq);
     Ok(())
 }
 

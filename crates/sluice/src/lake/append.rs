@@ -41,10 +41,11 @@ use deltalake::logstore::object_store::ObjectStoreExt;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 
-use super::key_filter::{self, Key};
+use super::key_filter::{self, Key, KeyFilter};
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
 use super::scan::{self, Select};
 use super::table;
+use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 
 /// How many times an append starts over after losing a version to another
@@ -213,7 +214,7 @@ impl<'a> Append<'a> {
                     ..Appended::default()
                 });
             }
-            let adds = write_files(&table, spec, &batches).await?;
+            let adds = write_files(&table, &spec.name, &batches).await?;
             match self.commit_new_adds(&mut table, &adds, dedup, &batches).await? {
                 Some(version) => {
                     let keys = batch_keys(&batches, dedup, &spec.name)?;
@@ -271,7 +272,15 @@ impl<'a> Append<'a> {
     ) -> Result<Option<u64>> {
         loop {
             let base = table.version().unwrap_or_default();
-            if let Some(version) = try_commit_next(table, self.spec, adds, &self.commit).await? {
+            if let Some(version) = try_commit_next(
+                table,
+                &self.spec.name,
+                &self.spec.partition_columns,
+                adds,
+                &self.commit,
+            )
+            .await?
+            {
                 return Ok(Some(version));
             }
             table.update_incremental(None).await.map_err(|e| Error::delta(&self.spec.name, e))?;
@@ -322,11 +331,11 @@ pub async fn commit_token(table: &DeltaTable, name: &str, version: u64) -> Resul
 /// it). Other failures are errors, and our files are removed.
 pub(crate) async fn try_commit_next(
     table: &mut DeltaTable,
-    spec: &TableSpec,
+    name: &str,
+    partition_columns: &[String],
     adds: &[Add],
     commit: &CommitSpec,
 ) -> Result<Option<u64>> {
-    let name = &spec.name;
     let mut properties = CommitProperties::default().with_max_retries(0);
     if let Some((app, version)) = &commit.txn {
         properties =
@@ -340,7 +349,7 @@ pub(crate) async fn try_commit_next(
     let snapshot = table.snapshot().map_err(|e| Error::delta(name, e))?;
     let operation = DeltaOperation::Write {
         mode: SaveMode::Append,
-        partition_by: (!spec.partition_columns.is_empty()).then(|| spec.partition_columns.clone()),
+        partition_by: (!partition_columns.is_empty()).then(|| partition_columns.to_vec()),
         predicate: None,
     };
     let actions = adds.iter().cloned().map(Action::Add).collect();
@@ -584,16 +593,16 @@ async fn added_any(
 /// Write the batches as zstd Parquet data files of the table (uncommitted).
 pub(crate) async fn write_files(
     table: &DeltaTable,
-    spec: &TableSpec,
+    name: &str,
     batches: &[RecordBatch],
 ) -> Result<Vec<Add>> {
     let mut writer = RecordBatchWriter::for_table(table)
-        .map_err(|e| Error::delta(&spec.name, e))?
+        .map_err(|e| Error::delta(name, e))?
         .with_writer_properties(table::writer_properties());
     for batch in batches.iter().filter(|b| b.num_rows() > 0) {
-        writer.write(batch.clone()).await.map_err(|e| Error::delta(&spec.name, e))?;
+        writer.write(batch.clone()).await.map_err(|e| Error::delta(name, e))?;
     }
-    writer.flush().await.map_err(|e| Error::delta(&spec.name, e))
+    writer.flush().await.map_err(|e| Error::delta(name, e))
 }
 
 /// Delete data files no commit references (ours, given up). Best effort: a
@@ -675,4 +684,46 @@ pub async fn content_steps(
             .await?;
     }
     Ok(out)
+}
+
+/// Write the key filters (dedup column and lookup columns) of the files a
+/// version added by other means than [`Append`] (compaction, restore).
+pub async fn write_key_filters(
+    root: &Path,
+    handle: &DeltaTable,
+    spec: &TableSpec,
+    version: u64,
+) -> Result<()> {
+    let dedup = Dedup::of(&spec.kind);
+    let key_column = match dedup {
+        Dedup::ArtifactId => Some("artifact_id"),
+        Dedup::RunId => Some("execution_run_id"),
+        Dedup::Nothing => None,
+    };
+    let added = key_filter::added_files(&table::commit_actions(handle, &spec.name, version).await?);
+    if added.is_empty() {
+        return Ok(());
+    }
+    let dir = table::table_dir(root, spec);
+    let columns: Vec<(Option<&str>, &str)> = key_column
+        .map(|c| (None, c))
+        .into_iter()
+        .chain(spec.lookup_columns().iter().map(|c| (Some(*c), *c)))
+        .collect();
+    for (sidecar, column) in columns {
+        let values = Select::columns(vec![scan::column(column)])
+            .files(added.clone())
+            .strings(handle, &spec.name)
+            .await?;
+        let keys: BTreeSet<Key> = values
+            .iter()
+            .map(|v| match (dedup, sidecar) {
+                (Dedup::RunId, None) => Key::of_text(v),
+                _ => v.parse::<ArtifactId>().map(Key::from).unwrap_or_else(|_| Key::of_text(v)),
+            })
+            .collect();
+        let keys: Vec<Key> = keys.into_iter().collect();
+        key_filter::write_for(&dir, version, sidecar, &KeyFilter::new(added.clone(), &keys))?;
+    }
+    Ok(())
 }

@@ -1,8 +1,9 @@
 //! The lake's config file, `sluice.toml` at the lake root.
 //!
-//! It is optional. Today it declares custom artifact types (see
-//! [`crate::registry::declared`]); unknown keys are rejected so a typo is an
-//! error rather than a silently ignored setting.
+//! It is optional. It declares custom artifact types (see
+//! [`crate::registry::declared`]) and tunes automatic maintenance
+//! (`[maintenance]`); unknown keys are rejected so a typo is an error rather
+//! than a silently ignored setting.
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +22,36 @@ pub struct LakeConfig {
     /// Declared artifact types.
     #[serde(default, rename = "artifact_type")]
     pub artifact_types: Vec<DeclaredTypeSpec>,
+    /// Automatic maintenance after each pipeline step.
+    #[serde(default)]
+    pub maintenance: MaintenanceConfig,
+}
+
+/// `[maintenance]` in `sluice.toml`: the light compaction run after each
+/// pipeline step (see `sluice::maintenance::auto`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MaintenanceConfig {
+    /// Run it at all (also off with `SLUICE_AUTO_MAINTENANCE=0`).
+    pub auto: bool,
+    /// Compact a step's partition of a table once it has more active files
+    /// than this.
+    pub small_files: usize,
+    /// Stop starting new compactions after this many seconds.
+    pub budget_seconds: f64,
+}
+
+impl Default for MaintenanceConfig {
+    fn default() -> Self {
+        MaintenanceConfig { auto: true, small_files: 64, budget_seconds: 10.0 }
+    }
+}
+
+impl MaintenanceConfig {
+    /// Whether automatic maintenance runs (config and environment).
+    pub fn enabled(&self) -> bool {
+        self.auto && std::env::var("SLUICE_AUTO_MAINTENANCE").map_or(true, |v| v != "0")
+    }
 }
 
 impl LakeConfig {

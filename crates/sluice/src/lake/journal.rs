@@ -98,14 +98,24 @@ pub struct JournalEntry {
     pub position: u64,
     /// When the row was written, µs since the epoch.
     pub timestamp: i64,
-    /// Abandoned rows: why.
+    /// Abandoned rows: why. Restore rows: what they restore to.
     pub reason: Option<String>,
+    /// Restore rows only: the version every restored table goes back to.
+    /// A sequence with this map is a restore (see
+    /// [`restore`](super::restore)); its plan lives here, in the journal, so
+    /// `recover` can finish it from the journal alone.
+    pub restore_to: BTreeMap<String, u64>,
 }
 
 impl JournalEntry {
     /// The row's phase (rows are only built with one).
     pub fn phase(&self) -> Phase {
         self.phase.unwrap_or(Phase::Started)
+    }
+
+    /// Whether the row belongs to a restore rather than a commit of staging.
+    pub fn is_restore(&self) -> bool {
+        !self.restore_to.is_empty()
     }
 }
 
@@ -181,7 +191,7 @@ pub async fn read_table(handle: &deltalake::DeltaTable, spec: &TableSpec) -> Res
     Ok(Journal { entries, version: handle.version() })
 }
 
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "commit_seq",
     "phase",
     "run_count",
@@ -193,6 +203,7 @@ const COLUMNS: [&str; 11] = [
     "position",
     "table_commits",
     "reason",
+    "restore_to",
 ];
 
 /// One journal row. A row sluice cannot read (unknown phase, malformed
@@ -238,6 +249,7 @@ fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<JournalEntr
         position: values[8].as_int().map_or(0, |p| p.max(0) as u64),
         table_commits: map(9)?,
         reason: text(10),
+        restore_to: map(11)?,
     })
 }
 
@@ -259,9 +271,9 @@ pub async fn append(
         entry.timestamp = chrono::Utc::now().timestamp_micros();
         let schema = table::arrow_schema(&handle, &spec)?;
         let batch = row_batch(&entry, &schema, &spec)?;
-        let adds = append::write_files(&handle, &spec, &[batch]).await?;
+        let adds = append::write_files(&handle, &spec.name, &[batch]).await?;
         let txn = append::CommitSpec { txn: None, metadata: Vec::new(), token: None };
-        if append::try_commit_next(&mut handle, &spec, &adds, &txn).await?.is_some() {
+        if append::try_commit_next(&mut handle, &spec.name, &[], &adds, &txn).await?.is_some() {
             return Ok(Some(entry));
         }
         append::remove_files(&handle, &adds).await;
@@ -294,6 +306,8 @@ fn row_batch(
             "position" => FieldValue::Int(entry.position as i64),
             "table_commits" => text(&entry.table_commits)?,
             "reason" => entry.reason.as_deref().map_or(FieldValue::Null, s),
+            "restore_to" if entry.restore_to.is_empty() => FieldValue::Null,
+            "restore_to" => text(&entry.restore_to)?,
             _ => FieldValue::Null,
         };
         columns.push(build_array(&spec.name, field, std::iter::once(&value))?);

@@ -271,6 +271,12 @@ pub fn steps_table() -> TableSpec {
     )
 }
 
+/// Folder of ingestion tables (`<lake>/raw/<table>`), beside `artifacts/`.
+pub const RAW_DIR: &str = "raw";
+
+/// Folder of the ingestion ledger (`<lake>/ingest/ledger`).
+pub const INGEST_LEDGER_DIR: &str = "ingest/ledger";
+
 /// The commit journal: one row when a commit sequence starts, one when it
 /// completes (or is abandoned), with the table versions around it. See
 /// [`journal`](super::journal).
@@ -291,6 +297,7 @@ pub fn commits_table() -> TableSpec {
             ColumnSpec::optional("position", Int64),
             ColumnSpec::optional("table_commits", Json),
             ColumnSpec::optional("reason", Str),
+            ColumnSpec::optional("restore_to", Json),
         ],
         false,
         &["commit_seq", "phase", "position"],

@@ -14,6 +14,7 @@ pub mod journal;
 pub mod key_filter;
 pub mod layout;
 mod lock;
+pub mod restore;
 pub mod scan;
 pub mod snapshot;
 pub mod table;

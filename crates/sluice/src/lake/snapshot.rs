@@ -142,13 +142,16 @@ pub async fn resolve(root: &Path, specs: &[TableSpec], point: &LakePoint) -> Res
     })
 }
 
-/// Whether an unfinished sequence still holds readers back: its manifest is
-/// on disk (a committer or `recover` will finish it) or its committer may be
+/// Whether an unfinished sequence still holds readers back: it is a restore
+/// (`recover` finishes it from its journal row alone), its manifest is on
+/// disk (a committer or `recover` will finish it) or its committer may be
 /// alive. A sequence whose committer is certainly dead and whose manifest is
 /// gone can never finish; readers do not wait for it (`recover` records it
 /// as abandoned).
 fn pins_readers(root: &Path, open: &JournalEntry) -> bool {
-    layout::manifest_path(root, open.seq).exists() || !crate::host::owner_is_dead(&open.owner)
+    open.is_restore()
+        || layout::manifest_path(root, open.seq).exists()
+        || !crate::host::owner_is_dead(&open.owner)
 }
 
 fn cap(cut: &mut BTreeMap<String, u64>, table: &str, version: u64) {

@@ -80,6 +80,7 @@ pub async fn ensure(root: &Path, spec: &TableSpec) -> Result<EnsureOutcome> {
         .with_table_name(&spec.name)
         .with_columns(spec.columns.iter().map(|c| c.delta_field()))
         .with_partition_columns(spec.partition_columns.clone())
+        .with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"))
         .with_configuration_property(
             TableProperty::DataSkippingStatsColumns,
             Some(spec.stats_columns.join(",")),
@@ -88,6 +89,33 @@ pub async fn ensure(root: &Path, spec: &TableSpec) -> Result<EnsureOutcome> {
         .await
         .map_err(|e| Error::delta(&spec.name, e))?;
     Ok(EnsureOutcome::Created)
+}
+
+/// Open the table in `dir`, creating it with `columns` (and the same table
+/// properties as sluice's own tables) if the folder holds none. For tables
+/// whose schema is declared outside sluice's layout (ingestion).
+pub async fn open_or_create_dir(
+    dir: &Path,
+    name: &str,
+    columns: Vec<StructField>,
+    partition_columns: Vec<String>,
+) -> Result<DeltaTable> {
+    if is_table(dir) {
+        return open_dir(dir, name).await;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let table =
+        DeltaTable::try_from_url(table_url(dir)?).await.map_err(|e| Error::delta(name, e))?;
+    let created = table
+        .create()
+        .with_table_name(name)
+        .with_columns(columns)
+        .with_partition_columns(partition_columns)
+        .with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"))
+        .with_save_mode(SaveMode::Ignore)
+        .await
+        .map_err(|e| Error::delta(name, e))?;
+    Ok(created)
 }
 
 /// Compare a table's schema with its spec. Returns the fields to add.

@@ -17,7 +17,6 @@
 //! what it added (rewritten rows of keys it already knew were present) and
 //! commits on top (see [`crate::lake::append`]).
 
-use std::collections::BTreeSet;
 use std::num::NonZeroU64;
 use std::time::Instant;
 
@@ -26,10 +25,8 @@ use deltalake::{FilterOp, FilterValue};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::lake::append::Dedup;
-use crate::lake::key_filter::{self, Key, KeyFilter};
+use crate::lake::append;
 use crate::lake::layout::{STEP_COLUMN, TableKind, TableSpec};
-use crate::lake::scan::{self, Select};
 use crate::lake::{Lake, WriterLock, table};
 
 /// What to compact.
@@ -149,56 +146,11 @@ async fn compact_table(
     let after = optimized.version().unwrap_or_default();
     if after > before {
         report.version = Some(after);
-        rewrite_key_filters(lake, &optimized, spec, after).await?;
+        append::write_key_filters(lake.root(), &optimized, spec, after).await?;
     }
     let (files_after, bytes_after) = file_stats(&optimized, spec)?;
     report.files_after = files_after;
     report.bytes_after = bytes_after;
     report.seconds = clock.elapsed().as_secs_f64();
     Ok(report)
-}
-
-/// Key filters (dedup column and lookup columns) for the files a version
-/// added.
-async fn rewrite_key_filters(
-    lake: &Lake,
-    handle: &deltalake::DeltaTable,
-    spec: &TableSpec,
-    version: u64,
-) -> Result<()> {
-    let dedup = Dedup::of(&spec.kind);
-    let key_column = match dedup {
-        Dedup::ArtifactId => Some("artifact_id"),
-        Dedup::RunId => Some("execution_run_id"),
-        Dedup::Nothing => None,
-    };
-    let added = key_filter::added_files(&table::commit_actions(handle, &spec.name, version).await?);
-    if added.is_empty() {
-        return Ok(());
-    }
-    let dir = table::table_dir(lake.root(), spec);
-    let columns: Vec<(Option<&str>, &str)> = key_column
-        .map(|c| (None, c))
-        .into_iter()
-        .chain(spec.lookup_columns().iter().map(|c| (Some(*c), *c)))
-        .collect();
-    for (sidecar, column) in columns {
-        let values = Select::columns(vec![scan::column(column)])
-            .files(added.clone())
-            .strings(handle, &spec.name)
-            .await?;
-        let keys: BTreeSet<Key> = values
-            .iter()
-            .map(|v| match (dedup, sidecar) {
-                (Dedup::RunId, None) => Key::of_text(v),
-                _ => v
-                    .parse::<crate::artifact::ArtifactId>()
-                    .map(Key::from)
-                    .unwrap_or_else(|_| Key::of_text(v)),
-            })
-            .collect();
-        let keys: Vec<Key> = keys.into_iter().collect();
-        key_filter::write_for(&dir, version, sidecar, &KeyFilter::new(added.clone(), &keys))?;
-    }
-    Ok(())
 }

@@ -22,6 +22,8 @@ pub struct LakeVersion {
     pub rows_added: BTreeMap<String, u64>,
     /// Each table's version at that point.
     pub table_versions: BTreeMap<String, u64>,
+    /// What else the version was: `restore to lake version K`.
+    pub note: Option<String>,
 }
 
 /// One version of one table.
@@ -56,6 +58,7 @@ pub async fn lake_history(lake: &Lake, limit: Option<usize>) -> Result<Vec<LakeV
             runs: e.run_count,
             rows_added: e.rows_added.clone(),
             table_versions: e.table_versions.clone(),
+            note: e.is_restore().then(|| e.reason.clone()).flatten(),
         })
         .collect();
     out.sort_by_key(|v| std::cmp::Reverse(v.version));

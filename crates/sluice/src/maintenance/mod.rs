@@ -3,6 +3,13 @@
 //!
 //! - [`history`]: lake versions (the journal's completed sequences) and one
 //!   table's Delta history.
+//! - [`restore`]: every table back to one lake version or instant, as one
+//!   journaled operation that `recover` finishes if it is interrupted.
+//! - [`auto`]: light compaction of a step's partitions after the step,
+//!   bounded in time, switchable off.
+//! - [`integrity`]: whole-lake checks for `sluice doctor` (missing and
+//!   unreferenced data files, dangling edges, index and content out of
+//!   step) and the repairs that delete nothing a reader could need.
 //! - [`checkpoint`]: write a checkpoint of every table (or one) and drop
 //!   expired log entries, so opening a table replays a short log.
 //! - [`compact`]: Delta OPTIMIZE per partition, Z-ordered by the column a
@@ -16,8 +23,11 @@
 //! Every operation takes the writer lock (a courtesy: each commit is still
 //! checked by Delta against concurrent commits) and reports what it did.
 
+pub mod auto;
 pub mod compact;
 pub mod history;
+pub mod integrity;
+pub mod restore;
 pub mod vacuum;
 
 use serde::Serialize;
@@ -28,6 +38,7 @@ use crate::lake::{Lake, WriterLock, table};
 
 pub use compact::{CompactOptions, CompactReport};
 pub use history::{LakeVersion, TableVersion};
+pub use restore::{RestoreOptions, RestoreReport};
 pub use vacuum::{VacuumOptions, VacuumReport};
 
 /// The tables an operation works on: one by name, or every table.

@@ -464,6 +464,14 @@ impl<'r, 'a> StepRun<'r, 'a> {
             "outputs": outputs,
         });
         steps_log::append(self.runner.lake(), &row).await?;
+        if self.summary.dispatched > 0 {
+            // Bounded and best effort: a failed compaction loses nothing.
+            if let Err(e) =
+                crate::maintenance::auto::after_step(self.runner.lake(), self.number).await
+            {
+                tracing::warn!(error = %e, "automatic maintenance after the step failed");
+            }
+        }
         Ok((self.summary, outputs, self.step_spec_id))
     }
 }

@@ -233,25 +233,36 @@ fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<StepRecord>
     })
 }
 
-/// Record `abandoned` for every step left `running` by an orchestrator that
-/// is certainly gone (its `owner`, recorded in the running row, names a
-/// process of this host that no longer exists). Steps of other hosts'
-/// orchestrators are left as they are. Returns the step runs closed.
-pub async fn close_abandoned(lake: &Lake) -> Result<Vec<String>> {
+/// Steps left `running` by an orchestrator that is certainly gone (its
+/// `owner`, recorded in the running row, names a process of this host that
+/// no longer exists): their last rows. Steps of other hosts' orchestrators
+/// are not judged.
+pub async fn orphaned_running(lake: &Lake) -> Result<Vec<StepRecord>> {
     let rows = read(lake, None).await?;
     let mut last: BTreeMap<&str, &StepRecord> = BTreeMap::new();
     for row in &rows {
         last.insert(row.step_run_id.as_str(), row);
     }
+    Ok(last
+        .values()
+        .filter(|r| r.status == StepStatus::Running)
+        .filter(|r| {
+            r.metadata
+                .get("owner")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(crate::host::owner_is_dead)
+        })
+        .map(|r| (*r).clone())
+        .collect())
+}
+
+/// Record `abandoned` for every step [`orphaned_running`] finds. Returns the
+/// step runs closed.
+pub async fn close_abandoned(lake: &Lake) -> Result<Vec<String>> {
     let mut closed = Vec::new();
-    for row in last.values().filter(|r| r.status == StepStatus::Running) {
-        let Some(owner) = row.metadata.get("owner").and_then(serde_json::Value::as_str) else {
-            continue;
-        };
-        if !crate::host::owner_is_dead(owner) {
-            continue;
-        }
-        let mut ended = (*row).clone();
+    for row in orphaned_running(lake).await? {
+        let owner = row.metadata.get("owner").and_then(serde_json::Value::as_str).unwrap_or("?");
+        let mut ended = row.clone();
         ended.status = StepStatus::Abandoned;
         ended.timestamp = chrono::Utc::now().timestamp_micros();
         ended.error = Some(format!("its orchestrator ({owner}) died while the step ran"));

@@ -6,9 +6,11 @@
 //! loaded, each at the version the query asks for (`--as-of`).
 
 mod as_of;
+pub mod changes;
 pub mod format;
 mod sql;
 
 pub use as_of::AsOf;
+pub use changes::{Changes, changes};
 pub use format::OutputFormat;
 pub use sql::{QueryResult, SqlBuilder};

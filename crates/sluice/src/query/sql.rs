@@ -8,7 +8,7 @@ use deltalake::datafusion::prelude::{SessionConfig, SessionContext};
 use super::AsOf;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
-use crate::lake::layout::{TableKind, TableSpec};
+use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::snapshot::{self, LakePoint, LakeSnapshot};
 use crate::lake::table;
 
@@ -83,10 +83,19 @@ impl<'a> SqlBuilder<'a> {
         let mut versions = BTreeMap::new();
         for reference in references {
             let name = reference.table();
-            let Some(spec) = specs.get(name) else { continue };
             if versions.contains_key(name) {
                 continue;
             }
+            let Some(spec) = specs.get(name) else {
+                if let Some((handle, version)) = self.ingestion_table(name).await? {
+                    handle
+                        .update_datafusion_session(&ctx.state())
+                        .map_err(|e| Error::delta(name, e))?;
+                    versions.insert(name.to_owned(), version);
+                    ctx.register_table(name, handle.table_provider().await?)?;
+                }
+                continue;
+            };
             let version = self.version_of(spec, &snapshot)?;
             let handle = table::open_at(self.lake.root(), spec, version).await?;
             handle.update_datafusion_session(&ctx.state()).map_err(|e| Error::delta(name, e))?;
@@ -94,6 +103,32 @@ impl<'a> SqlBuilder<'a> {
             ctx.register_table(name, handle.table_provider().await?)?;
         }
         Ok((ctx, versions, snapshot))
+    }
+
+    /// An ingestion table (`raw/<name>`, or `ingest_ledger`), at its latest
+    /// version or the one `--as-of name@V` names. Ingestion commits are not
+    /// commit sequences, so lake versions and times do not pin them.
+    async fn ingestion_table(&self, name: &str) -> Result<Option<(deltalake::DeltaTable, u64)>> {
+        let plain = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        if !plain {
+            return Ok(None);
+        }
+        let dir = match name {
+            "ingest_ledger" => self.lake.root().join(layout::INGEST_LEDGER_DIR),
+            _ => self.lake.root().join(layout::RAW_DIR).join(name),
+        };
+        if !table::is_table(&dir) {
+            return Ok(None);
+        }
+        let mut handle = table::open_dir(&dir, name).await?;
+        if let Some(AsOf::Tables(given)) = &self.as_of
+            && let Some(version) = given.get(name)
+        {
+            handle.load_version(*version).await.map_err(|e| Error::delta(name, e))?;
+        }
+        let version = handle.version().unwrap_or_default();
+        Ok(Some((handle, version)))
     }
 
     /// The version of one table at the snapshot (the journal: its own

@@ -11,6 +11,7 @@ mod common;
 mod custom_types;
 mod hardening;
 mod identity;
+mod ingest;
 mod lake_tree;
 mod lineage;
 mod maintenance;

@@ -144,3 +144,212 @@ async fn checkpoints_and_table_history() {
         "0"
     );
 }
+
+/// A digest of every row of every table a restore touches, read at a point.
+async fn lake_digest(lake: &sluice::Lake, as_of: Option<AsOf>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (table, key) in [
+        ("metrics", "artifact_id"),
+        ("index", "artifact_id"),
+        ("executions", "execution_run_id"),
+        ("execution_edges", "artifact_id"),
+        ("artifact_edges", "source_artifact_id"),
+    ] {
+        let sql = format!(
+            "SELECT count(*) || ':' || coalesce(sum(length({key})), 0) || ':' || coalesce(min({key}), '') || ':' || coalesce(max({key}), '') FROM {table}"
+        );
+        let result = lake.sql(&sql).with_as_of(as_of.clone()).execute().await.unwrap();
+        out.push(format!(
+            "{table}={}",
+            sluice::query::format::render(&result.batches, sluice::query::OutputFormat::Csv)
+                .unwrap()
+        ));
+    }
+    out
+}
+
+#[tokio::test]
+async fn restore_to_a_lake_version_equals_reading_as_of_it_and_can_be_undone() {
+    let (_dir, lake) = lake().await;
+    many_small_commits(&lake).await;
+    let latest = lake_digest(&lake, None).await;
+    let history = maintenance::history::lake_history(&lake, None).await.unwrap();
+    let head = history[0].version;
+    let k = history[4].version;
+    let then = lake_digest(&lake, Some(AsOf::Lake(k))).await;
+    assert_ne!(then, latest);
+
+    let options = maintenance::RestoreOptions {
+        to: sluice::lake::snapshot::LakePoint::Sequence(k),
+        ..Default::default()
+    };
+    let dry = maintenance::restore::restore(
+        &lake,
+        &maintenance::RestoreOptions { dry_run: true, ..options.clone() },
+    )
+    .await
+    .unwrap();
+    assert!(dry.outcome.is_none());
+    assert!(dry.plan.tables.iter().any(|t| t.table == "metrics"), "{dry:?}");
+    assert_eq!(lake_digest(&lake, None).await, latest, "a dry run changes nothing");
+
+    let done = maintenance::restore::restore(&lake, &options).await.unwrap();
+    let outcome = done.outcome.expect("restored");
+    assert_eq!(outcome.seq, head + 1, "a restore is a lake version of its own");
+    assert_eq!(lake_digest(&lake, None).await, then, "restored = as of {k}");
+    let history = maintenance::history::lake_history(&lake, Some(1)).await.unwrap();
+    assert_eq!(history[0].note.as_deref(), Some(format!("restore to lake version {k}").as_str()));
+
+    // The restored lake takes new commits, de-duplicated against what it
+    // holds now (content dropped by the restore is added again).
+    let spec =
+        SyntheticSpec { seed: 7, duplicate_fraction: 0.2, step: 2, ..SyntheticSpec::default() };
+    synthetic::stage_range(&writer(&lake), &spec, lake.registry(), 0..15).unwrap();
+    lake.commit().execute().await.unwrap();
+    assert_eq!(
+        scalar(&lake, "SELECT count(*) - count(DISTINCT artifact_id) FROM metrics").await,
+        "0"
+    );
+    // Undo: back to the lake version before the restore.
+    let undo = maintenance::RestoreOptions {
+        to: sluice::lake::snapshot::LakePoint::Sequence(head),
+        ..Default::default()
+    };
+    maintenance::restore::restore(&lake, &undo).await.unwrap();
+    assert_eq!(lake_digest(&lake, None).await, latest);
+}
+
+#[tokio::test]
+async fn an_interrupted_restore_pins_readers_and_recover_finishes_it() {
+    let (_dir, lake) = lake().await;
+    many_small_commits(&lake).await;
+    let latest = lake_digest(&lake, None).await;
+    let history = maintenance::history::lake_history(&lake, None).await.unwrap();
+    let k = history[5].version;
+    let then = lake_digest(&lake, Some(AsOf::Lake(k))).await;
+    let options = maintenance::RestoreOptions {
+        to: sluice::lake::snapshot::LakePoint::Sequence(k),
+        ..Default::default()
+    };
+    // Fail after the content tables, before `executions`.
+    let failing = maintenance::RestoreOptions {
+        hooks: sluice::lake::restore::RestoreHooks {
+            failpoint: Some("restore:executions".into()),
+            pause: None,
+        },
+        ..options.clone()
+    };
+    let err = maintenance::restore::restore(&lake, &failing).await.unwrap_err();
+    assert!(err.to_string().contains("executions"), "{err}");
+    // Readers still see the lake as it was before the restore began.
+    assert_eq!(lake_digest(&lake, None).await, latest);
+    // Another restore or a commit must not start on top of half a restore.
+    let again = maintenance::restore::restore(&lake, &options).await.unwrap_err().to_string();
+    assert!(again.contains("recover"), "{again}");
+    // Its restorer is this (live) process: recover refuses to take it over...
+    let busy = lake.recover().execute().await.unwrap_err().to_string();
+    assert!(busy.contains("in progress"), "{busy}");
+    // ...until it is older than the stale age.
+    let report = lake.recover().with_stale_after(Duration::ZERO).execute().await.unwrap();
+    assert_eq!(report.recovered.len(), 1, "{report:?}");
+    assert_eq!(lake_digest(&lake, None).await, then);
+    // Finishing twice restores nothing twice.
+    let versions = lake.snapshot().await.unwrap().versions;
+    lake.recover().with_stale_after(Duration::ZERO).execute().await.unwrap();
+    assert_eq!(lake.snapshot().await.unwrap().versions, versions);
+}
+
+#[tokio::test]
+async fn the_change_feed_lists_rows_added_since_a_lake_version() {
+    let (_dir, lake) = lake().await;
+    many_small_commits(&lake).await;
+    let history = maintenance::history::lake_history(&lake, None).await.unwrap();
+    let k = history[3].version;
+    let added: u64 =
+        history[..3].iter().map(|v| v.rows_added.get("metrics").copied().unwrap_or(0)).sum();
+    let changes = sluice::query::changes(&lake, "metrics", &AsOf::Lake(k)).await.unwrap();
+    assert_eq!(changes.num_rows() as u64, added);
+    let kinds =
+        sluice::query::format::render(&changes.batches, sluice::query::OutputFormat::Csv).unwrap();
+    assert!(kinds.contains("insert") && !kinds.contains("delete"));
+    // Compaction changes no data: the feed after it is empty.
+    let head = history[0].version;
+    maintenance::compact::compact(&lake, &CompactOptions::default()).await.unwrap();
+    let none = sluice::query::changes(&lake, "metrics", &AsOf::Lake(head)).await.unwrap();
+    assert_eq!(none.num_rows(), 0);
+    // A restore shows up as the deletes and inserts of the files it swaps.
+    let options = maintenance::RestoreOptions {
+        to: sluice::lake::snapshot::LakePoint::Sequence(k),
+        ..Default::default()
+    };
+    maintenance::restore::restore(&lake, &options).await.unwrap();
+    let undone = sluice::query::changes(&lake, "metrics", &AsOf::Lake(head)).await.unwrap();
+    let text =
+        sluice::query::format::render(&undone.batches, sluice::query::OutputFormat::Csv).unwrap();
+    let (deletes, inserts) =
+        (text.matches(",delete,").count() as u64, text.matches(",insert,").count() as u64);
+    // The restore removes the compacted files (every row, as deletes) and
+    // brings back the files of lake version k (as inserts): net, the rows
+    // added after k are gone.
+    assert!(deletes > 0 && inserts > 0, "{text}");
+    assert_eq!(deletes - inserts, added, "{text}");
+}
+
+#[tokio::test]
+async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
+    use sluice::lake::{layout, table};
+    use sluice::maintenance::integrity;
+    let (_dir, lake) = lake().await;
+    many_small_commits(&lake).await;
+    let clean = integrity::check(&lake).await.unwrap();
+    assert!(clean.is_clean(), "{clean:?}");
+
+    // An index row deleted by hand: its content has no index row, and the
+    // edges naming it dangle.
+    let victim = scalar(
+        &lake,
+        "SELECT min(m.artifact_id) FROM metrics m JOIN execution_edges e ON e.artifact_id = m.artifact_id",
+    )
+    .await;
+    let index = table::open(lake.root(), &layout::index_table()).await.unwrap();
+    index.delete().with_predicate(format!("artifact_id = '{victim}'")).await.unwrap();
+    // A stray file a crashed writer left in a table folder.
+    let executions = table::table_dir(lake.root(), &layout::executions_table());
+    let handle = table::open(lake.root(), &layout::executions_table()).await.unwrap();
+    let any = table::active_files(&handle, &layout::executions_table()).unwrap()[0].clone();
+    let stray = std::path::Path::new(&any).with_file_name("part-stray.parquet");
+    let stray = stray.to_string_lossy().into_owned();
+    std::fs::copy(executions.join(&any), executions.join(&stray)).unwrap();
+
+    let found = integrity::check(&lake).await.unwrap();
+    assert_eq!(found.content_without_index["metrics"], 1, "{found:?}");
+    assert!(found.dangling_execution_edges >= 1, "{found:?}");
+    assert_eq!(found.unreferenced_files["executions"], vec![stray.clone()]);
+    assert!(
+        lake.get(victim.parse().unwrap()).await.is_err(),
+        "unreadable by id without its index row"
+    );
+
+    let repaired = integrity::repair(&lake).await.unwrap();
+    assert_eq!(repaired.index_rows_added["metrics"], 1);
+    let after = integrity::check(&lake).await.unwrap();
+    assert_eq!(after.content_without_index["metrics"], 0);
+    assert_eq!(after.dangling_execution_edges, 0);
+    assert_eq!(lake.get(victim.parse().unwrap()).await.unwrap().id.to_hex(), victim);
+    assert!(executions.join(&stray).exists(), "repair deletes no file");
+
+    // A data file lost from storage: reported, and --repair drops the
+    // reference so the rest of the table reads again.
+    let metrics_dir = table::table_dir(lake.root(), &lake.table_spec("metrics").unwrap());
+    let handle = table::open(lake.root(), &lake.table_spec("metrics").unwrap()).await.unwrap();
+    let lost =
+        table::active_files(&handle, &lake.table_spec("metrics").unwrap()).unwrap()[0].clone();
+    std::fs::remove_file(metrics_dir.join(&lost)).unwrap();
+    let found = integrity::check(&lake).await.unwrap();
+    assert_eq!(found.missing_files["metrics"], vec![lost.clone()]);
+    let repaired = integrity::repair(&lake).await.unwrap();
+    assert_eq!(repaired.references_dropped["metrics"], vec![lost]);
+    let after = integrity::check(&lake).await.unwrap();
+    assert!(after.missing_files.is_empty(), "{after:?}");
+    scalar(&lake, "SELECT count(*) FROM metrics").await;
+}

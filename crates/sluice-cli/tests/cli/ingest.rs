@@ -1,0 +1,132 @@
+//! `sluice ingest` with real processes: killed with SIGKILL at many moments
+//! while files keep arriving, restarted each time; at the end every source
+//! row is in the raw table exactly once and the ledger lists every file
+//! once.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use crate::crash::fraction;
+
+const SCHEMA: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: pickup_at, type: timestamp }\n  - { name: zone, type: string, max_length: 16 }\n  - { name: fare, type: \"decimal(8,2)\" }\nprimary_key: [trip_id]\n";
+
+fn sluice(config: &Path, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
+    c.arg("ingest").args(args).arg("--config").arg(config);
+    c
+}
+
+fn write_csv(path: &Path, first: u64, rows: u64) {
+    let mut out = String::with_capacity(rows as usize * 48);
+    out.push_str("trip_id,pickup_at,zone,fare\n");
+    for i in first..first + rows {
+        out.push_str(&format!(
+            "{i},2024-01-{:02}T{:02}:{:02}:00Z,Zone{},{}.{:02}\n",
+            1 + i % 28,
+            i % 24,
+            i % 60,
+            i % 9,
+            3 + i % 50,
+            i % 100
+        ));
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+async fn raw_counts(lake: &Path) -> (i64, i64) {
+    let url = url::Url::from_directory_path(lake.join("raw/trips")).unwrap();
+    let table = deltalake::open_table(url).await.unwrap();
+    let ctx = deltalake::datafusion::prelude::SessionContext::new();
+    ctx.register_table("trips", table.table_provider().await.unwrap()).unwrap();
+    let batches = ctx
+        .sql("SELECT count(*) AS n, count(DISTINCT trip_id) AS d FROM trips")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let col = |i: usize| {
+        batches[0]
+            .column(i)
+            .as_any()
+            .downcast_ref::<deltalake::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0)
+    };
+    (col(0), col(1))
+}
+
+#[test]
+fn ingestion_killed_at_random_moments_lands_every_row_exactly_once() {
+    let kills: u64 =
+        std::env::var("SLUICE_INGEST_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
+    let (files, rows_per_file) = (200u64, 5_000u64);
+    let dir = tempfile::tempdir().unwrap();
+    let root: PathBuf = dir.path().to_path_buf();
+    std::fs::create_dir_all(root.join("schemas")).unwrap();
+    std::fs::write(root.join("schemas/trips.yaml"), SCHEMA).unwrap();
+    let config = root.join("lakehouse.toml");
+    std::fs::write(
+        &config,
+        "lake = \"lake\"\n[queue]\nsettle_ms = 0\npoll_ms = 50\nretry_delay_ms = 0\nvisibility_timeout_secs = 30\n[ingest]\nworkers = 2\nflush_interval_ms = 200\nflush_rows = 50000\n",
+    )
+    .unwrap();
+    // Files are written aside, then arrive (atomically) while the loop runs.
+    let outbox = root.join("outbox");
+    std::fs::create_dir_all(&outbox).unwrap();
+    for f in 0..files {
+        write_csv(&outbox.join(format!("trips-{f:04}.csv")), f * rows_per_file, rows_per_file);
+    }
+    let landing = root.join("landing/trips");
+    std::fs::create_dir_all(&landing).unwrap();
+    let arrivals = {
+        let (outbox, landing) = (outbox.clone(), landing.clone());
+        std::thread::spawn(move || {
+            for f in 0..files {
+                let name = format!("trips-{f:04}.csv");
+                std::fs::rename(outbox.join(&name), landing.join(&name)).unwrap();
+                std::thread::sleep(Duration::from_millis(if f % 25 == 0 { 400 } else { 60 }));
+            }
+        })
+    };
+    let mut killed = 0;
+    for k in 0..kills {
+        let mut child = sluice(&config, &["run", "--watch"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300 + (fraction(k + 9000) * 1700.0) as u64));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap(); // SIGKILL
+            killed += 1;
+        }
+        child.wait().unwrap();
+    }
+    arrivals.join().unwrap();
+    assert_eq!(killed, kills, "every run was killed while it ran");
+    // Restarted without interruption: whatever was claimed, written or
+    // committed by a killed process is finished exactly once.
+    let out = sluice(&config, &["run", "--once", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (n, distinct) = rt.block_on(raw_counts(&root.join("lake")));
+    assert_eq!(n, (files * rows_per_file) as i64, "every source row landed");
+    assert_eq!(distinct, n, "no row twice");
+    let ledger = rt.block_on(sluice::ingest::ledger::read(&root.join("lake"))).unwrap();
+    let ok: std::collections::BTreeSet<&str> =
+        ledger.iter().filter(|r| r.status == "ok").map(|r| r.file_key.as_str()).collect();
+    assert_eq!(ok.len() as u64, files);
+    assert_eq!(
+        ledger.iter().filter(|r| r.status == "ok").count() as u64,
+        files,
+        "each file listed once"
+    );
+    assert!(ledger.iter().all(|r| r.status == "ok"), "nothing dead or duplicate");
+    let status = sluice(&config, &["status", "--json"]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["queue"]["waiting"], 0, "{status}");
+    assert_eq!(status["queue"]["in_flight"], 0, "{status}");
+    assert_eq!(status["tables"]["trips"]["rows"], files * rows_per_file);
+}

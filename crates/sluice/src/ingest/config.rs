@@ -1,0 +1,201 @@
+//! `lakehouse.toml`: where the lake, the landing zone and the schemas are,
+//! and how ingestion runs. Relative paths are relative to the file.
+//!
+//! ```toml
+//! lake = "lake"               # the same lake folder as artifacts
+//! schemas = "schemas"         # one <table>.yaml per raw table
+//!
+//! [queue]
+//! kind = "local"
+//! landing = "landing"         # files arrive as landing/<table>/<file>
+//! visibility_timeout_secs = 300
+//! max_attempts = 3            # then the file is dead-lettered
+//! settle_ms = 1000            # a file must be unchanged this long to be claimed
+//! poll_ms = 500
+//! retry_delay_ms = 1000       # a failed file waits attempt × this before its next delivery
+//! after_ingest = "archive"    # archive | delete
+//!
+//! [ingest]
+//! workers = 2
+//! flush_rows = 500000
+//! flush_bytes = 268435456
+//! flush_interval_ms = 2000
+//! dedup_content = true        # the same bytes under another name land once
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The parsed `lakehouse.toml`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IngestConfig {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// The lake's root.
+    pub lake: PathBuf,
+    /// The schemas folder.
+    pub schemas: PathBuf,
+    /// The queue.
+    pub queue: QueueConfig,
+    /// Workers and flushing.
+    pub ingest: IngestOptions,
+}
+
+/// `[queue]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueConfig {
+    /// `local` (a landing directory).
+    pub kind: String,
+    /// The landing directory.
+    pub landing: PathBuf,
+    /// A claimed file not acknowledged within this time is delivered again.
+    pub visibility_timeout_secs: u64,
+    /// Failed attempts before a file is dead-lettered.
+    pub max_attempts: u32,
+    /// A file must keep its size and modification time this long before it
+    /// is claimed (it may still be being written).
+    pub settle_ms: u64,
+    /// How often the landing zone is polled.
+    pub poll_ms: u64,
+    /// A failed file is delivered again after attempt × this delay.
+    pub retry_delay_ms: u64,
+    /// What happens to an ingested file: `archive` (kept under
+    /// `.sluice/done/`) or `delete`.
+    pub after_ingest: String,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig {
+            kind: "local".into(),
+            landing: PathBuf::from("landing"),
+            visibility_timeout_secs: 300,
+            max_attempts: 3,
+            settle_ms: 1000,
+            poll_ms: 500,
+            retry_delay_ms: 1000,
+            after_ingest: "archive".into(),
+        }
+    }
+}
+
+impl QueueConfig {
+    /// The visibility timeout.
+    pub fn visibility_timeout(&self) -> Duration {
+        Duration::from_secs(self.visibility_timeout_secs)
+    }
+}
+
+/// `[ingest]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngestOptions {
+    /// Parse workers.
+    pub workers: usize,
+    /// Flush a table once this many rows are buffered.
+    pub flush_rows: usize,
+    /// ... or this many bytes.
+    pub flush_bytes: usize,
+    /// ... or when the oldest buffered file waited this long.
+    pub flush_interval_ms: u64,
+    /// The same content under another name is ingested once.
+    pub dedup_content: bool,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions {
+            workers: 2,
+            flush_rows: 500_000,
+            flush_bytes: 256 << 20,
+            flush_interval_ms: 2000,
+            dedup_content: true,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    lake: PathBuf,
+    #[serde(default = "default_schemas")]
+    schemas: PathBuf,
+    #[serde(default)]
+    queue: QueueConfig,
+    #[serde(default)]
+    ingest: IngestOptions,
+}
+
+fn default_schemas() -> PathBuf {
+    PathBuf::from("schemas")
+}
+
+impl IngestConfig {
+    /// Read a config file.
+    pub fn load(path: &Path) -> Result<IngestConfig> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        IngestConfig::parse(&text, path)
+    }
+
+    /// Parse config text; relative paths are resolved against `path`'s folder.
+    pub fn parse(text: &str, path: &Path) -> Result<IngestConfig> {
+        let bad = |message: String| Error::Config { path: path.to_path_buf(), message };
+        let file: ConfigFile = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
+        if file.queue.kind != "local" {
+            return Err(bad(format!(
+                "queue kind `{}` is not supported by this build; use `local`",
+                file.queue.kind
+            )));
+        }
+        if !["archive", "delete"].contains(&file.queue.after_ingest.as_str()) {
+            return Err(bad(format!(
+                "after_ingest `{}`: expected `archive` or `delete`",
+                file.queue.after_ingest
+            )));
+        }
+        if file.ingest.workers == 0 || file.queue.max_attempts == 0 {
+            return Err(bad("workers and max_attempts must be at least 1".into()));
+        }
+        let base = path.parent().unwrap_or(Path::new("."));
+        let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+        let mut queue = file.queue.clone();
+        queue.landing = resolve(&queue.landing);
+        Ok(IngestConfig {
+            path: path.to_path_buf(),
+            lake: resolve(&file.lake),
+            schemas: resolve(&file.schemas),
+            queue,
+            ingest: file.ingest,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_relative_to_the_file_and_defaults_apply() {
+        let c = IngestConfig::parse("lake = \"lk\"\n", Path::new("/etc/x/lakehouse.toml")).unwrap();
+        assert_eq!(c.lake, PathBuf::from("/etc/x/lk"));
+        assert_eq!(c.schemas, PathBuf::from("/etc/x/schemas"));
+        assert_eq!(c.queue.landing, PathBuf::from("/etc/x/landing"));
+        assert_eq!(c.ingest.workers, 2);
+    }
+
+    #[test]
+    fn typos_and_bad_values_are_errors() {
+        for text in [
+            "lake = \"l\"\n[queue]\nlandng = \"x\"\n",
+            "lake = \"l\"\n[queue]\nkind = \"kafka\"\n",
+            "lake = \"l\"\n[ingest]\nworkers = 0\n",
+        ] {
+            assert!(IngestConfig::parse(text, Path::new("/c.toml")).is_err(), "{text}");
+        }
+    }
+}

@@ -1,0 +1,575 @@
+//! Event-driven ingestion: files landing at irregular times become rows of
+//! declared tables, each file exactly once.
+//!
+//! ```text
+//!  landing/<table>/*.csv|parquet|jsonl
+//!      │ claim (atomic rename; visibility timeout; dequeue count)      queue
+//!      ▼
+//!  N workers: hash, parse, cast to the YAML schema, write Parquet      parse
+//!      │ bounded channel (backpressure)
+//!      ▼
+//!  one writer: per table, one Delta commit per flush, the files' keys   writer
+//!  and hashes in the same commit; then ledger rows, then ack           ledger
+//!      ▼
+//!  <lake>/raw/<table>   (+ <table>_rejects, ingest/ledger)
+//! ```
+//!
+//! Exactly once does not rest on the queue (delivery is at least once) nor
+//! on the ledger (written after the commit), but on the table: a file's
+//! rows and its key become visible in one commit, and a commit is made only
+//! on top of the version whose keys were checked (see [`writer`]). A file
+//! that keeps failing is dead-lettered after `max_attempts` with its reason
+//! and a ledger row, and the stream goes on.
+
+pub mod config;
+pub mod ledger;
+pub mod parse;
+pub mod queue;
+pub mod schema;
+pub mod writer;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use deltalake::DeltaTable;
+use deltalake::arrow::array::{
+    ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use deltalake::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake::kernel::{Add, StructType};
+use deltalake::writer::{DeltaWriter, RecordBatchWriter};
+use futures::TryStreamExt;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+pub use config::IngestConfig;
+pub use queue::{LocalQueue, Message, QueueDepth};
+pub use schema::TableSchema;
+
+use self::ledger::LedgerRow;
+use self::parse::{FileError, RowViolation};
+use self::writer::{ReadyFile, Target};
+use crate::error::{Error, Result};
+use crate::lake::{append, table};
+
+/// Rows a worker writes before it closes a data file (bounds its memory).
+const ROWS_PER_DATA_FILE: usize = 1 << 20;
+
+/// Where an ingestion table lives in the lake.
+pub fn table_dir(lake: &Path, table: &str) -> PathBuf {
+    lake.join(crate::lake::layout::RAW_DIR).join(table)
+}
+
+fn rejects_name(table: &str) -> String {
+    format!("{table}_rejects")
+}
+
+/// How long to run.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// Ingest what is in the landing zone, then stop.
+    Once,
+    /// Keep polling until the flag is set.
+    Watch(Arc<AtomicBool>),
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct IngestReport {
+    /// Files whose rows landed.
+    pub files: u64,
+    /// Rows that landed.
+    pub rows: u64,
+    /// Files found already ingested (redeliveries, same content).
+    pub duplicates: u64,
+    /// Failed attempts (delivered again later).
+    pub retried: u64,
+    /// Files dead-lettered.
+    pub dead: u64,
+    /// Rows sent to rejects tables.
+    pub rejected: u64,
+    /// Commits made.
+    pub commits: u64,
+    /// Ledger rows written on startup for commits the ledger lacked.
+    pub ledger_repaired: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Commit latency of each flush, seconds.
+    #[serde(skip)]
+    pub flush_seconds: Vec<f64>,
+}
+
+/// What a worker hands the writer.
+enum Outcome {
+    Ready(ReadyFile),
+    Failed(Message, String),
+}
+
+/// One table's parts for the workers.
+#[derive(Clone)]
+struct TableParts {
+    schema: Arc<TableSchema>,
+    handle: DeltaTable,
+    rejects: Option<DeltaTable>,
+}
+
+/// An ingestion process: the config, the schemas, the tables.
+pub struct Ingestor {
+    config: IngestConfig,
+    queue: LocalQueue,
+    tables: BTreeMap<String, TableParts>,
+}
+
+fn delta_columns(schema: &Schema) -> Result<Vec<deltalake::kernel::StructField>> {
+    let delta: StructType =
+        schema.try_into_kernel().map_err(|e| Error::arrow("a table schema", e))?;
+    Ok(delta.fields().cloned().collect())
+}
+
+fn rejects_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new(schema::SOURCE_FILE_COLUMN, DataType::Utf8, false),
+        Field::new("line", DataType::Int64, false),
+        Field::new("reason", DataType::Utf8, false),
+        Field::new(
+            schema::INGESTED_AT_COLUMN,
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            false,
+        ),
+    ]))
+}
+
+impl Ingestor {
+    /// Load the config's schemas and open (or create) their tables.
+    pub async fn open(config: IngestConfig) -> Result<Ingestor> {
+        let schemas = schema::load_dir(&config.schemas)?;
+        if schemas.is_empty() {
+            return Err(Error::Config {
+                path: config.schemas.clone(),
+                message: "no table schemas (<table>.yaml) in this folder".into(),
+            });
+        }
+        let mut tables = BTreeMap::new();
+        for s in schemas {
+            if s.write_mode == schema::WriteMode::Merge {
+                return Err(Error::Config {
+                    path: s.path.clone(),
+                    message: "write_mode: merge is not supported by raw ingestion yet (raw tables append every file's rows); use append".into(),
+                });
+            }
+            let dir = table_dir(&config.lake, &s.name);
+            let handle = table::open_or_create_dir(
+                &dir,
+                &s.name,
+                delta_columns(&s.table_schema())?,
+                s.partition_by.clone(),
+            )
+            .await?;
+            let rejects = match s.on_row_error {
+                schema::OnRowError::Reject => {
+                    let name = rejects_name(&s.name);
+                    Some(
+                        table::open_or_create_dir(
+                            &table_dir(&config.lake, &name),
+                            &name,
+                            delta_columns(&rejects_schema())?,
+                            vec![],
+                        )
+                        .await?,
+                    )
+                }
+                schema::OnRowError::FailFile => None,
+            };
+            tables.insert(s.name.clone(), TableParts { schema: Arc::new(s), handle, rejects });
+        }
+        let queue = LocalQueue::new(&config.queue)?;
+        Ok(Ingestor { config, queue, tables })
+    }
+
+    /// The queue.
+    pub fn queue(&self) -> &LocalQueue {
+        &self.queue
+    }
+
+    /// The declared tables.
+    pub fn schemas(&self) -> Vec<&TableSchema> {
+        self.tables.values().map(|t| t.schema.as_ref()).collect()
+    }
+
+    async fn targets(&self) -> Result<(BTreeMap<String, Target>, BTreeMap<String, Target>)> {
+        let lake = &self.config.lake;
+        let mut targets = BTreeMap::new();
+        let mut rejects = BTreeMap::new();
+        for (name, parts) in &self.tables {
+            let dir = table_dir(lake, name);
+            targets.insert(
+                name.clone(),
+                Target::open(lake, name, dir, parts.schema.partition_by.clone()).await?,
+            );
+            if parts.rejects.is_some() {
+                let r = rejects_name(name);
+                rejects.insert(
+                    name.clone(),
+                    Target::open(lake, &r, table_dir(lake, &r), vec![]).await?,
+                );
+            }
+        }
+        Ok((targets, rejects))
+    }
+
+    /// Run: claim, parse in parallel, commit through one writer.
+    pub async fn run(
+        &self,
+        mode: Mode,
+        progress: Option<&(dyn Fn(&IngestReport) + Sync)>,
+    ) -> Result<IngestReport> {
+        let clock = Instant::now();
+        let (mut targets, mut rejects) = self.targets().await?;
+        let mut report = IngestReport::default();
+        for target in targets.values_mut() {
+            report.ledger_repaired +=
+                writer::repair_ledger(&self.config.lake, target).await? as u64;
+        }
+        let workers = self.config.ingest.workers.max(1);
+        let (tx, mut rx) = mpsc::channel::<Outcome>(workers * 2);
+        let permits = Arc::new(tokio::sync::Semaphore::new(workers));
+        // Files claimed and not yet acknowledged or sent back: a `--once`
+        // run ends only when none are left (a failed file may come back).
+        let outstanding = Arc::new(AtomicUsize::new(0));
+        let dispatcher = self.dispatch(mode, tx, permits, outstanding.clone());
+        let writer = async {
+            let mut buffers: BTreeMap<String, (Vec<ReadyFile>, usize, u64, Instant)> =
+                BTreeMap::new();
+            let interval = Duration::from_millis(self.config.ingest.flush_interval_ms);
+            loop {
+                let next = tokio::time::timeout(interval, rx.recv()).await;
+                let closed = matches!(next, Ok(None));
+                match next {
+                    Ok(Some(Outcome::Ready(file))) => {
+                        report.rejected += file.rejected;
+                        let entry = buffers
+                            .entry(file.message.table.clone())
+                            .or_insert_with(|| (Vec::new(), 0, 0, Instant::now()));
+                        entry.1 += file.rows as usize;
+                        entry.2 += file.bytes;
+                        entry.0.push(file);
+                    }
+                    Ok(Some(Outcome::Failed(message, reason))) => {
+                        self.failed(&message, &reason, &mut report).await?;
+                        outstanding.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    Ok(None) | Err(_) => {}
+                }
+                let due: Vec<String> = buffers
+                    .iter()
+                    .filter(|(_, (files, rows, bytes, since))| {
+                        !files.is_empty()
+                            && (closed
+                                || *rows >= self.config.ingest.flush_rows
+                                || *bytes as usize >= self.config.ingest.flush_bytes
+                                || since.elapsed() >= interval)
+                    })
+                    .map(|(t, _)| t.clone())
+                    .collect();
+                for table in due {
+                    let Some((files, ..)) = buffers.remove(&table) else { continue };
+                    let Some(target) = targets.get_mut(&table) else { continue };
+                    let count = files.len();
+                    let flushed = writer::flush(
+                        &self.config.lake,
+                        &self.queue,
+                        target,
+                        rejects.get_mut(&table),
+                        files,
+                        self.config.ingest.dedup_content,
+                    )
+                    .await?;
+                    report.files += flushed.files;
+                    report.rows += flushed.rows;
+                    report.duplicates += flushed.duplicates;
+                    report.commits += u64::from(flushed.files > 0);
+                    report.flush_seconds.push(flushed.seconds);
+                    outstanding.fetch_sub(count, Ordering::SeqCst);
+                    if let Some(p) = progress {
+                        p(&report);
+                    }
+                }
+                if closed {
+                    return Ok::<_, Error>(());
+                }
+            }
+        };
+        // An error on either side ends the run (and drops the other side).
+        tokio::try_join!(dispatcher, writer)?;
+        report.seconds = clock.elapsed().as_secs_f64();
+        Ok(report)
+    }
+
+    async fn failed(
+        &self,
+        message: &Message,
+        reason: &str,
+        report: &mut IngestReport,
+    ) -> Result<()> {
+        tracing::warn!(file = %message.key(), attempt = message.attempt, reason, "a file failed");
+        if self.queue.nack(message, reason)? {
+            report.dead += 1;
+            ledger::append_rows(
+                &self.config.lake,
+                &[LedgerRow {
+                    table: message.table.clone(),
+                    file_key: message.key(),
+                    content_hash: String::new(),
+                    rows: 0,
+                    rejected: 0,
+                    status: "dead".into(),
+                    attempts: i64::from(message.attempt),
+                    error: Some(reason.to_owned()),
+                    table_version: None,
+                    at: chrono::Utc::now().timestamp_micros(),
+                }],
+            )
+            .await?;
+        } else {
+            report.retried += 1;
+        }
+        Ok(())
+    }
+
+    /// Claim messages and hand them to workers until the mode says stop.
+    async fn dispatch(
+        &self,
+        mode: Mode,
+        tx: mpsc::Sender<Outcome>,
+        permits: Arc<tokio::sync::Semaphore>,
+        outstanding: Arc<AtomicUsize>,
+    ) -> Result<()> {
+        let poll = Duration::from_millis(self.config.queue.poll_ms.max(1));
+        let workers = self.config.ingest.workers.max(1);
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            if let Mode::Watch(stop) = &mode
+                && stop.load(Ordering::SeqCst)
+            {
+                break;
+            }
+            self.queue.reap()?;
+            let free = permits.available_permits().max(1);
+            let messages = self.queue.receive(free.min(workers))?;
+            let idle = messages.is_empty();
+            outstanding.fetch_add(messages.len(), Ordering::SeqCst);
+            for message in messages {
+                let permit = permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| Error::Internal(e.to_string()))?;
+                let parts = self.tables.get(&message.table).cloned();
+                let tx = tx.clone();
+                tasks.spawn(async move {
+                    let outcome = match parts {
+                        None => Outcome::Failed(
+                            message.clone(),
+                            format!("no schema declares table `{}`", message.table),
+                        ),
+                        Some(parts) => {
+                            let handle = tokio::runtime::Handle::current();
+                            let m = message.clone();
+                            match tokio::task::spawn_blocking(move || process(&handle, &parts, m))
+                                .await
+                            {
+                                Ok(Ok(ready)) => Outcome::Ready(ready),
+                                Ok(Err(e)) => Outcome::Failed(message, e.0),
+                                Err(e) => {
+                                    Outcome::Failed(message, format!("the worker crashed: {e}"))
+                                }
+                            }
+                        }
+                    };
+                    drop(permit);
+                    let _ = tx.send(outcome).await;
+                });
+            }
+            while let Some(done) = tasks.try_join_next() {
+                done.map_err(|e| Error::task("an ingest worker", e))?;
+            }
+            if idle {
+                if matches!(mode, Mode::Once)
+                    && tasks.is_empty()
+                    && outstanding.load(Ordering::SeqCst) == 0
+                {
+                    break;
+                }
+                tokio::time::sleep(poll).await;
+            }
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.map_err(|e| Error::task("an ingest worker", e))?;
+        }
+        Ok(())
+    }
+}
+
+/// A worker's job: hash, parse, cast, write data files (uncommitted).
+fn process(
+    rt: &tokio::runtime::Handle,
+    parts: &TableParts,
+    message: Message,
+) -> std::result::Result<ReadyFile, FileError> {
+    let hash = hash_file(&message.path)?;
+    let key = message.key();
+    let now = chrono::Utc::now().timestamp_micros();
+    let table_schema = parts.schema.table_schema();
+    let mut writer = RecordBatchWriter::for_table(&parts.handle)
+        .map_err(|e| FileError(format!("opening the table writer: {e}")))?
+        .with_writer_properties(table::writer_properties());
+    let mut adds: Vec<Add> = Vec::new();
+    let mut rows = 0usize;
+    let mut pending = 0usize;
+    let result = parse::read_file(&message.path, &message.name, &parts.schema, &mut |batch| {
+        let n = batch.num_rows();
+        if n == 0 {
+            return Ok(());
+        }
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        columns.push(Arc::new(StringArray::from(vec![key.as_str(); n])));
+        columns.push(Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC")));
+        let full = RecordBatch::try_new(table_schema.clone(), columns)
+            .map_err(|e| FileError(format!("building rows: {e}")))?;
+        rt.block_on(writer.write(full))
+            .map_err(|e| FileError(format!("writing data files: {e}")))?;
+        rows += n;
+        pending += n;
+        if pending >= ROWS_PER_DATA_FILE {
+            adds.extend(
+                rt.block_on(writer.flush())
+                    .map_err(|e| FileError(format!("writing data files: {e}")))?,
+            );
+            pending = 0;
+        }
+        Ok(())
+    });
+    let flushed = rt.block_on(writer.flush());
+    if let Ok(files) = &flushed {
+        adds.extend(files.iter().cloned());
+    }
+    let violations = match (result, flushed) {
+        (Ok(v), Ok(_)) => v,
+        (failed, flushed) => {
+            rt.block_on(append::remove_files(&parts.handle, &adds));
+            return Err(match (failed, flushed) {
+                (Err(e), _) => e,
+                (_, Err(e)) => FileError(format!("writing data files: {e}")),
+                _ => FileError("internal: unexpected worker state".into()),
+            });
+        }
+    };
+    let reject_adds = match (&parts.rejects, violations.is_empty()) {
+        (Some(rejects), false) => write_rejects(rt, rejects, &key, &violations, now)?,
+        _ => Vec::new(),
+    };
+    let bytes = adds.iter().map(|a| a.size.max(0) as u64).sum();
+    Ok(ReadyFile {
+        message,
+        hash,
+        rows: rows as u64,
+        adds,
+        reject_adds,
+        rejected: violations.len() as u64,
+        bytes,
+    })
+}
+
+fn write_rejects(
+    rt: &tokio::runtime::Handle,
+    rejects: &DeltaTable,
+    key: &str,
+    violations: &[RowViolation],
+    now: i64,
+) -> std::result::Result<Vec<Add>, FileError> {
+    let n = violations.len();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from(vec![key; n])),
+        Arc::new(Int64Array::from(violations.iter().map(|v| v.line as i64).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(
+            violations.iter().map(|v| v.reason.as_str()).collect::<Vec<_>>(),
+        )),
+        Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC")),
+    ];
+    let batch = RecordBatch::try_new(rejects_schema(), columns)
+        .map_err(|e| FileError(format!("building rejects: {e}")))?;
+    rt.block_on(append::write_files(rejects, "rejects", &[batch]))
+        .map_err(|e| FileError(format!("writing rejects: {e}")))
+}
+
+fn hash_file(path: &Path) -> std::result::Result<String, FileError> {
+    let mut hasher = blake3::Hasher::new();
+    hasher
+        .update_reader(
+            std::fs::File::open(path).map_err(|e| FileError(format!("cannot open: {e}")))?,
+        )
+        .map_err(|e| FileError(format!("cannot read: {e}")))?;
+    Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// `sluice ingest status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct IngestStatus {
+    /// Queue depth.
+    pub queue: QueueDepth,
+    /// Per table: files ingested, rows, duplicates, dead.
+    pub tables: BTreeMap<String, TableStatus>,
+    /// Dead letters: table, file, reason.
+    pub dead_letters: Vec<(String, String, String)>,
+}
+
+/// One table in [`IngestStatus`].
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TableStatus {
+    /// Files whose rows landed.
+    pub files: u64,
+    /// Rows that landed (from the ledger).
+    pub rows: u64,
+    /// Duplicate deliveries recorded.
+    pub duplicates: u64,
+    /// Dead letters recorded.
+    pub dead: u64,
+    /// The table's version.
+    pub version: u64,
+    /// When its last commit was made (RFC 3339).
+    pub last_commit: Option<String>,
+}
+
+impl Ingestor {
+    /// The queue and every table's state.
+    pub async fn status(&self) -> Result<IngestStatus> {
+        let rows = ledger::read(&self.config.lake).await?;
+        let totals = ledger::totals(&rows);
+        let mut tables = BTreeMap::new();
+        for name in self.tables.keys() {
+            let handle = table::open_dir(&table_dir(&self.config.lake, name), name).await?;
+            let (files, rows, duplicates, dead) = totals.get(name).copied().unwrap_or_default();
+            let version = handle.version().unwrap_or_default();
+            let infos: Vec<deltalake::kernel::CommitInfo> =
+                handle.history(Some(1)).try_collect().await.map_err(|e| Error::delta(name, e))?;
+            let last_commit = infos
+                .first()
+                .and_then(|c| c.timestamp)
+                .and_then(chrono::DateTime::from_timestamp_millis)
+                .map(|t| t.to_rfc3339());
+            tables.insert(
+                name.clone(),
+                TableStatus { files, rows, duplicates, dead, version, last_commit },
+            );
+        }
+        Ok(IngestStatus {
+            queue: self.queue.depth(),
+            tables,
+            dead_letters: self.queue.dead_letters(),
+        })
+    }
+}

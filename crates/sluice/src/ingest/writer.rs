@@ -1,0 +1,283 @@
+//! The single writer: files parsed (and already written as Parquet data
+//! files) by the workers become visible in one Delta commit per flush, with
+//! their keys in the same commit.
+//!
+//! A flush of table T:
+//!
+//! 1. bring T's [`Committed`] set up to T's head (other ingest processes
+//!    may have committed);
+//! 2. drop every file whose key — or, with `dedup_content`, whose content
+//!    hash — T already holds, or that repeats another file of the flush:
+//!    its data files are deleted, its message acknowledged;
+//! 3. commit the remaining files' data files as exactly T's next version,
+//!    with their keys, hashes and row counts in the commit metadata; if
+//!    another writer took that version, go back to 1;
+//! 4. write the ledger rows, acknowledge the messages.
+//!
+//! A crash before 3 leaves uncommitted data files (`vacuum --full` removes
+//! them) and claimed messages that are delivered again; a crash after 3
+//! leaves messages whose keys T holds, acknowledged without a second write
+//! when they come back. So every file's rows land exactly once.
+//!
+//! Rejected rows (`on_row_error: reject`) go to `<table>_rejects` by the
+//! same protocol, before the table's own commit.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use deltalake::DeltaTable;
+use deltalake::kernel::Add;
+
+use super::ledger::{self, Committed, CommittedFile, INGEST_KEY, LedgerRow};
+use super::queue::{LocalQueue, Message};
+use crate::error::Result;
+use crate::lake::append::{self, CommitSpec};
+use crate::lake::table;
+
+/// A file ready to commit: its data files are written, not committed.
+#[derive(Debug)]
+pub struct ReadyFile {
+    /// The delivery.
+    pub message: Message,
+    /// BLAKE3 of its bytes.
+    pub hash: String,
+    /// Rows written.
+    pub rows: u64,
+    /// Uncommitted data files of the table.
+    pub adds: Vec<Add>,
+    /// Uncommitted data files of the rejects table.
+    pub reject_adds: Vec<Add>,
+    /// Rows rejected.
+    pub rejected: u64,
+    /// Bytes of its data files.
+    pub bytes: u64,
+}
+
+/// One table the writer commits to.
+pub struct Target {
+    /// Table name.
+    pub name: String,
+    /// Its folder.
+    pub dir: PathBuf,
+    /// Partition columns.
+    pub partitions: Vec<String>,
+    /// Files it holds.
+    pub committed: Committed,
+}
+
+impl Target {
+    /// Open the table and what it holds.
+    pub async fn open(
+        lake: &std::path::Path,
+        name: &str,
+        dir: PathBuf,
+        partitions: Vec<String>,
+    ) -> Result<Target> {
+        let handle = table::open_dir(&dir, name).await?;
+        let committed = Committed::load(lake, &handle, name).await?;
+        Ok(Target { name: name.to_owned(), dir, partitions, committed })
+    }
+
+    async fn handle(&self) -> Result<DeltaTable> {
+        table::open_dir(&self.dir, &self.name).await
+    }
+
+    /// Commit these files' data files (one per entry of `files`, with their
+    /// adds) unless the table holds them. Returns, per file, the version its
+    /// rows landed in, or the key of what it duplicates.
+    pub async fn commit(
+        &mut self,
+        files: &[(CommittedFile, &[Add])],
+        dedup_content: bool,
+    ) -> Result<Vec<std::result::Result<u64, String>>> {
+        loop {
+            let mut handle = self.handle().await?;
+            let from = self.committed.version + 1;
+            self.committed.catch_up(&handle, &self.name, from).await?;
+            let mut outcome: Vec<std::result::Result<u64, String>> =
+                Vec::with_capacity(files.len());
+            let mut keys: BTreeSet<&str> = BTreeSet::new();
+            let mut hashes: BTreeMap<&str, &str> = BTreeMap::new();
+            let mut adds: Vec<Add> = Vec::new();
+            let mut metadata = Vec::new();
+            for (file, file_adds) in files {
+                let duplicate = if self.committed.keys.contains(&file.key)
+                    || keys.contains(file.key.as_str())
+                {
+                    Some(file.key.clone())
+                } else if dedup_content {
+                    self.committed
+                        .hashes
+                        .get(&file.hash)
+                        .cloned()
+                        .or_else(|| hashes.get(file.hash.as_str()).map(|k| (*k).to_owned()))
+                } else {
+                    None
+                };
+                match duplicate {
+                    Some(of) => outcome.push(Err(of)),
+                    None => {
+                        keys.insert(&file.key);
+                        hashes.insert(&file.hash, &file.key);
+                        adds.extend(file_adds.iter().cloned());
+                        metadata.push(file.clone());
+                        outcome.push(Ok(0));
+                    }
+                }
+            }
+            if metadata.is_empty() {
+                return Ok(outcome);
+            }
+            let spec = CommitSpec {
+                metadata: vec![(
+                    INGEST_KEY.to_owned(),
+                    serde_json::to_value(&metadata)
+                        .map_err(|e| crate::error::Error::json("ingest metadata", e))?,
+                )],
+                token: Some(crate::host::unique_id()),
+                txn: None,
+            };
+            if let Some(version) =
+                append::try_commit_next(&mut handle, &self.name, &self.partitions, &adds, &spec)
+                    .await?
+            {
+                for file in &metadata {
+                    self.committed.keys.insert(file.key.clone());
+                    self.committed
+                        .hashes
+                        .entry(file.hash.clone())
+                        .or_insert_with(|| file.key.clone());
+                }
+                self.committed.version = version;
+                for o in outcome.iter_mut().filter(|o| o.is_ok()) {
+                    *o = Ok(version);
+                }
+                return Ok(outcome);
+            }
+            tracing::debug!(table = %self.name, "another writer took the version; checking again");
+        }
+    }
+
+    /// Delete data files that will never be committed.
+    pub async fn discard(&self, adds: &[Add]) -> Result<()> {
+        if adds.is_empty() {
+            return Ok(());
+        }
+        let handle = self.handle().await?;
+        append::remove_files(&handle, adds).await;
+        Ok(())
+    }
+}
+
+/// What a flush did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Flushed {
+    /// Files whose rows landed.
+    pub files: u64,
+    /// Rows that landed.
+    pub rows: u64,
+    /// Files found already ingested.
+    pub duplicates: u64,
+    /// Commit latency, seconds.
+    pub seconds: f64,
+}
+
+/// Flush one table's buffered files (see the module doc).
+pub async fn flush(
+    lake: &std::path::Path,
+    queue: &LocalQueue,
+    target: &mut Target,
+    rejects: Option<&mut Target>,
+    files: Vec<ReadyFile>,
+    dedup_content: bool,
+) -> Result<Flushed> {
+    let clock = Instant::now();
+    let entries: Vec<CommittedFile> = files
+        .iter()
+        .map(|f| CommittedFile { key: f.message.key(), hash: f.hash.clone(), rows: f.rows })
+        .collect();
+    if let Some(rejects) = rejects {
+        let with_rejects: Vec<(CommittedFile, &[Add])> = files
+            .iter()
+            .zip(&entries)
+            .filter(|(f, _)| !f.reject_adds.is_empty())
+            .map(|(f, e)| {
+                (CommittedFile { rows: f.rejected, ..e.clone() }, f.reject_adds.as_slice())
+            })
+            .collect();
+        if !with_rejects.is_empty() {
+            let outcome = rejects.commit(&with_rejects, false).await?;
+            for ((_, adds), o) in with_rejects.iter().zip(outcome) {
+                if o.is_err() {
+                    rejects.discard(adds).await?;
+                }
+            }
+        }
+    }
+    let batch: Vec<(CommittedFile, &[Add])> =
+        files.iter().zip(&entries).map(|(f, e)| (e.clone(), f.adds.as_slice())).collect();
+    let outcome = target.commit(&batch, dedup_content).await?;
+    let mut out = Flushed::default();
+    let mut ledger_rows = Vec::new();
+    let now = chrono::Utc::now().timestamp_micros();
+    for (file, result) in files.iter().zip(outcome) {
+        let (status, version, error) = match result {
+            Ok(version) => {
+                out.files += 1;
+                out.rows += file.rows;
+                ("ok", Some(version), None)
+            }
+            Err(of) => {
+                out.duplicates += 1;
+                target.discard(&file.adds).await?;
+                if of == file.message.key() {
+                    continue; // a redelivery: the file already has its ledger row
+                }
+                ("duplicate", None, Some(format!("same content as {of}")))
+            }
+        };
+        ledger_rows.push(LedgerRow {
+            table: target.name.clone(),
+            file_key: file.message.key(),
+            content_hash: file.hash.clone(),
+            rows: if status == "ok" { file.rows as i64 } else { 0 },
+            rejected: file.rejected as i64,
+            status: status.into(),
+            attempts: i64::from(file.message.attempt),
+            error,
+            table_version: version,
+            at: now,
+        });
+    }
+    ledger::append_rows(lake, &ledger_rows).await?;
+    for file in &files {
+        queue.ack(&file.message)?;
+    }
+    out.seconds = clock.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// Ledger rows for table commits the ledger lacks (a crash came between a
+/// commit and its ledger rows).
+pub async fn repair_ledger(lake: &std::path::Path, target: &mut Target) -> Result<usize> {
+    let missing = std::mem::take(&mut target.committed.unrecorded);
+    let now = chrono::Utc::now().timestamp_micros();
+    let rows: Vec<LedgerRow> = missing
+        .iter()
+        .map(|(f, version)| LedgerRow {
+            table: target.name.clone(),
+            file_key: f.key.clone(),
+            content_hash: f.hash.clone(),
+            rows: f.rows as i64,
+            rejected: 0,
+            status: "ok".into(),
+            attempts: 0,
+            error: Some("recorded on startup from the table's commit".into()),
+            table_version: Some(*version),
+            at: now,
+        })
+        .collect();
+    ledger::append_rows(lake, &rows).await?;
+    Ok(rows.len())
+}

@@ -1,0 +1,254 @@
+//! Whole-lake integrity checks for `sluice doctor`, and the repairs that are
+//! safe.
+//!
+//! | check | how | `--repair` |
+//! |---|---|---|
+//! | data files the log references but storage lacks | Delta's file-system check, dry run | drop the references (the rows were already unreadable; named in the report) |
+//! | data files no retained log entry references | table folder vs. every add of the retained log | none: `sluice vacuum --full` removes them once past the retention (a writer may still be about to commit them) |
+//! | edges naming an artifact the index lacks | anti-join at one consistent point | none: the edge is evidence; the artifact may come back by restore |
+//! | index rows without content | anti-join per type | none: the content is gone; reported by type |
+//! | content rows without an index row | anti-join per type | add the index rows, derived from the content (de-duplicated append) |
+//!
+//! Nothing a reader could still need is deleted: repairs only add rows or
+//! drop references to files that no longer exist.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use deltalake::arrow::compute::cast;
+use deltalake::arrow::record_batch::RecordBatch;
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::lake::append::Append;
+use crate::lake::layout::{self, TableKind, TableSpec};
+use crate::lake::{Lake, WriterLock, key_filter, table};
+use crate::query::OutputFormat;
+
+/// What the integrity checks found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IntegrityReport {
+    /// Per table: data files its log references that storage lacks.
+    pub missing_files: BTreeMap<String, Vec<String>>,
+    /// Per table: data files no retained log entry references.
+    pub unreferenced_files: BTreeMap<String, Vec<String>>,
+    /// Execution edges whose artifact the index lacks.
+    pub dangling_execution_edges: u64,
+    /// Artifact edges whose source or target the index lacks.
+    pub dangling_artifact_edges: u64,
+    /// Per content table: index rows whose content row is missing.
+    pub index_without_content: BTreeMap<String, u64>,
+    /// Per content table: content rows without an index row.
+    pub content_without_index: BTreeMap<String, u64>,
+}
+
+impl IntegrityReport {
+    /// Whether every check passed.
+    pub fn is_clean(&self) -> bool {
+        self.missing_files.values().all(Vec::is_empty)
+            && self.unreferenced_files.values().all(Vec::is_empty)
+            && self.dangling_execution_edges == 0
+            && self.dangling_artifact_edges == 0
+            && self.index_without_content.values().all(|n| *n == 0)
+            && self.content_without_index.values().all(|n| *n == 0)
+    }
+}
+
+/// What [`repair`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct IntegrityRepair {
+    /// Per table: references to missing files dropped.
+    pub references_dropped: BTreeMap<String, Vec<String>>,
+    /// Per content table: index rows added for content without one.
+    pub index_rows_added: BTreeMap<String, u64>,
+}
+
+/// Run every check (reads only).
+pub async fn check(lake: &Lake) -> Result<IntegrityReport> {
+    let mut report = IntegrityReport::default();
+    for spec in super::select_tables(lake, None)? {
+        let handle = table::open(lake.root(), &spec).await?;
+        let missing = missing_files(handle.clone(), &spec, true).await?;
+        if !missing.is_empty() {
+            report.missing_files.insert(spec.name.clone(), missing);
+        }
+        let unreferenced = unreferenced_files(lake.root(), &handle, &spec).await?;
+        if !unreferenced.is_empty() {
+            report.unreferenced_files.insert(spec.name.clone(), unreferenced);
+        }
+    }
+    if !report.missing_files.is_empty() {
+        // The SQL checks below would fail on the missing files.
+        return Ok(report);
+    }
+    report.dangling_execution_edges = count(
+        lake,
+        "SELECT count(*) FROM execution_edges e WHERE NOT EXISTS \
+         (SELECT 1 FROM \"index\" i WHERE i.artifact_id = e.artifact_id)",
+    )
+    .await?;
+    report.dangling_artifact_edges = count(
+        lake,
+        "SELECT count(*) FROM artifact_edges e WHERE \
+         NOT EXISTS (SELECT 1 FROM \"index\" i WHERE i.artifact_id = e.source_artifact_id) \
+         OR NOT EXISTS (SELECT 1 FROM \"index\" i WHERE i.artifact_id = e.target_artifact_id)",
+    )
+    .await?;
+    for (spec, key) in content_tables(lake) {
+        let orphans = count(
+            lake,
+            &format!(
+                "SELECT count(*) FROM \"index\" i WHERE i.artifact_type = '{key}' AND NOT EXISTS \
+                 (SELECT 1 FROM \"{t}\" c WHERE c.artifact_id = i.artifact_id)",
+                t = spec.name
+            ),
+        )
+        .await?;
+        let unindexed = count(lake, &unindexed_sql(&spec, &key, "count(*)")).await?;
+        report.index_without_content.insert(spec.name.clone(), orphans);
+        report.content_without_index.insert(spec.name.clone(), unindexed);
+    }
+    Ok(report)
+}
+
+/// Repair what can be repaired safely (see the module doc). Holds the
+/// writer lock.
+pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
+    let _lock = WriterLock::wait(lake.root()).await?;
+    let mut out = IntegrityRepair::default();
+    for spec in super::select_tables(lake, None)? {
+        let handle = table::open(lake.root(), &spec).await?;
+        let dropped = missing_files(handle, &spec, false).await?;
+        if !dropped.is_empty() {
+            tracing::warn!(table = %spec.name, files = dropped.len(), "dropped references to missing data files");
+            out.references_dropped.insert(spec.name.clone(), dropped);
+        }
+    }
+    let index = layout::index_table();
+    for (spec, key) in content_tables(lake) {
+        let columns =
+            format!("c.artifact_id, '{key}' AS artifact_type, c.origin_step_number, c.metadata");
+        let result = lake.sql(unindexed_sql(&spec, &key, &columns)).execute().await?;
+        let rows: usize = result.batches.iter().map(RecordBatch::num_rows).sum();
+        if rows == 0 {
+            continue;
+        }
+        let handle = table::open(lake.root(), &index).await?;
+        let schema = table::arrow_schema(&handle, &index)?;
+        let mut batches = Vec::new();
+        for batch in &result.batches {
+            let columns = schema
+                .fields()
+                .iter()
+                .zip(batch.columns())
+                .map(|(field, column)| cast(column, field.data_type()))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(|e| Error::arrow("casting derived index rows", e))?;
+            batches.push(
+                RecordBatch::try_new(schema.clone(), columns)
+                    .map_err(|e| Error::arrow("building derived index rows", e))?,
+            );
+        }
+        let appended = Append::new(lake.root(), &index, batches).execute().await?;
+        out.index_rows_added.insert(spec.name.clone(), appended.rows_added);
+    }
+    Ok(out)
+}
+
+fn content_tables(lake: &Lake) -> Vec<(TableSpec, String)> {
+    lake.table_specs()
+        .into_iter()
+        .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))
+        .filter_map(|s| match &s.kind {
+            TableKind::Content(key) => {
+                let key = key.clone();
+                Some((s, key))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn unindexed_sql(spec: &TableSpec, key: &str, columns: &str) -> String {
+    format!(
+        "SELECT {columns} FROM \"{t}\" c WHERE NOT EXISTS \
+         (SELECT 1 FROM \"index\" i WHERE i.artifact_id = c.artifact_id AND i.artifact_type = '{key}')",
+        t = spec.name
+    )
+}
+
+async fn count(lake: &Lake, sql: &str) -> Result<u64> {
+    let result = lake.sql(sql).execute().await?;
+    let text = crate::query::format::render(&result.batches, OutputFormat::Csv)?;
+    text.lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or_else(|| Error::Internal(format!("a count query returned {text:?}")))
+}
+
+/// Delta's file-system check: active files storage lacks (dry run), or drop
+/// their references (`dry_run = false`).
+async fn missing_files(
+    handle: deltalake::DeltaTable,
+    spec: &TableSpec,
+    dry_run: bool,
+) -> Result<Vec<String>> {
+    let (_, metrics) = handle
+        .filesystem_check()
+        .with_dry_run(dry_run)
+        .await
+        .map_err(|e| Error::delta(&spec.name, e))?;
+    Ok(metrics.files_removed)
+}
+
+/// Parquet files in the table's folder that neither the current version nor
+/// any commit the log still holds references.
+async fn unreferenced_files(
+    root: &Path,
+    handle: &deltalake::DeltaTable,
+    spec: &TableSpec,
+) -> Result<Vec<String>> {
+    let dir = table::table_dir(root, spec);
+    let mut known: BTreeSet<String> = table::active_files(handle, spec)?.into_iter().collect();
+    let head = handle.version().unwrap_or_default();
+    for version in 0..=head {
+        let Ok(actions) = table::commit_actions(handle, &spec.name, version).await else {
+            continue; // cleaned up after a checkpoint
+        };
+        known.extend(key_filter::added_files(&actions));
+        for action in actions {
+            if let deltalake::kernel::Action::Remove(r) = action {
+                known.insert(r.path);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk_parquet(&dir, &dir, &mut |relative| {
+        if !known.contains(&relative) {
+            out.push(relative);
+        }
+    })?;
+    out.sort();
+    Ok(out)
+}
+
+fn walk_parquet(base: &Path, dir: &Path, found: &mut impl FnMut(String)) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('_') || name.starts_with('.') {
+            continue; // _delta_log, sluice's key filters, temporary files
+        }
+        let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
+        if kind.is_dir() {
+            walk_parquet(base, &path, found)?;
+        } else if name.ends_with(".parquet")
+            && let Ok(relative) = path.strip_prefix(base)
+        {
+            found(relative.to_string_lossy().replace('\\', "/"));
+        }
+    }
+    Ok(())
+}
