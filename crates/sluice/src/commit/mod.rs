@@ -247,6 +247,10 @@ impl<'a> CommitBuilder<'a> {
         let mut report = CommitReport::default();
         recovery::recover(&ctx, &existing, self.stale_after, &mut report).await?;
         self.commit_sealed(&ctx, &mut report).await?;
+        // Best effort: a journal left fragmented only costs speed.
+        if let Err(e) = journal::compact_if_fragmented(self.lake.root()).await {
+            tracing::warn!(error = %e, "could not compact the commit journal");
+        }
         report.duration = started.elapsed();
         Ok(report)
     }

@@ -253,6 +253,35 @@ fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<JournalEntr
     })
 }
 
+/// Active data files above which [`compact_if_fragmented`] rewrites the
+/// journal. Every journal row is its own append (one small file), and every
+/// decision reads the whole journal: without compaction a commit's cost
+/// would grow with the number of sequences the lake has seen.
+pub const MAX_JOURNAL_FILES: usize = 64;
+
+/// Bin-pack the journal's files into one when it has more than
+/// [`MAX_JOURNAL_FILES`]. Rows and their `position` are unchanged, older
+/// journal versions stay readable (until vacuum), and an append racing the
+/// compaction loses its version and re-reads, as with any other writer.
+pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
+    use deltalake::operations::optimize::OptimizeType;
+    let spec = layout::commits_table();
+    if !table::is_table(&table::table_dir(root, &spec)) {
+        return Ok(false);
+    }
+    let handle = table::open(root, &spec).await?;
+    if table::active_files(&handle, &spec)?.len() <= MAX_JOURNAL_FILES {
+        return Ok(false);
+    }
+    handle
+        .optimize()
+        .with_type(OptimizeType::Compact)
+        .with_writer_properties(table::writer_properties())
+        .await
+        .map_err(|e| Error::delta(&spec.name, e))?;
+    Ok(true)
+}
+
 /// Append one row, computed from the journal as of the version it will be
 /// committed on top of. `make` returns `None` when there is nothing to add
 /// (e.g. another process recorded the same completion). The row lands as
