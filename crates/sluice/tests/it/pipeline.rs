@@ -157,3 +157,42 @@ async fn snapshot_reads_keep_the_snapshot_a_worker_started_with() {
     assert!(worker.get(after[0].id).await.is_err(), "the worker keeps its snapshot");
     assert_eq!(worker.get(before[1].id).await.unwrap(), before[1]);
 }
+
+/// Active data files of `data` in step 1's partition.
+async fn step_one_data_files(lake: &sluice::Lake) -> usize {
+    let spec = lake.table_spec("data").unwrap();
+    let handle = sluice::lake::table::open(lake.root(), &spec).await.unwrap();
+    sluice::lake::table::active_files(&handle, &spec)
+        .unwrap()
+        .iter()
+        .filter(|f| f.starts_with("origin_step_number=1/"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_step_partition_with_many_small_files_is_compacted_after_the_step() {
+    for auto in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("sluice.toml"),
+            format!("[maintenance]\nauto = {auto}\nsmall_files = 2\n"),
+        )
+        .unwrap();
+        let (lake, _) = sluice::Lake::init(dir.path()).await.unwrap();
+        let ops = Operations::linked().unwrap();
+        for seed in 0..3 {
+            let text = format!(
+                "name = \"g\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\nparams = {{ tables = 2, rows = 3, seed = {seed} }}\n"
+            );
+            lake.run(pipeline(&text, &lake), ops.clone()).with_workers(1).execute().await.unwrap();
+        }
+        let files = step_one_data_files(&lake).await;
+        if auto {
+            assert_eq!(files, 1, "the third run left 3 files; the step compacted them");
+        } else {
+            assert_eq!(files, 3, "switched off: nothing compacted");
+        }
+        let n = lake.list("data", &sluice::store::ListFilter::default()).await.unwrap().len();
+        assert_eq!(n, 6, "every artifact kept");
+    }
+}
