@@ -513,6 +513,14 @@ pub enum IngestCommand {
         #[arg(long)]
         json: bool,
     },
+    /// A worked example: writes a lakehouse config, a trips schema and a few
+    /// files of taxi-style trips (one of them bad), ingests them and queries
+    /// the result.
+    Demo {
+        /// Where to put it.
+        #[arg(default_value = "sluice-ingest-demo")]
+        dir: PathBuf,
+    },
     /// Put dead-lettered files back into the landing zone.
     Retry {
         /// The lakehouse config (TOML).

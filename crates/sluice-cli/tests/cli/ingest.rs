@@ -130,3 +130,48 @@ fn ingestion_killed_at_random_moments_lands_every_row_exactly_once() {
     assert_eq!(status["queue"]["in_flight"], 0, "{status}");
     assert_eq!(status["tables"]["trips"]["rows"], files * rows_per_file);
 }
+
+#[test]
+fn the_demo_ingests_its_files_and_its_totals_match_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().join("d");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["ingest", "demo"])
+        .arg(&demo)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("ingested 5 files, 5000 rows") && text.contains("1 dead-lettered"),
+        "{text}"
+    );
+    assert!(text.contains("`twelve` is not a valid"), "the bad file's reason is shown: {text}");
+    // Revenue per zone computed from the archived CSV files, in cents.
+    let mut expected: std::collections::BTreeMap<String, u64> = Default::default();
+    for entry in std::fs::read_dir(demo.join("landing/.sluice/done/trips")).unwrap() {
+        let content = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        for line in content.lines().skip(1) {
+            let cells: Vec<&str> = line.split(',').collect();
+            let (units, cents) = cells[4].split_once('.').unwrap();
+            *expected.entry(cells[2].to_owned()).or_default() +=
+                units.parse::<u64>().unwrap() * 100 + cents.parse::<u64>().unwrap();
+        }
+    }
+    let lake = crate::Lake::at(demo.join("lake"));
+    let got = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT zone, CAST(sum(fare) * 100 AS BIGINT) FROM trips GROUP BY zone ORDER BY zone",
+    ]);
+    let got: Vec<(String, u64)> = got
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (z, c) = l.split_once(',').unwrap();
+            (z.to_owned(), c.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(got, expected.into_iter().collect::<Vec<_>>());
+}
