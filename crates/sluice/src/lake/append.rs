@@ -336,6 +336,28 @@ pub(crate) async fn try_commit_next(
     adds: &[Add],
     commit: &CommitSpec,
 ) -> Result<Option<u64>> {
+    let operation = DeltaOperation::Write {
+        mode: SaveMode::Append,
+        partition_by: (!partition_columns.is_empty()).then(|| partition_columns.to_vec()),
+        predicate: None,
+    };
+    let actions = adds.iter().cloned().map(Action::Add).collect();
+    try_commit_actions_next(table, name, actions, operation, commit, adds).await
+}
+
+/// Commit `actions` as exactly `table.version() + 1` (see
+/// [`try_commit_next`]); `written` are the data files to remove if the
+/// commit fails for another reason than a lost version. Because nothing
+/// else can be committed between the version the actions were computed
+/// from and theirs, even removes (a rewrite) never race another writer.
+pub(crate) async fn try_commit_actions_next(
+    table: &mut DeltaTable,
+    name: &str,
+    actions: Vec<Action>,
+    operation: DeltaOperation,
+    commit: &CommitSpec,
+    written: &[Add],
+) -> Result<Option<u64>> {
     let mut properties = CommitProperties::default().with_max_retries(0);
     if let Some((app, version)) = &commit.txn {
         properties =
@@ -347,12 +369,6 @@ pub(crate) async fn try_commit_next(
     }
     properties = properties.with_metadata(metadata);
     let snapshot = table.snapshot().map_err(|e| Error::delta(name, e))?;
-    let operation = DeltaOperation::Write {
-        mode: SaveMode::Append,
-        partition_by: (!partition_columns.is_empty()).then(|| partition_columns.to_vec()),
-        predicate: None,
-    };
-    let actions = adds.iter().cloned().map(Action::Add).collect();
     let committed = CommitBuilder::from(properties)
         .with_actions(actions)
         .build(Some(snapshot), table.log_store(), operation)
@@ -365,7 +381,7 @@ pub(crate) async fn try_commit_next(
         }
         Err(e) if lost_the_version(&e) => Ok(None),
         Err(e) => {
-            remove_files(table, adds).await;
+            remove_files(table, written).await;
             Err(Error::delta(name, e))
         }
     }

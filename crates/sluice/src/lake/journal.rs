@@ -259,27 +259,61 @@ fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<JournalEntr
 /// would grow with the number of sequences the lake has seen.
 pub const MAX_JOURNAL_FILES: usize = 64;
 
-/// Bin-pack the journal's files into one when it has more than
+/// Rewrite the journal's rows into one file when it has more than
 /// [`MAX_JOURNAL_FILES`]. Rows and their `position` are unchanged, older
-/// journal versions stay readable (until vacuum), and an append racing the
-/// compaction loses its version and re-reads, as with any other writer.
+/// journal versions stay readable (until vacuum). The rewrite is committed
+/// as exactly the version after the one it read (like every journal row),
+/// so it can never race an append or another rewrite: if anyone committed
+/// first, it gives up and the next commit tries again. (Delta's OPTIMIZE
+/// retries on top of concurrent commits, and two of them racing were seen
+/// to keep both rewritten copies.)
 pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
-    use deltalake::operations::optimize::OptimizeType;
+    use deltalake::kernel::{Action, Remove};
     let spec = layout::commits_table();
     if !table::is_table(&table::table_dir(root, &spec)) {
         return Ok(false);
     }
-    let handle = table::open(root, &spec).await?;
-    if table::active_files(&handle, &spec)?.len() <= MAX_JOURNAL_FILES {
+    let mut handle = table::open(root, &spec).await?;
+    let files = table::active_files(&handle, &spec)?;
+    if files.len() <= MAX_JOURNAL_FILES {
         return Ok(false);
     }
-    handle
-        .optimize()
-        .with_type(OptimizeType::Compact)
-        .with_writer_properties(table::writer_properties())
-        .await
-        .map_err(|e| Error::delta(&spec.name, e))?;
-    Ok(true)
+    let journal = read_table(&handle, &spec).await?;
+    let schema = table::arrow_schema(&handle, &spec)?;
+    let rows =
+        journal.entries.iter().map(|e| row_batch(e, &schema, &spec)).collect::<Result<Vec<_>>>()?;
+    let batch = deltalake::arrow::compute::concat_batches(&schema, &rows)
+        .map_err(|e| Error::arrow("rewriting the journal", e))?;
+    let mut adds = append::write_files(&handle, &spec.name, &[batch]).await?;
+    let now = chrono::Utc::now().timestamp_millis();
+    for add in &mut adds {
+        add.data_change = false;
+    }
+    let mut actions: Vec<Action> = adds.iter().cloned().map(Action::Add).collect();
+    actions.extend(files.into_iter().map(|path| {
+        Action::Remove(Remove {
+            path,
+            data_change: false,
+            deletion_timestamp: Some(now),
+            ..Remove::default()
+        })
+    }));
+    let operation =
+        deltalake::protocol::DeltaOperation::Optimize { predicate: None, target_size: 0 };
+    let spec_commit = append::CommitSpec::default();
+    let committed = append::try_commit_actions_next(
+        &mut handle,
+        &spec.name,
+        actions,
+        operation,
+        &spec_commit,
+        &adds,
+    )
+    .await?;
+    if committed.is_none() {
+        append::remove_files(&handle, &adds).await;
+    }
+    Ok(committed.is_some())
 }
 
 /// Append one row, computed from the journal as of the version it will be
