@@ -47,15 +47,7 @@ pub async fn stage_worker(
 }
 
 /// Stage a workload with `workers` processes; returns seconds.
-pub(super) async fn stage_for(
-    root: &Path,
-    workload: &Workload,
-    workers: u64,
-) -> anyhow::Result<f64> {
-    stage(root, workload, workers).await
-}
-
-async fn stage(root: &Path, workload: &Workload, workers: u64) -> anyhow::Result<f64> {
+pub(super) async fn stage(root: &Path, workload: &Workload, workers: u64) -> anyhow::Result<f64> {
     let exe = std::env::current_exe().context("locating the sluice binary")?;
     let workers = workers.max(1);
     let per = workload.executions.div_ceil(workers);
@@ -93,13 +85,12 @@ async fn stage(root: &Path, workload: &Workload, workers: u64) -> anyhow::Result
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// Add `n` unique metric artifacts to the lake, in commits of 100k, spread
-/// over 10 steps (not timed as part of the figures).
-async fn fill(lake: &Lake, n: u64, seed: u64) -> anyhow::Result<()> {
-    const CHUNK: u64 = 100_000;
+/// Add `n` unique metric artifacts to the lake, in commits of `per_commit`,
+/// spread over 10 steps (not timed as part of the figures).
+pub(super) async fn fill(lake: &Lake, n: u64, per_commit: u64, seed: u64) -> anyhow::Result<()> {
     let mut done = 0;
     while done < n {
-        let end = (done + CHUNK).min(n);
+        let end = (done + per_commit.max(1)).min(n);
         let artifacts = (done..end)
             .map(|i| {
                 sluice::Draft::metric(serde_json::json!({"fill": i, "seed": seed}))?
@@ -154,7 +145,7 @@ pub async fn run(root: &Path, command: BenchCommand) -> anyhow::Result<()> {
             for (round, seed) in [(0, workload.seed), (1, workload.seed.wrapping_add(1_000_003))] {
                 if round == 1 && existing > 0 {
                     let started = Instant::now();
-                    fill(&lake, existing, seed).await?;
+                    fill(&lake, existing, 100_000, seed).await?;
                     lines.push(format!(
                         "filled the lake with {existing} artifacts in {:.1} s",
                         started.elapsed().as_secs_f64()

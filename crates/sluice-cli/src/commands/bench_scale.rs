@@ -238,19 +238,7 @@ pub async fn maintenance(
 ) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let started = Instant::now();
-    let mut done = 0;
-    while done < existing {
-        let end = (done + commit_size.max(1)).min(existing);
-        let artifacts = (done..end)
-            .map(|i| {
-                sluice::Draft::metric(serde_json::json!({"fill": i}))?
-                    .with_step((i % 10) as i32)
-                    .finalize(lake.registry())
-            })
-            .collect::<sluice::Result<Vec<_>>>()?;
-        lake.append_unchecked(&artifacts).await?;
-        done = end;
-    }
+    super::bench::fill(&lake, existing, commit_size, 0).await?;
     let mut lines = vec![
         format!(
             "workload: a lake of {existing} metrics written in commits of {commit_size} over 10 steps; then commit {} staged executions x {} artifacts (seeded, new content) and count step 3, before and after `sluice compact`",
@@ -277,7 +265,7 @@ pub async fn maintenance(
             ));
         }
         let w = Workload { seed, ..workload.clone() };
-        super::bench::stage_for(root, &w, workers).await?;
+        super::bench::stage(root, &w, workers).await?;
         let report = lake.commit().execute().await?;
         let commit = report.duration.as_secs_f64();
         let clock = Instant::now();

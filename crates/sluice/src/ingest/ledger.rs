@@ -21,8 +21,7 @@ use std::sync::Arc;
 use deltalake::DeltaTable;
 use deltalake::arrow::array::{Array, Int64Array, RecordBatch, StringArray};
 use deltalake::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake::kernel::{Action, StructType};
+use deltalake::kernel::Action;
 use serde::{Deserialize, Serialize};
 
 use crate::artifact::arrow_convert::build_array;
@@ -65,10 +64,10 @@ impl Committed {
     /// several ingest processes, not in version order, so no version can be
     /// assumed covered). Log entries removed after a checkpoint are covered
     /// by the ledger, written long before.
-    pub async fn load(lake: &Path, handle: &DeltaTable, table: &str) -> Result<Committed> {
-        let rows = read(lake).await?;
+    /// `ledger` is every ledger row ([`read`], once for all tables).
+    pub async fn load(ledger: &[LedgerRow], handle: &DeltaTable, table: &str) -> Result<Committed> {
         let mut out = Committed::default();
-        for row in rows.iter().filter(|r| r.table == table && r.status == "ok") {
+        for row in ledger.iter().filter(|r| r.table == table && r.status == "ok") {
             out.keys.insert(row.file_key.clone());
             out.hashes.insert(row.content_hash.clone(), row.file_key.clone());
         }
@@ -154,16 +153,7 @@ fn schema() -> SchemaRef {
 }
 
 async fn open(lake: &Path) -> Result<DeltaTable> {
-    let arrow = schema();
-    let delta: StructType =
-        arrow.as_ref().try_into_kernel().map_err(|e| Error::arrow("the ledger schema", e))?;
-    table::open_or_create_dir(
-        &ledger_dir(lake),
-        "ledger",
-        delta.fields().cloned().collect(),
-        vec![],
-    )
-    .await
+    table::open_or_create_dir(&ledger_dir(lake), "ledger", &schema(), vec![]).await
 }
 
 /// Append ledger rows (one commit).
@@ -238,16 +228,10 @@ pub async fn read(lake: &Path) -> Result<Vec<LedgerRow>> {
         };
         let (t, k, h, s) =
             (text("table")?, text("file_key")?, text("content_hash")?, text("status")?);
-        let (rows, rejected, attempts, version) = (
-            Some(int("rows")?),
-            Some(int("rejected")?),
-            Some(int("attempts")?),
-            Some(int("table_version")?),
-        );
-        let error = Some(text("error")?);
-        let opt = |a: &Option<Int64Array>, i: usize| {
-            a.as_ref().filter(|a| a.is_valid(i)).map(|a| a.value(i))
-        };
+        let (rows, rejected, attempts, version) =
+            (int("rows")?, int("rejected")?, int("attempts")?, int("table_version")?);
+        let error = text("error")?;
+        let opt = |a: &Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
         for i in 0..batch.num_rows() {
             out.push(LedgerRow {
                 table: t.value(i).to_owned(),
@@ -257,7 +241,7 @@ pub async fn read(lake: &Path) -> Result<Vec<LedgerRow>> {
                 rejected: opt(&rejected, i).unwrap_or(0),
                 status: s.value(i).to_owned(),
                 attempts: opt(&attempts, i).unwrap_or(0),
-                error: error.as_ref().filter(|e| e.is_valid(i)).map(|e| e.value(i).to_owned()),
+                error: error.is_valid(i).then(|| error.value(i).to_owned()),
                 table_version: opt(&version, i).map(|v| v.max(0) as u64),
                 at: 0,
             });

@@ -39,8 +39,7 @@ use deltalake::arrow::array::{
     ArrayRef, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use deltalake::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
-use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
-use deltalake::kernel::{Add, StructType};
+use deltalake::kernel::Add;
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use futures::TryStreamExt;
 use serde::Serialize;
@@ -124,12 +123,6 @@ pub struct Ingestor {
     tables: BTreeMap<String, TableParts>,
 }
 
-fn delta_columns(schema: &Schema) -> Result<Vec<deltalake::kernel::StructField>> {
-    let delta: StructType =
-        schema.try_into_kernel().map_err(|e| Error::arrow("a table schema", e))?;
-    Ok(delta.fields().cloned().collect())
-}
-
 fn rejects_schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
         Field::new(schema::SOURCE_FILE_COLUMN, DataType::Utf8, false),
@@ -162,13 +155,9 @@ impl Ingestor {
                 });
             }
             let dir = table_dir(&config.lake, &s.name);
-            let handle = table::open_or_create_dir(
-                &dir,
-                &s.name,
-                delta_columns(&s.table_schema())?,
-                s.partition_by.clone(),
-            )
-            .await?;
+            let handle =
+                table::open_or_create_dir(&dir, &s.name, &s.table_schema(), s.partition_by.clone())
+                    .await?;
             let rejects = match s.on_row_error {
                 schema::OnRowError::Reject => {
                     let name = rejects_name(&s.name);
@@ -176,7 +165,7 @@ impl Ingestor {
                         table::open_or_create_dir(
                             &table_dir(&config.lake, &name),
                             &name,
-                            delta_columns(&rejects_schema())?,
+                            &rejects_schema(),
                             vec![],
                         )
                         .await?,
@@ -202,19 +191,20 @@ impl Ingestor {
 
     async fn targets(&self) -> Result<(BTreeMap<String, Target>, BTreeMap<String, Target>)> {
         let lake = &self.config.lake;
+        let ledger = ledger::read(lake).await?;
         let mut targets = BTreeMap::new();
         let mut rejects = BTreeMap::new();
         for (name, parts) in &self.tables {
             let dir = table_dir(lake, name);
             targets.insert(
                 name.clone(),
-                Target::open(lake, name, dir, parts.schema.partition_by.clone()).await?,
+                Target::open(&ledger, name, dir, parts.schema.partition_by.clone()).await?,
             );
             if parts.rejects.is_some() {
                 let r = rejects_name(name);
                 rejects.insert(
                     name.clone(),
-                    Target::open(lake, &r, table_dir(lake, &r), vec![]).await?,
+                    Target::open(&ledger, &r, table_dir(lake, &r), vec![]).await?,
                 );
             }
         }

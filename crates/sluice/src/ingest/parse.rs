@@ -177,11 +177,7 @@ fn read_csv(
         .with_batch_size(BATCH_ROWS)
         .build(BufReader::new(file))
         .map_err(|e| FileError(format!("unreadable CSV: {e}")))?;
-    for batch in reader {
-        let batch = batch.map_err(|e| FileError(format!("unreadable CSV: {e}")))?;
-        sink(caster.cast(&batch)?)?;
-    }
-    Ok(())
+    drain(reader, "CSV", caster, sink)
 }
 
 fn read_jsonl(
@@ -198,11 +194,7 @@ fn read_jsonl(
         .with_batch_size(BATCH_ROWS)
         .build(BufReader::new(file))
         .map_err(|e| FileError(format!("unreadable JSON lines: {e}")))?;
-    for batch in reader {
-        let batch = batch.map_err(|e| FileError(format!("unreadable JSON lines: {e}")))?;
-        sink(caster.cast(&batch)?)?;
-    }
-    Ok(())
+    drain(reader, "JSON lines", caster, sink)
 }
 
 fn read_parquet(
@@ -220,8 +212,18 @@ fn read_parquet(
         .with_batch_size(BATCH_ROWS)
         .build()
         .map_err(|e| FileError(format!("unreadable Parquet: {e}")))?;
+    drain(reader, "Parquet", caster, sink)
+}
+
+/// Cast every batch a reader yields and hand it to `sink`.
+fn drain(
+    reader: impl Iterator<Item = Result<RecordBatch, deltalake::arrow::error::ArrowError>>,
+    format: &str,
+    caster: &mut Caster,
+    sink: &mut dyn FnMut(RecordBatch) -> Result<(), FileError>,
+) -> Result<(), FileError> {
     for batch in reader {
-        let batch = batch.map_err(|e| FileError(format!("unreadable Parquet: {e}")))?;
+        let batch = batch.map_err(|e| FileError(format!("unreadable {format}: {e}")))?;
         sink(caster.cast(&batch)?)?;
     }
     Ok(())

@@ -29,6 +29,7 @@ use deltalake::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
+use crate::registry::is_plain_name;
 
 /// Columns sluice adds to every raw row: the file it came from and when it
 /// was committed.
@@ -312,7 +313,7 @@ impl TableSchema {
         let name = path
             .file_stem()
             .and_then(|s| s.to_str())
-            .filter(|s| is_identifier(s))
+            .filter(|s| is_plain_name(s))
             .ok_or_else(|| {
                 bad(
                     None,
@@ -348,7 +349,7 @@ impl TableSchema {
         }
         let mut seen = BTreeSet::new();
         for c in &self.columns {
-            if !is_identifier(&c.name) || c.name.starts_with('_') {
+            if !is_plain_name(&c.name) || c.name.starts_with('_') {
                 return Err(format!(
                     "column `{}`: names are lowercase letters, digits and `_`, not starting with `_` (sluice's own columns do)",
                     c.name
@@ -403,12 +404,6 @@ impl TableSchema {
         ));
         Arc::new(Schema::new(fields))
     }
-}
-
-fn is_identifier(s: &str) -> bool {
-    !s.is_empty()
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        && !s.starts_with(|c: char| c.is_ascii_digit())
 }
 
 /// Every `*.yaml` / `*.yml` schema in a folder, by table name.

@@ -67,15 +67,15 @@ pub struct Target {
 }
 
 impl Target {
-    /// Open the table and what it holds.
+    /// Open the table and what it holds (`ledger`: every ledger row).
     pub async fn open(
-        lake: &std::path::Path,
+        ledger: &[LedgerRow],
         name: &str,
         dir: PathBuf,
         partitions: Vec<String>,
     ) -> Result<Target> {
         let handle = table::open_dir(&dir, name).await?;
-        let committed = Committed::load(lake, &handle, name).await?;
+        let committed = Committed::load(ledger, &handle, name).await?;
         Ok(Target { name: name.to_owned(), dir, partitions, committed })
     }
 

@@ -306,17 +306,28 @@ impl<'a> Append<'a> {
     ) -> Result<Option<u64>> {
         let Some(token) = &self.commit.token else { return Ok(None) };
         let from = after.unwrap_or(self.since).max(self.since) + 1;
-        for version in from..=head {
-            if commit_token(table, &self.spec.name, version).await?.as_deref() == Some(token) {
-                return Ok(Some(version));
-            }
-        }
-        Ok(None)
+        find_token(table, &self.spec.name, token, from, head).await
     }
 }
 
+/// The first version in `from..=head` whose commit carries `token`.
+pub async fn find_token(
+    table: &DeltaTable,
+    name: &str,
+    token: &str,
+    from: u64,
+    head: u64,
+) -> Result<Option<u64>> {
+    for version in from..=head {
+        if commit_token(table, name, version).await?.as_deref() == Some(token) {
+            return Ok(Some(version));
+        }
+    }
+    Ok(None)
+}
+
 /// The token a committed version carries, if any.
-pub async fn commit_token(table: &DeltaTable, name: &str, version: u64) -> Result<Option<String>> {
+async fn commit_token(table: &DeltaTable, name: &str, version: u64) -> Result<Option<String>> {
     let actions = table::commit_actions(table, name, version).await?;
     Ok(actions.into_iter().find_map(|a| match a {
         Action::CommitInfo(info) => {

@@ -195,12 +195,10 @@ async fn restore_table(
 ) -> Result<u64> {
     let handle = table::open(root, spec).await?;
     let head = handle.version().unwrap_or_default();
-    for version in since + 1..=head {
-        if append::commit_token(&handle, &spec.name, version).await?.as_deref()
-            == Some(started.token.as_str())
-        {
-            return Ok(version);
-        }
+    if let Some(version) =
+        append::find_token(&handle, &spec.name, &started.token, since + 1, head).await?
+    {
+        return Ok(version);
     }
     let properties = CommitProperties::default()
         .with_application_transaction(Transaction::new(TXN_APP_ID, started.seq))

@@ -91,18 +91,23 @@ pub async fn ensure(root: &Path, spec: &TableSpec) -> Result<EnsureOutcome> {
     Ok(EnsureOutcome::Created)
 }
 
-/// Open the table in `dir`, creating it with `columns` (and the same table
-/// properties as sluice's own tables) if the folder holds none. For tables
-/// whose schema is declared outside sluice's layout (ingestion).
+/// Open the table in `dir`, creating it with the columns of `schema` (and
+/// the same table properties as sluice's own tables) if the folder holds
+/// none. For tables whose schema is declared outside sluice's layout
+/// (ingestion).
 pub async fn open_or_create_dir(
     dir: &Path,
     name: &str,
-    columns: Vec<StructField>,
+    schema: &deltalake::arrow::datatypes::Schema,
     partition_columns: Vec<String>,
 ) -> Result<DeltaTable> {
+    use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
     if is_table(dir) {
         return open_dir(dir, name).await;
     }
+    let delta: deltalake::kernel::StructType =
+        schema.try_into_kernel().map_err(|e| Error::arrow(format!("the schema of `{name}`"), e))?;
+    let columns: Vec<StructField> = delta.fields().cloned().collect();
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let table =
         DeltaTable::try_from_url(table_url(dir)?).await.map_err(|e| Error::delta(name, e))?;

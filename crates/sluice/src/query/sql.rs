@@ -109,9 +109,7 @@ impl<'a> SqlBuilder<'a> {
     /// version or the one `--as-of name@V` names. Ingestion commits are not
     /// commit sequences, so lake versions and times do not pin them.
     async fn ingestion_table(&self, name: &str) -> Result<Option<(deltalake::DeltaTable, u64)>> {
-        let plain = !name.is_empty()
-            && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-        if !plain {
+        if !crate::registry::is_plain_name(name) {
             return Ok(None);
         }
         let dir = match name {

@@ -276,11 +276,17 @@ impl TypeRegistry {
     }
 }
 
-fn is_identifier(s: &str) -> bool {
+/// A plain name: lowercase ASCII letters, digits and `_`, not starting with
+/// a digit. Safe as a folder name and as an unquoted SQL identifier; used for
+/// type keys, table and column names, and ingestion tables.
+pub fn is_plain_name(s: &str) -> bool {
     !s.is_empty()
-        && s.len() <= 64
         && s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
         && !s.as_bytes()[0].is_ascii_digit()
+}
+
+fn is_identifier(s: &str) -> bool {
+    s.len() <= 64 && is_plain_name(s)
 }
 
 fn validate(d: &TypeDescriptor) -> Result<()> {
