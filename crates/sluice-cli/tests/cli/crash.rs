@@ -90,6 +90,39 @@ pub(crate) fn dump_at(root: &Path, as_of: Option<sluice::query::AsOf>) -> (Vec<S
     })
 }
 
+/// `sluice bench stage --mixed`: `executions` runs of 5 artifacts of every
+/// kind (20% duplicates), referenced files under `files`.
+pub(crate) fn stage_mixed(
+    lake: &Lake,
+    files: &Path,
+    executions: u64,
+    workers: u64,
+    fail_fraction: f64,
+    seed: u64,
+    step: i32,
+) {
+    lake.ok(&[
+        "bench",
+        "stage",
+        "--executions",
+        &executions.to_string(),
+        "--workers",
+        &workers.to_string(),
+        "--duplicate-fraction",
+        "0.2",
+        "--fail-fraction",
+        &fail_fraction.to_string(),
+        "--seed",
+        &seed.to_string(),
+        "--step",
+        &step.to_string(),
+        "--artifacts-per-execution",
+        "5",
+        "--mixed",
+        files.to_str().unwrap(),
+    ]);
+}
+
 /// The journal after recovery: no sequence left open, each sequence
 /// completed at most once, numbers never reused by two attempts, and the
 /// tables' highest sequence known to the journal.
@@ -173,27 +206,8 @@ fn commit_killed_at_random_moments_recovers_exactly() {
     // config, data, file_ref, a declared type), duplicates and failures.
     let template = new_lake();
     let files = template.root.join("referenced-files");
-    for (step, seed, n) in [(1, 42, "700"), (2, 43, "700"), (3, 44, "600")] {
-        template.ok(&[
-            "bench",
-            "stage",
-            "--executions",
-            n,
-            "--workers",
-            "2",
-            "--duplicate-fraction",
-            "0.2",
-            "--fail-fraction",
-            "0.05",
-            "--seed",
-            &seed.to_string(),
-            "--step",
-            &step.to_string(),
-            "--artifacts-per-execution",
-            "5",
-            "--mixed",
-            files.to_str().unwrap(),
-        ]);
+    for (step, seed, n) in [(1, 42, 700), (2, 43, 700), (3, 44, 600)] {
+        stage_mixed(&template, &files, n, 2, 0.05, seed, step);
     }
     let staging = template.root.join("_staging");
 

@@ -57,6 +57,14 @@ fn unlocked_commit(lake: &Lake, chunk: &str) -> Child {
         .unwrap()
 }
 
+/// Wait for processes of one round; each must succeed.
+fn wait_all_succeed<const N: usize>(children: [Child; N], round: u64) {
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 #[test]
 fn two_committers_without_a_lock_lose_and_duplicate_nothing() {
     let lake = Lake::new();
@@ -77,14 +85,7 @@ fn two_committers_without_a_lock_lose_and_duplicate_nothing() {
             staged += 2;
         }
         let b = unlocked_commit(&lake, "3");
-        for child in [a, b] {
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "round {round}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        wait_all_succeed([a, b], round);
     }
     lake.ok(&["commit"]);
     let runs = count(&lake, "SELECT count(*) FROM executions");
@@ -368,14 +369,7 @@ fn a_compaction_racing_commits_loses_nothing() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        for child in [commit, compact] {
-            let out = child.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "round {round}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        wait_all_succeed([commit, compact], round);
     }
     lake.ok(&["commit"]);
     assert_eq!(count(&lake, "SELECT count(*) FROM executions"), staged as i64, "no run lost");

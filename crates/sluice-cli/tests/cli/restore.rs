@@ -10,7 +10,7 @@ use sluice::query::AsOf;
 use crate::Lake;
 use crate::crash::{
     TABLES, check_journal, copy_dir, dump, dump_at, fraction, kill_after, kill_command_after,
-    new_lake,
+    new_lake, stage_mixed,
 };
 
 fn trials() -> u64 {
@@ -19,7 +19,7 @@ fn trials() -> u64 {
 
 /// A pause before each table's restore (a test hook of `sluice restore`),
 /// so the kills below land between table commits, not only before or after.
-const PAUSE_MS: &str = "120";
+const PAUSE_MS: &str = "300";
 
 /// Whether the journal holds a completed restore.
 fn restored(root: &std::path::Path) -> bool {
@@ -46,24 +46,7 @@ fn restore_killed_at_random_moments_then_recover_is_all_or_nothing() {
     let template = new_lake();
     let files = template.root.join("referenced-files");
     for (step, seed) in [(1, 42), (2, 43), (3, 44), (1, 45)] {
-        template.ok(&[
-            "bench",
-            "stage",
-            "--executions",
-            "120",
-            "--workers",
-            "1",
-            "--duplicate-fraction",
-            "0.2",
-            "--seed",
-            &seed.to_string(),
-            "--step",
-            &step.to_string(),
-            "--artifacts-per-execution",
-            "5",
-            "--mixed",
-            files.to_str().unwrap(),
-        ]);
+        stage_mixed(&template, &files, 120, 1, 0.0, seed, step);
         template.ok(&["commit"]);
     }
     let before = dump(&template.root);
@@ -98,7 +81,7 @@ fn restore_killed_at_random_moments_then_recover_is_all_or_nothing() {
         copy_dir(&template.root, &lake.root);
         // Kill somewhere in the second half of the run, where the tables
         // are restored one after the other.
-        let delay = full.mul_f64(0.45 + fraction(trial + 5000) * 0.6);
+        let delay = full.mul_f64(0.5 + fraction(trial + 5000) * 0.5);
         let killed = kill_after_env(&lake, &["restore", "--to", "2"], delay);
         let was_restored = restored(&lake.root);
         if trial % 4 == 0 {
