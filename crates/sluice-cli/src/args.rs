@@ -504,6 +504,17 @@ pub enum IngestCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Run the medallion transforms (aggregate appends, curated merges) on
+    /// what their upstream tables gained since their last run. `run` does
+    /// this after each commit; this runs them alone.
+    Transform {
+        /// The lakehouse config (TOML).
+        #[arg(long, default_value = "lakehouse.toml")]
+        config: PathBuf,
+        /// Print the reports as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Queue depth, in-flight files, per-table rows and files, dead letters.
     Status {
         /// The lakehouse config (TOML).
@@ -514,8 +525,8 @@ pub enum IngestCommand {
         json: bool,
     },
     /// A worked example: writes a lakehouse config, a trips schema and a few
-    /// files of taxi-style trips (one of them bad), ingests them and queries
-    /// the result.
+    /// files of taxi-style trips (one of them bad), ingests them through raw →
+    /// aggregate → curated and queries the result.
     Demo {
         /// Where to put it.
         #[arg(default_value = "sluice-ingest-demo")]

@@ -49,8 +49,9 @@ pub fn main_entry() -> ExitCode {
 fn init_tracing(verbose: u8) {
     let default = match verbose {
         // The Delta kernel logs expected conditions (probing a folder that is
-        // not a table yet) at error level; keep them out of normal output.
-        0 => "warn,buoyant_kernel=off",
+        // not a table yet) at error level, and delta-rs's MERGE warns of a
+        // metric it derives on every merge; keep them out of normal output.
+        0 => "warn,buoyant_kernel=off,deltalake_core::operations::merge=error",
         1 => "info,buoyant_kernel=warn",
         2 => "info,sluice=debug",
         _ => "debug",

@@ -81,6 +81,15 @@ pub enum Error {
         value: f64,
     },
 
+    /// A medallion transform cannot run as declared.
+    #[error("transform `{name}`: {message}")]
+    Transform {
+        /// The transform (or its upstream table).
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+
     /// A query over one table failed to plan or run.
     #[error("table `{table}`: {source}")]
     Query {

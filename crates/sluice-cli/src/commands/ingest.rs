@@ -56,8 +56,10 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
             if let Some(bar) = bar {
                 bar.finish_and_clear();
             }
+            let failed = transform_failures(&report.transform_errors);
             if json {
-                return print(&serde_json::to_string_pretty(&report)?);
+                print(&serde_json::to_string_pretty(&report)?)?;
+                return failed;
             }
             let rate = report.rows as f64 / report.seconds.max(1e-9);
             print(&format!(
@@ -75,7 +77,19 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
                 } else {
                     String::new()
                 }
-            ))
+            ))?;
+            if report.transform_commits > 0 {
+                print(&format!("{} transform commits", report.transform_commits))?;
+            }
+            failed
+        }
+        IngestCommand::Transform { config, json } => {
+            let ingestor = Ingestor::open(IngestConfig::load(&config)?).await?;
+            let reports = ingestor.transform().await?;
+            if json {
+                return print(&serde_json::to_string_pretty(&reports)?);
+            }
+            print(&transform_table(&reports))
         }
         IngestCommand::Status { config, json } => {
             let ingestor = Ingestor::open(IngestConfig::load(&config)?).await?;
@@ -107,6 +121,27 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
                 &["table", "files", "rows", "duplicates", "dead", "version", "last commit"],
                 &rows,
             ));
+            if !status.transforms.is_empty() {
+                let version = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+                let rows: Vec<Vec<String>> = status
+                    .transforms
+                    .iter()
+                    .map(|(name, t)| {
+                        vec![
+                            format!("{}/{name}", t.layer),
+                            t.from.clone(),
+                            version(t.version),
+                            version(t.applied),
+                            version(t.upstream_version),
+                        ]
+                    })
+                    .collect();
+                out.push('\n');
+                out.push_str(&text_table(
+                    &["transform", "from", "version", "applied upstream", "upstream at"],
+                    &rows,
+                ));
+            }
             for (table, file, reason) in &status.dead_letters {
                 out.push_str(&format!("\ndead: {table}/{file}: {reason}"));
             }
@@ -132,6 +167,58 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
     }
 }
 
+/// Transform failures end a `run` with an error after its summary.
+fn transform_failures(errors: &[String]) -> anyhow::Result<()> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    for e in errors {
+        eprintln!("error: {e}");
+    }
+    anyhow::bail!(
+        "{} transform(s) failed; the raw rows are committed and the transforms catch up on the next run once fixed",
+        errors.len()
+    )
+}
+
+fn transform_table(reports: &[sluice::ingest::transform::TransformReport]) -> String {
+    let version = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
+    let rows: Vec<Vec<String>> = reports
+        .iter()
+        .map(|r| {
+            vec![
+                r.name.clone(),
+                r.from.clone(),
+                match r.after {
+                    Some(a) if r.version.is_some() => format!("{}..={}", a + 1, r.to),
+                    None if r.version.is_some() => format!("0..={}", r.to),
+                    _ => "up to date".to_owned(),
+                },
+                r.files_read.to_string(),
+                r.rows_read.to_string(),
+                r.rows_out.to_string(),
+                r.inserted.to_string(),
+                r.updated.to_string(),
+                version(r.version),
+            ]
+        })
+        .collect();
+    text_table(
+        &[
+            "transform",
+            "from",
+            "upstream versions",
+            "files read",
+            "rows read",
+            "rows out",
+            "inserted",
+            "updated",
+            "version",
+        ],
+        &rows,
+    )
+}
+
 const DEMO_SCHEMA: &str = "\
 # Taxi-style trips. One YAML file per table; the file name is the table name.
 columns:
@@ -155,6 +242,28 @@ max_attempts = 1
 
 [ingest]
 workers = 2
+
+# raw/trips -> aggregate/zone_days: per day and zone, each batch of new trips
+[[transform]]
+name = \"zone_days\"
+layer = \"aggregate\"
+from = \"raw/trips\"
+sql = \"\"\"
+SELECT CAST(pickup_at AS DATE) AS day, zone, count(*) AS trips,
+       sum(fare) AS revenue, sum(tip) AS tips
+FROM trips GROUP BY 1, 2\"\"\"
+partition_by = [\"day\"]
+
+# aggregate/zone_days -> curated/trips_daily: running totals, upserted by key
+[[transform]]
+name = \"trips_daily\"
+layer = \"curated\"
+from = \"aggregate/zone_days\"
+sql = \"\"\"
+SELECT day, zone, sum(trips) AS trips, sum(revenue) AS revenue, sum(tips) AS tips
+FROM zone_days GROUP BY 1, 2\"\"\"
+primary_key = [\"day\", \"zone\"]
+on_match = { trips = \"target.trips + source.trips\", revenue = \"target.revenue + source.revenue\", tips = \"target.tips + source.tips\" }
 ";
 
 const ZONES: [&str; 7] =
@@ -194,28 +303,54 @@ async fn demo(dir: &std::path::Path) -> anyhow::Result<()> {
     let config_path = dir.join("lakehouse.toml");
     std::fs::write(&config_path, DEMO_CONFIG)?;
     let (files, rows) = (5u64, 1000u64);
-    for f in 0..files {
-        std::fs::write(landing.join(format!("trips-{f}.csv")), demo_trips(f, rows))?;
-    }
-    // One bad file: a fare that is not a number.
-    std::fs::write(
-        landing.join("trips-bad.csv"),
-        "trip_id,pickup_at,zone,passengers,fare,tip\n999999,2024-01-05T10:00:00Z,SoHo,1,twelve,0\n",
-    )?;
     let config = IngestConfig::load(&config_path)?;
     let lake_root = config.lake.clone();
     let ingestor = Ingestor::open(config).await?;
-    let report = ingestor.run(Mode::Once, None).await?;
+    // Two waves: the second run's transforms read only the second wave.
+    let mut report = IngestReport::default();
+    for wave in [0..3, 3..files] {
+        for f in wave {
+            std::fs::write(landing.join(format!("trips-{f}.csv")), demo_trips(f, rows))?;
+        }
+        if report.files > 0 {
+            // One bad file: a fare that is not a number.
+            std::fs::write(
+                landing.join("trips-bad.csv"),
+                "trip_id,pickup_at,zone,passengers,fare,tip\n999999,2024-01-05T10:00:00Z,SoHo,1,twelve,0\n",
+            )?;
+        }
+        let done = ingestor.run(Mode::Once, None).await?;
+        transform_failures(&done.transform_errors)?;
+        report.files += done.files;
+        report.rows += done.rows;
+        report.commits += done.commits;
+        report.dead += done.dead;
+        report.transform_commits += done.transform_commits;
+        report.seconds += done.seconds;
+    }
     let lake = sluice::Lake::open(&lake_root).await?;
-    let top = lake
-        .sql("SELECT zone, count(*) AS trips, sum(fare) AS revenue FROM trips GROUP BY zone ORDER BY revenue DESC LIMIT 5")
-        .execute()
-        .await?;
-    let top = sluice::query::format::render(&top.batches, sluice::query::OutputFormat::Table)?;
+    let query = |sql: &'static str| {
+        let lake = &lake;
+        async move {
+            let out = lake.sql(sql).execute().await?;
+            anyhow::Ok(sluice::query::format::render(
+                &out.batches,
+                sluice::query::OutputFormat::Table,
+            )?)
+        }
+    };
+    let counts = query(
+        "SELECT (SELECT count(*) FROM trips) AS raw_trips, (SELECT count(*) FROM zone_days) AS aggregate_zone_days, (SELECT count(*) FROM trips_daily) AS curated_trips_daily",
+    )
+    .await?;
+    let top = query(
+        "SELECT day, zone, trips, revenue FROM trips_daily ORDER BY revenue DESC, day, zone LIMIT 5",
+    )
+    .await?;
     let dead = ingestor.queue().dead_letters();
     let mut out = format!(
-        "wrote {} (config), {} (schema) and {} files of trips into {}\n\
-         ingested {} files, {} rows in {} commit(s), {:.2} s; {} dead-lettered\n",
+        "wrote {} (config), {} (schema) and {} files of trips into {}, in two waves\n\
+         ingested {} files, {} rows in {} commit(s), {:.2} s; {} dead-lettered; {} transform commits\n",
         config_path.display(),
         dir.join("schemas/trips.yaml").display(),
         files + 1,
@@ -224,14 +359,16 @@ async fn demo(dir: &std::path::Path) -> anyhow::Result<()> {
         report.rows,
         report.commits,
         report.seconds,
-        report.dead
+        report.dead,
+        report.transform_commits
     );
     for (table, file, reason) in &dead {
         out.push_str(&format!("  dead letter {table}/{file}: {reason}\n"));
     }
-    out.push_str(&format!("\ntop zones by revenue:\n{top}\n"));
+    out.push_str(&format!("\nraw -> aggregate -> curated:\n{counts}\n"));
+    out.push_str(&format!("\ntop 5 curated rows by revenue:\n{top}\n"));
     out.push_str(&format!(
-        "\nnext:\n  sluice ingest status --config {c}\n  sluice --lake {l} sql \"SELECT * FROM ingest_ledger\"\n  drop more files into {d} and run: sluice ingest run --config {c} --watch\n",
+        "\nnext:\n  sluice ingest status --config {c}\n  sluice --lake {l} sql \"SELECT * FROM trips_daily ORDER BY day, zone\"\n  sluice --lake {l} sql \"SELECT * FROM ingest_ledger\"\n  drop more files into {d} and run: sluice ingest run --config {c} --watch\n",
         c = config_path.display(),
         l = lake_root.display(),
         d = landing.display()

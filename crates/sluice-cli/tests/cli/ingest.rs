@@ -11,6 +11,9 @@ use crate::crash::fraction;
 
 const SCHEMA: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: pickup_at, type: timestamp }\n  - { name: zone, type: string, max_length: 16 }\n  - { name: fare, type: \"decimal(8,2)\" }\nprimary_key: [trip_id]\n";
 
+/// raw → aggregate → curated, as in the library's medallion tests.
+const TRANSFORMS: &str = include_str!("../../../sluice/tests/fixtures/medallion.toml");
+
 fn sluice(config: &Path, args: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.arg("ingest").args(args).arg("--config").arg(config);
@@ -69,7 +72,7 @@ fn ingestion_killed_at_random_moments_lands_every_row_exactly_once() {
     let config = root.join("lakehouse.toml");
     std::fs::write(
         &config,
-        "lake = \"lake\"\n[queue]\nsettle_ms = 0\npoll_ms = 50\nretry_delay_ms = 0\nvisibility_timeout_secs = 30\n[ingest]\nworkers = 2\nflush_interval_ms = 200\nflush_rows = 50000\n",
+        format!("lake = \"lake\"\n[queue]\nsettle_ms = 0\npoll_ms = 50\nretry_delay_ms = 0\nvisibility_timeout_secs = 30\n[ingest]\nworkers = 2\nflush_interval_ms = 200\nflush_rows = 50000\n{TRANSFORMS}"),
     )
     .unwrap();
     // Files are written aside, then arrive (atomically) while the loop runs.
@@ -129,6 +132,24 @@ fn ingestion_killed_at_random_moments_lands_every_row_exactly_once() {
     assert_eq!(status["queue"]["waiting"], 0, "{status}");
     assert_eq!(status["queue"]["in_flight"], 0, "{status}");
     assert_eq!(status["tables"]["trips"]["rows"], files * rows_per_file);
+    // Curated, transformed after commits of processes that were killed at
+    // any moment: every key once, totals exactly those of the source rows.
+    let mut expected: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for i in 0..files * rows_per_file {
+        let e = expected.entry(format!("2024-01-{:02},Zone{}", 1 + i % 28, i % 9)).or_default();
+        e.0 += 1;
+        e.1 += (3 + i % 50) * 100 + i % 100;
+    }
+    let expected: Vec<String> =
+        expected.into_iter().map(|(k, (n, cents))| format!("{k},{n},{cents}")).collect();
+    let curated = crate::Lake::at(root.join("lake")).ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT CAST(day AS VARCHAR), zone, trips, CAST(revenue * 100 AS BIGINT) FROM daily ORDER BY 1, 2",
+    ]);
+    let curated: Vec<String> = curated.lines().skip(1).map(str::to_owned).collect();
+    assert_eq!(curated, expected, "curated totals equal the source rows'");
 }
 
 #[test]
@@ -147,15 +168,21 @@ fn the_demo_ingests_its_files_and_its_totals_match_the_files() {
         "{text}"
     );
     assert!(text.contains("`twelve` is not a valid"), "the bad file's reason is shown: {text}");
-    // Revenue per zone computed from the archived CSV files, in cents.
+    // Revenue per zone, and trips and revenue per day and zone, computed from
+    // the archived CSV files, in cents.
     let mut expected: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut daily: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
     for entry in std::fs::read_dir(demo.join("landing/.sluice/done/trips")).unwrap() {
         let content = std::fs::read_to_string(entry.unwrap().path()).unwrap();
         for line in content.lines().skip(1) {
             let cells: Vec<&str> = line.split(',').collect();
             let (units, cents) = cells[4].split_once('.').unwrap();
-            *expected.entry(cells[2].to_owned()).or_default() +=
-                units.parse::<u64>().unwrap() * 100 + cents.parse::<u64>().unwrap();
+            let cents = units.parse::<u64>().unwrap() * 100 + cents.parse::<u64>().unwrap();
+            *expected.entry(cells[2].to_owned()).or_default() += cents;
+            let day = &cells[1][..10];
+            let e = daily.entry(format!("{day},{}", cells[2])).or_default();
+            e.0 += 1;
+            e.1 += cents;
         }
     }
     let lake = crate::Lake::at(demo.join("lake"));
@@ -174,4 +201,17 @@ fn the_demo_ingests_its_files_and_its_totals_match_the_files() {
         })
         .collect();
     assert_eq!(got, expected.into_iter().collect::<Vec<_>>());
+    // The curated table, built incrementally in two waves through the
+    // aggregate, holds the same totals per day and zone, each key once.
+    let curated = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT CAST(day AS VARCHAR), zone, trips, CAST(revenue * 100 AS BIGINT) FROM trips_daily ORDER BY 1, 2",
+    ]);
+    let curated: Vec<String> = curated.lines().skip(1).map(str::to_owned).collect();
+    let daily: Vec<String> =
+        daily.into_iter().map(|(key, (n, cents))| format!("{key},{n},{cents}")).collect();
+    assert_eq!(curated, daily);
+    assert!(text.contains("top 5 curated rows by revenue"), "{text}");
 }

@@ -21,6 +21,21 @@
 //! flush_bytes = 268435456
 //! flush_interval_ms = 2000
 //! dedup_content = true        # the same bytes under another name land once
+//!
+//! [[transform]]               # aggregate/<name>: appends, incremental
+//! name = "zone_days"
+//! layer = "aggregate"
+//! from = "raw/trips"          # the rows added upstream since the last run
+//! sql = "SELECT CAST(pickup_at AS DATE) AS day, zone, count(*) AS trips FROM trips GROUP BY 1, 2"
+//! partition_by = ["day"]
+//!
+//! [[transform]]               # curated/<name>: MERGE upsert by primary key
+//! name = "daily"
+//! layer = "curated"
+//! from = "aggregate/zone_days"
+//! sql = "SELECT day, zone, sum(trips) AS trips FROM zone_days GROUP BY 1, 2"
+//! primary_key = ["day", "zone"]
+//! on_match = { trips = "target.trips + source.trips" }   # default: the source's value
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -28,6 +43,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::transform::Transform;
 use crate::error::{Error, Result};
 
 /// The parsed `lakehouse.toml`.
@@ -43,6 +59,8 @@ pub struct IngestConfig {
     pub queue: QueueConfig,
     /// Workers and flushing.
     pub ingest: IngestOptions,
+    /// The medallion transforms, in the order they run.
+    pub transforms: Vec<Transform>,
 }
 
 /// `[queue]`.
@@ -129,6 +147,8 @@ struct ConfigFile {
     queue: QueueConfig,
     #[serde(default)]
     ingest: IngestOptions,
+    #[serde(default, rename = "transform")]
+    transforms: Vec<Transform>,
 }
 
 fn default_schemas() -> PathBuf {
@@ -161,6 +181,7 @@ impl IngestConfig {
         if file.ingest.workers == 0 || file.queue.max_attempts == 0 {
             return Err(bad("workers and max_attempts must be at least 1".into()));
         }
+        super::transform::validate(&file.transforms).map_err(bad)?;
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
         let mut queue = file.queue.clone();
@@ -171,6 +192,7 @@ impl IngestConfig {
             schemas: resolve(&file.schemas),
             queue,
             ingest: file.ingest,
+            transforms: file.transforms,
         })
     }
 }
@@ -194,6 +216,7 @@ mod tests {
             "lake = \"l\"\n[queue]\nlandng = \"x\"\n",
             "lake = \"l\"\n[queue]\nkind = \"kafka\"\n",
             "lake = \"l\"\n[ingest]\nworkers = 0\n",
+            "lake = \"l\"\n[[transform]]\nname = \"t\"\nlayer = \"gold\"\nfrom = \"x\"\nsql = \"SELECT 1\"\n",
         ] {
             assert!(IngestConfig::parse(text, Path::new("/c.toml")).is_err(), "{text}");
         }

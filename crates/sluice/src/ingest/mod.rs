@@ -26,6 +26,7 @@ pub mod ledger;
 pub mod parse;
 pub mod queue;
 pub mod schema;
+pub mod transform;
 pub mod writer;
 
 use std::collections::BTreeMap;
@@ -95,6 +96,11 @@ pub struct IngestReport {
     pub commits: u64,
     /// Ledger rows written on startup for commits the ledger lacked.
     pub ledger_repaired: u64,
+    /// Transform commits made (aggregate appends and curated merges).
+    pub transform_commits: u64,
+    /// Transform failures (each message once); their upstream rows are
+    /// transformed by a later run.
+    pub transform_errors: Vec<String>,
     /// Wall time.
     pub seconds: f64,
     /// Commit latency of each flush, seconds.
@@ -175,8 +181,47 @@ impl Ingestor {
             };
             tables.insert(s.name.clone(), TableParts { schema: Arc::new(s), handle, rejects });
         }
+        for t in &config.transforms {
+            let clash = |message: String| Error::Config { path: config.path.clone(), message };
+            if tables.contains_key(&t.name) {
+                return Err(clash(format!(
+                    "transform `{}` has the name of a raw table; SQL could not tell them apart",
+                    t.name
+                )));
+            }
+            let (layer, upstream) = t.upstream();
+            if layer == crate::lake::layout::RAW_DIR && !tables.contains_key(upstream) {
+                return Err(clash(format!(
+                    "transform `{}` reads `{}`, but no schema declares the raw table `{upstream}`",
+                    t.name, t.from
+                )));
+            }
+        }
         let queue = LocalQueue::new(&config.queue)?;
         Ok(Ingestor { config, queue, tables })
+    }
+
+    /// Run the medallion transforms once, in order (see [`transform`]).
+    pub async fn transform(&self) -> Result<Vec<transform::TransformReport>> {
+        transform::run_all(&self.config.lake, &self.config.transforms).await
+    }
+
+    /// Run the transforms after a commit. A failing transform is reported
+    /// (and tried again after the next commit) but stops neither the others
+    /// nor ingestion: raw rows keep landing while its SQL is fixed.
+    async fn transform_into(&self, report: &mut IngestReport) {
+        for t in &self.config.transforms {
+            match transform::run(&self.config.lake, t).await {
+                Ok(done) => report.transform_commits += u64::from(done.version.is_some()),
+                Err(e) => {
+                    tracing::error!(transform = %t.name, error = %e, "a transform failed");
+                    let message = e.to_string();
+                    if !report.transform_errors.contains(&message) {
+                        report.transform_errors.push(message);
+                    }
+                }
+            }
+        }
     }
 
     /// The queue.
@@ -235,6 +280,8 @@ impl Ingestor {
             let mut buffers: BTreeMap<String, (Vec<ReadyFile>, usize, u64, Instant)> =
                 BTreeMap::new();
             let interval = Duration::from_millis(self.config.ingest.flush_interval_ms);
+            // Upstream rows a killed run committed but did not transform.
+            self.transform_into(&mut report).await;
             loop {
                 let next = tokio::time::timeout(interval, rx.recv()).await;
                 let closed = matches!(next, Ok(None));
@@ -265,6 +312,7 @@ impl Ingestor {
                     })
                     .map(|(t, _)| t.clone())
                     .collect();
+                let committed = report.commits;
                 for table in due {
                     let Some((files, ..)) = buffers.remove(&table) else { continue };
                     let Some(target) = targets.get_mut(&table) else { continue };
@@ -284,6 +332,12 @@ impl Ingestor {
                     report.commits += u64::from(flushed.files > 0);
                     report.flush_seconds.push(flushed.seconds);
                     outstanding.fetch_sub(count, Ordering::SeqCst);
+                    if let Some(p) = progress {
+                        p(&report);
+                    }
+                }
+                if report.commits > committed {
+                    self.transform_into(&mut report).await;
                     if let Some(p) = progress {
                         p(&report);
                     }
@@ -515,6 +569,8 @@ pub struct IngestStatus {
     pub tables: BTreeMap<String, TableStatus>,
     /// Dead letters: table, file, reason.
     pub dead_letters: Vec<(String, String, String)>,
+    /// Per transform: its table and how far behind its upstream it is.
+    pub transforms: BTreeMap<String, transform::TransformStatus>,
 }
 
 /// One table in [`IngestStatus`].
@@ -556,10 +612,15 @@ impl Ingestor {
                 TableStatus { files, rows, duplicates, dead, version, last_commit },
             );
         }
+        let mut transforms = BTreeMap::new();
+        for t in &self.config.transforms {
+            transforms.insert(t.name.clone(), transform::status(&self.config.lake, t).await?);
+        }
         Ok(IngestStatus {
             queue: self.queue.depth(),
             tables,
             dead_letters: self.queue.dead_letters(),
+            transforms,
         })
     }
 }

@@ -398,7 +398,7 @@ pub(crate) async fn try_commit_actions_next(
     }
 }
 
-fn lost_the_version(e: &DeltaTableError) -> bool {
+pub(crate) fn lost_the_version(e: &DeltaTableError) -> bool {
     matches!(
         e,
         DeltaTableError::Transaction {

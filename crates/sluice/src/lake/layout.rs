@@ -274,6 +274,14 @@ pub fn steps_table() -> TableSpec {
 /// Folder of ingestion tables (`<lake>/raw/<table>`), beside `artifacts/`.
 pub const RAW_DIR: &str = "raw";
 
+/// Folder of aggregate tables made by ingestion transforms
+/// (`<lake>/aggregate/<name>`).
+pub const AGGREGATE_DIR: &str = "aggregate";
+
+/// Folder of curated tables made by ingestion transforms
+/// (`<lake>/curated/<name>`).
+pub const CURATED_DIR: &str = "curated";
+
 /// Folder of the ingestion ledger (`<lake>/ingest/ledger`).
 pub const INGEST_LEDGER_DIR: &str = "ingest/ledger";
 

@@ -105,16 +105,26 @@ impl<'a> SqlBuilder<'a> {
         Ok((ctx, versions, snapshot))
     }
 
-    /// An ingestion table (`raw/<name>`, or `ingest_ledger`), at its latest
-    /// version or the one `--as-of name@V` names. Ingestion commits are not
-    /// commit sequences, so lake versions and times do not pin them.
+    /// An ingestion table (`raw/<name>`, `aggregate/<name>`, `curated/<name>`,
+    /// or `ingest_ledger`), at its latest version or the one `--as-of name@V`
+    /// names. Ingestion commits are not commit sequences, so lake versions and
+    /// times do not pin them.
     async fn ingestion_table(&self, name: &str) -> Result<Option<(deltalake::DeltaTable, u64)>> {
         if !crate::registry::is_plain_name(name) {
             return Ok(None);
         }
+        let root = self.lake.root();
         let dir = match name {
-            "ingest_ledger" => self.lake.root().join(layout::INGEST_LEDGER_DIR),
-            _ => self.lake.root().join(layout::RAW_DIR).join(name),
+            "ingest_ledger" => root.join(layout::INGEST_LEDGER_DIR),
+            _ => {
+                let layers = [layout::RAW_DIR, layout::AGGREGATE_DIR, layout::CURATED_DIR];
+                let found =
+                    layers.iter().map(|l| root.join(l).join(name)).find(|d| table::is_table(d));
+                match found {
+                    Some(dir) => dir,
+                    None => return Ok(None),
+                }
+            }
         };
         if !table::is_table(&dir) {
             return Ok(None);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sluice::ingest::{IngestConfig, Ingestor, Mode, ledger};
 
-const TRIPS: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: pickup_at, type: timestamp }\n  - { name: zone, type: string, max_length: 16 }\n  - { name: fare, type: \"decimal(8,2)\" }\nprimary_key: [trip_id]\n";
+pub(crate) const TRIPS: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: pickup_at, type: timestamp }\n  - { name: zone, type: string, max_length: 16 }\n  - { name: fare, type: \"decimal(8,2)\" }\nprimary_key: [trip_id]\n";
 
 struct Setup {
     _dir: tempfile::TempDir,

@@ -15,6 +15,7 @@ mod ingest;
 mod lake_tree;
 mod lineage;
 mod maintenance;
+mod medallion;
 mod pipeline;
 mod schema_evolution;
 mod sql;

@@ -1,0 +1,264 @@
+//! Committing a transform's result with its watermark: an append, or a
+//! MERGE by primary key, each as exactly the table's next version.
+
+use std::collections::HashSet;
+
+use deltalake::DeltaTable;
+use deltalake::arrow::array::{Array, ArrayRef};
+use deltalake::arrow::compute::cast;
+use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::arrow::row::{RowConverter, SortField};
+use deltalake::datafusion::prelude::SessionContext;
+use deltalake::kernel::Transaction;
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use serde_json::json;
+
+use super::{Output, Transform};
+use crate::error::{Error, Result};
+use crate::lake::append::{self, CommitSpec};
+use crate::lake::table;
+
+/// The commit-metadata key describing a transform's commit.
+pub const TRANSFORM_KEY: &str = "sluice_transform";
+
+/// What a commit applied.
+pub(super) struct Applied {
+    pub version: u64,
+    pub inserted: usize,
+    pub updated: usize,
+}
+
+fn metadata(
+    t: &Transform,
+    after: Option<u64>,
+    to: u64,
+    rows: usize,
+) -> (String, serde_json::Value) {
+    (TRANSFORM_KEY.to_owned(), json!({ "from": t.from, "after": after, "to": to, "rows": rows }))
+}
+
+/// Append the result (`Ok(None)`: another process took the version).
+pub(super) async fn append(
+    mut downstream: DeltaTable,
+    t: &Transform,
+    output: Output,
+    after: Option<u64>,
+    to: u64,
+) -> Result<Option<Applied>> {
+    let rows = output.rows();
+    let batches = conform(&downstream, t, output)?;
+    let adds = append::write_files(&downstream, &t.name, &batches).await?;
+    let spec = CommitSpec {
+        txn: Some((t.app_id(), to as i64)),
+        metadata: vec![metadata(t, after, to, rows)],
+        token: None,
+    };
+    let committed =
+        append::try_commit_next(&mut downstream, &t.name, &t.partition_by, &adds, &spec).await?;
+    match committed {
+        Some(version) => Ok(Some(Applied { version, inserted: rows, updated: 0 })),
+        None => {
+            append::remove_files(&downstream, &adds).await;
+            Ok(None)
+        }
+    }
+}
+
+/// MERGE the result by primary key (`Ok(None)`: another process took the
+/// version).
+pub(super) async fn merge(
+    downstream: DeltaTable,
+    t: &Transform,
+    output: Output,
+    after: Option<u64>,
+    to: u64,
+) -> Result<Option<Applied>> {
+    let rows = output.rows();
+    let batches = conform(&downstream, t, output)?;
+    if rows == 0 {
+        return watermark_only(downstream, t, after, to).await;
+    }
+    unique_keys(t, &batches)?;
+    let schema = batches[0].schema();
+    let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let source =
+        SessionContext::new().read_batches(batches).map_err(|e| Error::query(&t.name, e))?;
+    let predicate = t
+        .primary_key
+        .iter()
+        .map(|k| format!("target.\"{k}\" = source.\"{k}\""))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let updated: Vec<&str> =
+        columns.iter().copied().filter(|c| !t.primary_key.iter().any(|k| k == c)).collect();
+    let properties = CommitProperties::default()
+        .with_max_retries(0)
+        .with_application_transaction(Transaction::new(t.app_id(), to as i64))
+        .with_metadata([metadata(t, after, to, rows)]);
+    let mut builder = downstream
+        .merge(source, predicate)
+        .with_source_alias("source")
+        .with_target_alias("target")
+        .with_writer_properties(table::writer_properties())
+        .with_commit_properties(properties);
+    if !updated.is_empty() {
+        builder = builder
+            .when_matched_update(|u| {
+                updated.iter().fold(u, |u, c| {
+                    let value =
+                        t.on_match.get(*c).cloned().unwrap_or_else(|| format!("source.\"{c}\""));
+                    u.update(*c, value)
+                })
+            })
+            .map_err(|e| Error::delta(&t.name, e))?;
+    }
+    builder = builder
+        .when_not_matched_insert(|i| {
+            columns.iter().fold(i, |i, c| i.set(*c, format!("source.\"{c}\"")))
+        })
+        .map_err(|e| Error::delta(&t.name, e))?;
+    match builder.await {
+        Ok((table, metrics)) => Ok(Some(Applied {
+            version: table.version().unwrap_or_default(),
+            inserted: metrics.num_target_rows_inserted,
+            updated: metrics.num_target_rows_updated,
+        })),
+        Err(e) if append::lost_the_version(&e) => Ok(None),
+        Err(e) => Err(Error::delta(&t.name, e)),
+    }
+}
+
+/// Record the watermark alone: the new upstream versions added no rows (or
+/// the SQL kept none).
+async fn watermark_only(
+    mut downstream: DeltaTable,
+    t: &Transform,
+    after: Option<u64>,
+    to: u64,
+) -> Result<Option<Applied>> {
+    let spec = CommitSpec {
+        txn: Some((t.app_id(), to as i64)),
+        metadata: vec![metadata(t, after, to, 0)],
+        token: None,
+    };
+    let operation = DeltaOperation::Write {
+        mode: SaveMode::Append,
+        partition_by: (!t.partition_by.is_empty()).then(|| t.partition_by.clone()),
+        predicate: None,
+    };
+    let committed = append::try_commit_actions_next(
+        &mut downstream,
+        &t.name,
+        Vec::new(),
+        operation,
+        &spec,
+        &[],
+    )
+    .await?;
+    Ok(committed.map(|version| Applied { version, inserted: 0, updated: 0 }))
+}
+
+/// The result's batches in the table's schema: same columns, cast to the
+/// table's types. A column added or dropped by an edited SQL is an error
+/// naming both lists.
+fn conform(downstream: &DeltaTable, t: &Transform, output: Output) -> Result<Vec<RecordBatch>> {
+    let schema =
+        downstream.snapshot().map_err(|e| Error::delta(&t.name, e))?.snapshot().arrow_schema();
+    let mut table_columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let mut sql_columns: Vec<&str> =
+        output.schema.fields().iter().map(|f| f.name().as_str()).collect();
+    table_columns.sort_unstable();
+    sql_columns.sort_unstable();
+    if output.rows() > 0 && table_columns != sql_columns {
+        return Err(Error::Transform {
+            name: t.name.clone(),
+            message: format!(
+                "its SQL returns columns {sql_columns:?} but its table has {table_columns:?}. \
+                 Help: keep the columns, or rebuild the table (delete its folder)"
+            ),
+        });
+    }
+    output
+        .batches
+        .iter()
+        .filter(|b| b.num_rows() > 0)
+        .map(|batch| {
+            let columns = schema
+                .fields()
+                .iter()
+                .map(|field| {
+                    let column =
+                        batch.column_by_name(field.name()).ok_or_else(|| Error::Transform {
+                            name: t.name.clone(),
+                            message: format!("its SQL lost the column `{}`", field.name()),
+                        })?;
+                    cast(column, field.data_type()).map_err(|e| {
+                        Error::arrow(
+                            format!("transform `{}`, column `{}`", t.name, field.name()),
+                            e,
+                        )
+                    })
+                })
+                .collect::<Result<Vec<ArrayRef>>>()?;
+            RecordBatch::try_new(schema.clone(), columns)
+                .map_err(|e| Error::arrow(format!("transform `{}`", t.name), e))
+        })
+        .collect()
+}
+
+/// A merge needs one source row per key, and no null keys.
+fn unique_keys(t: &Transform, batches: &[RecordBatch]) -> Result<()> {
+    let bad = |message: String| Err(Error::Transform { name: t.name.clone(), message });
+    let Some(first) = batches.first() else { return Ok(()) };
+    let schema = first.schema();
+    let fields = t
+        .primary_key
+        .iter()
+        .map(|k| {
+            Ok(SortField::new(
+                schema
+                    .field_with_name(k)
+                    .map_err(|e| Error::arrow(&t.name, e))?
+                    .data_type()
+                    .clone(),
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let converter = RowConverter::new(fields).map_err(|e| Error::arrow(&t.name, e))?;
+    let mut seen = HashSet::new();
+    for batch in batches {
+        let keys = t
+            .primary_key
+            .iter()
+            .map(|k| {
+                batch.column_by_name(k).cloned().ok_or_else(|| Error::Transform {
+                    name: t.name.clone(),
+                    message: format!("its SQL lost the key column `{k}`"),
+                })
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        if let Some((k, _)) = t.primary_key.iter().zip(&keys).find(|(_, c)| c.null_count() > 0) {
+            return bad(format!("its SQL returned a null in the key column `{k}`"));
+        }
+        let rows = converter.convert_columns(&keys).map_err(|e| Error::arrow(&t.name, e))?;
+        for (i, row) in rows.iter().enumerate() {
+            if !seen.insert(row.owned()) {
+                let key: Vec<String> = keys
+                    .iter()
+                    .map(|c| {
+                        deltalake::arrow::util::display::array_value_to_string(c, i)
+                            .unwrap_or_default()
+                    })
+                    .collect();
+                return bad(format!(
+                    "its SQL returned two rows for the key ({}) = ({}); a merge takes one row \
+                     per key. Help: GROUP BY the key columns",
+                    t.primary_key.join(", "),
+                    key.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
+}
