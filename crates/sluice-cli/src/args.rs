@@ -515,6 +515,22 @@ pub enum IngestCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Remove exact duplicate rows (same value in every column) from an
+    /// ingestion table, e.g. one written outside sluice; prints the counts
+    /// before and after.
+    Dedup {
+        /// The table: `trips`, or `raw/trips`, `aggregate/x`, `curated/x`.
+        table: String,
+        /// The lakehouse config (TOML).
+        #[arg(long, default_value = "lakehouse.toml")]
+        config: PathBuf,
+        /// Count the duplicates, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Queue depth, in-flight files, per-table rows and files, dead letters.
     Status {
         /// The lakehouse config (TOML).

@@ -91,6 +91,35 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
             }
             print(&transform_table(&reports))
         }
+        IngestCommand::Dedup { table, config, dry_run, json } => {
+            let config = IngestConfig::load(&config)?;
+            let Some(dir) = sluice::lake::layout::ingestion_table_dir(&config.lake, &table) else {
+                anyhow::bail!(
+                    "no ingestion table `{table}` in {} (looked in raw/, aggregate/, curated/)",
+                    config.lake.display()
+                );
+            };
+            let name = table.rsplit('/').next().unwrap_or(&table);
+            let report = sluice::ingest::dedup::dedup(&dir, name, dry_run).await?;
+            if json {
+                return print(&serde_json::to_string_pretty(&report)?);
+            }
+            let outcome = match report.version {
+                Some(v) => format!("removed; version {v}"),
+                None if dry_run && report.duplicates > 0 => {
+                    "found (dry run: nothing changed)".into()
+                }
+                None => "found; nothing to do".into(),
+            };
+            print(&format!(
+                "{}: {} rows before, {} after; {} exact duplicates {outcome}; {} data files rewritten",
+                report.table,
+                report.rows_before,
+                report.rows_after,
+                report.duplicates,
+                report.files_rewritten
+            ))
+        }
         IngestCommand::Status { config, json } => {
             let ingestor = Ingestor::open(IngestConfig::load(&config)?).await?;
             let status = ingestor.status().await?;

@@ -214,4 +214,7 @@ fn the_demo_ingests_its_files_and_its_totals_match_the_files() {
         daily.into_iter().map(|(key, (n, cents))| format!("{key},{n},{cents}")).collect();
     assert_eq!(curated, daily);
     assert!(text.contains("top 5 curated rows by revenue"), "{text}");
+    let dedup = sluice(&demo.join("lakehouse.toml"), &["dedup", "raw/trips"]).output().unwrap();
+    let dedup = String::from_utf8_lossy(&dedup.stdout);
+    assert!(dedup.contains("5000 rows before, 5000 after; 0 exact duplicates"), "{dedup}");
 }

@@ -22,6 +22,7 @@
 //! and a ledger row, and the stream goes on.
 
 pub mod config;
+pub mod dedup;
 pub mod ledger;
 pub mod parse;
 pub mod queue;
@@ -152,6 +153,7 @@ impl Ingestor {
                 message: "no table schemas (<table>.yaml) in this folder".into(),
             });
         }
+        check_names(&config, &schemas)?;
         let mut tables = BTreeMap::new();
         for s in schemas {
             if s.write_mode == schema::WriteMode::Merge {
@@ -183,12 +185,6 @@ impl Ingestor {
         }
         for t in &config.transforms {
             let clash = |message: String| Error::Config { path: config.path.clone(), message };
-            if tables.contains_key(&t.name) {
-                return Err(clash(format!(
-                    "transform `{}` has the name of a raw table; SQL could not tell them apart",
-                    t.name
-                )));
-            }
             let (layer, upstream) = t.upstream();
             if layer == crate::lake::layout::RAW_DIR && !tables.contains_key(upstream) {
                 return Err(clash(format!(
@@ -456,6 +452,44 @@ impl Ingestor {
         }
         Ok(())
     }
+}
+
+/// Every name `sluice sql` resolves must mean one table: no ingestion table
+/// (raw, rejects, transform) may take the name of an artifact or system
+/// table of the lake, of `ingest_ledger`, or of another ingestion table.
+fn check_names(config: &IngestConfig, schemas: &[TableSchema]) -> Result<()> {
+    let registry = crate::Lake::types_at(&config.lake)?;
+    let mut taken: BTreeMap<String, String> = crate::lake::layout::all_tables(&registry)
+        .into_iter()
+        .map(|t| (t.name, "a table of the artifact lake".to_owned()))
+        .collect();
+    taken.insert("ingest_ledger".into(), "the ingestion ledger".into());
+    let mut claim = |name: String, by: String, path: &Path| match taken.get(&name) {
+        Some(owner) => Err(Error::Config {
+            path: path.to_path_buf(),
+            message: format!(
+                "{by} would be named `{name}`, which is already {owner}; SQL could not tell                  them apart. Help: rename it"
+            ),
+        }),
+        None => {
+            taken.insert(name, by);
+            Ok(())
+        }
+    };
+    for s in schemas {
+        claim(s.name.clone(), format!("the raw table of {}", s.path.display()), &s.path)?;
+        if s.on_row_error == schema::OnRowError::Reject {
+            claim(
+                rejects_name(&s.name),
+                format!("the rejects table of {}", s.path.display()),
+                &s.path,
+            )?;
+        }
+    }
+    for t in &config.transforms {
+        claim(t.name.clone(), format!("transform `{}`", t.name), &config.path)?;
+    }
+    Ok(())
 }
 
 /// A worker's job: hash, parse, cast, write data files (uncommitted).

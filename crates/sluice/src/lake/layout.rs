@@ -20,6 +20,8 @@
 //! table: its short (SQL) name, path, columns, partitioning and the columns
 //! that carry file statistics for data skipping.
 
+use std::path::{Path, PathBuf};
+
 use crate::artifact::value::{ColumnSpec, ColumnType};
 pub use crate::registry::{COMMON_COLUMNS, RESERVED_TABLE_NAMES};
 use crate::registry::{TypeDescriptor, TypeRegistry};
@@ -281,6 +283,23 @@ pub const AGGREGATE_DIR: &str = "aggregate";
 /// Folder of curated tables made by ingestion transforms
 /// (`<lake>/curated/<name>`).
 pub const CURATED_DIR: &str = "curated";
+
+/// The folder of an ingestion table named `name` (`trips`, searched in raw,
+/// aggregate and curated, in that order) or `layer/name` (`curated/daily`);
+/// `None` if no such table exists.
+pub fn ingestion_table_dir(root: &Path, name: &str) -> Option<PathBuf> {
+    let is_table = |d: &PathBuf| d.join("_delta_log").is_dir();
+    match name.split_once('/') {
+        Some((layer, table)) => [RAW_DIR, AGGREGATE_DIR, CURATED_DIR]
+            .contains(&layer)
+            .then(|| root.join(layer).join(table))
+            .filter(|d| crate::registry::is_plain_name(table) && is_table(d)),
+        None => [RAW_DIR, AGGREGATE_DIR, CURATED_DIR]
+            .iter()
+            .map(|l| root.join(l).join(name))
+            .find(|d| crate::registry::is_plain_name(name) && is_table(d)),
+    }
+}
 
 /// Folder of the ingestion ledger (`<lake>/ingest/ledger`).
 pub const INGEST_LEDGER_DIR: &str = "ingest/ledger";

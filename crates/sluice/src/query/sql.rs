@@ -116,15 +116,10 @@ impl<'a> SqlBuilder<'a> {
         let root = self.lake.root();
         let dir = match name {
             "ingest_ledger" => root.join(layout::INGEST_LEDGER_DIR),
-            _ => {
-                let layers = [layout::RAW_DIR, layout::AGGREGATE_DIR, layout::CURATED_DIR];
-                let found =
-                    layers.iter().map(|l| root.join(l).join(name)).find(|d| table::is_table(d));
-                match found {
-                    Some(dir) => dir,
-                    None => return Ok(None),
-                }
-            }
+            _ => match layout::ingestion_table_dir(root, name) {
+                Some(dir) => dir,
+                None => return Ok(None),
+            },
         };
         if !table::is_table(&dir) {
             return Ok(None);

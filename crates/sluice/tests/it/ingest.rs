@@ -205,3 +205,85 @@ async fn with_reject_bad_rows_go_to_the_rejects_table_with_line_and_reason() {
     assert_eq!(s.sql("SELECT count(*) FROM trips_rejects").await, "2");
     assert_eq!(s.sql("SELECT count(*) FROM trips").await, "2");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_names_that_sql_could_confuse_are_refused() {
+    let s = Setup::new("", 3);
+    // A raw table named like an artifact table.
+    std::fs::write(s.root.join("schemas/metrics.yaml"), TRIPS).unwrap();
+    let err = Ingestor::open(s.config()).await.err().unwrap().to_string();
+    assert!(err.contains("metrics.yaml") && err.contains("artifact lake"), "{err}");
+    std::fs::remove_file(s.root.join("schemas/metrics.yaml")).unwrap();
+    // A transform named like a raw table.
+    let config = s.root.join("lakehouse.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("{text}[[transform]]\nname = \"trips\"\nlayer = \"aggregate\"\nfrom = \"raw/trips\"\nsql = \"SELECT zone FROM trips\"\n"),
+    )
+    .unwrap();
+    let err = Ingestor::open(s.config()).await.err().unwrap().to_string();
+    assert!(err.contains("transform `trips`") && err.contains("raw table of"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dedup_removes_exact_duplicates_written_outside_sluice_and_keeps_the_rest() {
+    use deltalake::arrow::array::{Int64Array, StringArray};
+    use deltalake::arrow::datatypes::{DataType, Field, Schema};
+    use deltalake::arrow::record_batch::RecordBatch;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let table_dir = dir.path().join("raw/events");
+    std::fs::create_dir_all(&table_dir).unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("day", DataType::Utf8, false),
+        Field::new("v", DataType::Utf8, true),
+    ]));
+    let batch = |ids: Vec<i64>, days: Vec<&str>, vs: Vec<Option<&str>>| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(StringArray::from(days)),
+                Arc::new(StringArray::from(vs)),
+            ],
+        )
+        .unwrap()
+    };
+    // Written by another tool: three appends, the second and third repeat
+    // rows (a null included); a row that differs in one column is no duplicate.
+    let url = url::Url::from_directory_path(&table_dir).unwrap();
+    let mut table = deltalake::DeltaTable::try_from_url(url).await.unwrap();
+    for b in [
+        batch(vec![1, 2, 3], vec!["d1", "d1", "d2"], vec![Some("a"), None, Some("c")]),
+        batch(vec![2, 3, 4], vec!["d1", "d2", "d2"], vec![None, Some("c"), Some("d")]),
+        batch(vec![1, 3], vec!["d1", "d2"], vec![Some("a"), Some("other")]),
+    ] {
+        table = table
+            .write(vec![b])
+            .with_partition_columns(["day"])
+            .with_save_mode(deltalake::protocol::SaveMode::Append)
+            .await
+            .unwrap();
+    }
+    let dry = sluice::ingest::dedup::dedup(&table_dir, "events", true).await.unwrap();
+    assert_eq!((dry.rows_before, dry.duplicates, dry.version), (8, 3, None), "{dry:?}");
+    let done = sluice::ingest::dedup::dedup(&table_dir, "events", false).await.unwrap();
+    assert_eq!((done.rows_before, done.rows_after, done.duplicates), (8, 5, 3), "{done:?}");
+    assert!(done.version.is_some() && done.files_rewritten >= 2, "{done:?}");
+    let lake = sluice::Lake::open(dir.path()).await.unwrap();
+    let out = lake
+        .sql("SELECT id, day, coalesce(v, 'null') FROM events ORDER BY id, v")
+        .execute()
+        .await
+        .unwrap();
+    let text =
+        sluice::query::format::render(&out.batches, sluice::query::OutputFormat::Csv).unwrap();
+    assert_eq!(
+        text.lines().skip(1).collect::<Vec<_>>(),
+        ["1,d1,a", "2,d1,null", "3,d2,c", "3,d2,other", "4,d2,d"]
+    );
+    let again = sluice::ingest::dedup::dedup(&table_dir, "events", false).await.unwrap();
+    assert_eq!((again.duplicates, again.version), (0, None), "idempotent: {again:?}");
+}
