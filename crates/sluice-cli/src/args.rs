@@ -465,6 +465,26 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         samples: u64,
     },
+    /// Ingestion throughput: CSV files → raw table (claim, parse, cast,
+    /// commit, ledger) against the limit of the same files rewritten as
+    /// zstd Parquet by arrow alone, and the commit latency of small flushes.
+    Ingest {
+        /// Files to ingest.
+        #[arg(long, default_value_t = 50)]
+        files: u64,
+        /// Rows per file.
+        #[arg(long, default_value_t = 100_000)]
+        rows_per_file: u64,
+        /// Parse workers (and threads of the limit).
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        /// One-row files ingested one flush each, for the flush latency.
+        #[arg(long, default_value_t = 1000)]
+        flushes: u64,
+        /// Work folder (must not exist; default: a new temp folder, kept).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// Commit and a partition-pruned query into a lake filled by many small
     /// commits, before and after `sluice compact`.
     Maintenance {

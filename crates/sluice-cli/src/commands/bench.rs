@@ -181,6 +181,9 @@ pub async fn run(root: &Path, command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Lineage { edges, layers, samples } => {
             super::bench_scale::lineage(root, edges, layers, samples).await
         }
+        BenchCommand::Ingest { files, rows_per_file, workers, flushes, dir } => {
+            super::bench_ingest::ingest(dir, files, rows_per_file, workers, flushes).await
+        }
         BenchCommand::Maintenance { workload, existing, commit_size, workers } => {
             super::bench_scale::maintenance(root, &workload, existing, commit_size, workers).await
         }

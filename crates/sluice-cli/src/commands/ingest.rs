@@ -248,7 +248,7 @@ fn transform_table(reports: &[sluice::ingest::transform::TransformReport]) -> St
     )
 }
 
-const DEMO_SCHEMA: &str = "\
+pub(super) const DEMO_SCHEMA: &str = "\
 # Taxi-style trips. One YAML file per table; the file name is the table name.
 columns:
   - { name: trip_id, type: int64, nullable: false }
@@ -299,7 +299,7 @@ const ZONES: [&str; 7] =
     ["Midtown", "Harlem", "SoHo", "Chelsea", "Astoria", "Flushing", "Williamsburg"];
 
 /// `files` CSV files of `rows` trips each, deterministic.
-fn demo_trips(file: u64, rows: u64) -> String {
+pub(super) fn demo_trips(file: u64, rows: u64) -> String {
     let mut out = String::from("trip_id,pickup_at,zone,passengers,fare,tip\n");
     for r in 0..rows {
         let id = file * rows + r;

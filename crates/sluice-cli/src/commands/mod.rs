@@ -1,6 +1,7 @@
 //! One function per command.
 
 mod bench;
+mod bench_ingest;
 mod bench_scale;
 mod commit;
 mod demo;

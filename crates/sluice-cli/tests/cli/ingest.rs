@@ -218,3 +218,30 @@ fn the_demo_ingests_its_files_and_its_totals_match_the_files() {
     let dedup = String::from_utf8_lossy(&dedup.stdout);
     assert!(dedup.contains("5000 rows before, 5000 after; 0 exact duplicates"), "{dedup}");
 }
+
+#[test]
+fn bench_ingest_reports_rate_ratio_to_its_limit_and_flush_latency() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("bench");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["bench", "ingest", "--files", "4", "--rows-per-file", "2500", "--flushes", "10"])
+        .arg("--dir")
+        .arg(&work)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("workload: 4 CSV files × 2500 rows = 10000 rows"), "{text}");
+    assert!(text.contains("limit (arrow CSV → zstd Parquet"), "{text}");
+    assert!(text.contains("ratio to the limit: "), "{text}");
+    assert!(text.contains("flush latency over 10 one-file flushes"), "{text}");
+    // The raw table holds every row once; the limit wrote its Parquet files.
+    let lake = crate::Lake::at(work.join("lake"));
+    assert_eq!(
+        lake.ok(&["sql", "--format", "csv", "SELECT count(DISTINCT trip_id) FROM trips"])
+            .lines()
+            .nth(1),
+        Some("10000")
+    );
+    assert_eq!(std::fs::read_dir(work.join("limit")).unwrap().count(), 4);
+}
