@@ -2,7 +2,8 @@
 #
 #   make test    every test: unit, integration, doc, and the Python interop check
 #   make lint    structure check (no import cycles, no huge functions), rustfmt, clippy -D warnings
-#   make bench   criterion benchmarks
+#   make bench   release build; issue 11's end-to-end benches → bench-results/results.jsonl
+#                → docs/PERFORMANCE.md's table; then the criterion benchmarks
 #   make demo    build sluice, create a lake in ./lake and query it
 
 # Build profile (Cargo.toml): one dev profile for the binary, tests, examples
@@ -46,7 +47,18 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
+# Benchmarks run in the release profile (a warm release rebuild of sluice is
+# about a minute; a cold one about 26 minutes here). Every `sluice bench`
+# appends its figures (workload, value, baseline, ratio, git rev, profile)
+# to $(BENCH_RESULTS), which is not committed; scripts/bench-report writes
+# the newest of each into docs/PERFORMANCE.md. BENCH_SCALE=quick runs every
+# workload at a tenth of its size.
+BENCH_RESULTS ?= $(CURDIR)/bench-results/results.jsonl
+BENCH_SCALE ?= full
 bench:
+	$(CARGO) build --release -p sluice-cli
+	bash scripts/bench-suite.sh $(CARGO_TARGET_DIR)/release/sluice $(BENCH_RESULTS) $(BENCH_SCALE)
+	python3 scripts/bench-report $(BENCH_RESULTS) docs/PERFORMANCE.md
 	$(CARGO) bench --workspace --bench lake --bench commit --bench cache
 
 demo: build

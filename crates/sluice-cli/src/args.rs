@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// sluice: a service-free, transactional artifact lake on Delta Lake.
 #[derive(Debug, Parser)]
@@ -343,9 +343,9 @@ pub enum Command {
     #[command(subcommand)]
     Ingest(IngestCommand),
 
-    /// Load generators: stage synthetic executions with real worker processes.
-    #[command(subcommand)]
-    Bench(BenchCommand),
+    /// Benchmarks: load generators with real worker processes; each prints
+    /// its workload, its figures and their ratio to a named baseline.
+    Bench(BenchArgs),
 
     /// Internal: one staging worker process of `sluice bench`.
     #[command(name = "__stage-worker", hide = true)]
@@ -410,6 +410,19 @@ pub struct Workload {
     /// type `sample` if the lake has it); file_ref files are written here.
     #[arg(long)]
     pub mixed: Option<std::path::PathBuf>,
+}
+
+/// `sluice bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Also append the figures as JSON lines to this file (default:
+    /// `$SLUICE_BENCH_RESULTS` if set); `scripts/bench-report` makes
+    /// docs/PERFORMANCE.md from it.
+    #[arg(long, global = true, env = "SLUICE_BENCH_RESULTS")]
+    pub results: Option<std::path::PathBuf>,
+    /// The bench.
+    #[command(subcommand)]
+    pub command: BenchCommand,
 }
 
 /// `sluice bench` subcommands.
@@ -484,6 +497,24 @@ pub enum BenchCommand {
         /// Work folder (must not exist; default: a new temp folder, kept).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+    },
+    /// Reading one artifact by id (what a worker does per input) in a lake
+    /// filled with --artifacts metrics in commits of 100k: median and p99
+    /// of --samples lookups, each through a freshly opened lake.
+    Lookup {
+        /// Artifacts in the lake (needs an empty lake, or one this bench filled).
+        #[arg(long, default_value_t = 1_000_000)]
+        artifacts: u64,
+        /// Lookups measured.
+        #[arg(long, default_value_t = 50)]
+        samples: u64,
+    },
+    /// Small commits: --count consecutive `put`s of one metric through the
+    /// library API; median, p99 and whether the cost stays flat.
+    Put {
+        /// Puts measured.
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
     },
     /// Commit and a partition-pruned query into a lake filled by many small
     /// commits, before and after `sluice compact`.

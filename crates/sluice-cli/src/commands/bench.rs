@@ -8,7 +8,8 @@ use sluice::Lake;
 use sluice::staging::synthetic::{self, SyntheticSpec};
 use sluice::staging::{self, StagingWriter, SyncPolicy};
 
-use crate::args::{BenchCommand, Workload};
+use super::bench_results::{self, Figure};
+use crate::args::{BenchArgs, BenchCommand, Workload};
 use crate::output::print;
 
 fn spec(w: &Workload, seed: u64) -> SyntheticSpec {
@@ -127,73 +128,110 @@ fn describe(w: &Workload, workers: u64) -> String {
     )
 }
 
-pub async fn run(root: &Path, command: BenchCommand) -> anyhow::Result<()> {
+pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
     Lake::init(root).await?;
-    match command {
+    let figures = match args.command {
         BenchCommand::Stage { workload, workers } => {
             let secs = stage(root, &workload, workers).await?;
-            print(&format!(
-                "workload: {}\nstage: {secs:.3} s, {:.0} executions/s",
-                describe(&workload, workers),
-                workload.executions as f64 / secs
-            ))
+            let rate = workload.executions as f64 / secs;
+            let what = describe(&workload, workers);
+            print(&format!("workload: {what}\nstage: {secs:.3} s, {rate:.0} executions/s"))?;
+            vec![Figure::new("stage", &what, "staging rate", rate, "executions/s")]
         }
         BenchCommand::Commit { workload, workers, chunk, existing } => {
-            let lake = Lake::open(root).await?;
-            let mut lines = vec![format!("workload: {}", describe(&workload, workers))];
-            let mut baseline = None;
-            for (round, seed) in [(0, workload.seed), (1, workload.seed.wrapping_add(1_000_003))] {
-                if round == 1 && existing > 0 {
-                    let started = Instant::now();
-                    fill(&lake, existing, 100_000, seed).await?;
-                    lines.push(format!(
-                        "filled the lake with {existing} artifacts in {:.1} s",
-                        started.elapsed().as_secs_f64()
-                    ));
-                }
-                let existing = super::scalar(&lake, "SELECT count(*) FROM index").await?;
-                let w = Workload { seed, ..workload.clone() };
-                let stage_secs = stage(root, &w, workers).await?;
-                let report = lake.commit().with_chunk_size(chunk).execute().await?;
-                let secs = report.duration.as_secs_f64();
-                let rows: u64 = report.rows_added.values().sum();
-                lines.push(format!(
-                    "round {round}: stage {stage_secs:.3} s ({:.0} executions/s); commit into a lake of {existing} artifacts: \
-                     {secs:.3} s, {:.0} executions/s, {:.0} rows/s ({rows} rows, {} quarantined, {} unsealed)",
-                    w.executions as f64 / stage_secs,
-                    report.runs_committed as f64 / secs,
-                    rows as f64 / secs,
-                    report.quarantined.len(),
-                    report.unsealed.len(),
-                ));
-                match baseline {
-                    None => baseline = Some(secs),
-                    Some(base) => lines.push(format!(
-                        "ratio: commit into the populated lake / commit into an empty lake (baseline) = {:.2}",
-                        secs / base
-                    )),
-                }
-            }
-            lines.push(format!("peak RSS: {:.0} MiB", peak_rss_mib()));
-            print(&lines.join("\n"))
+            commit(root, &workload, workers, chunk, existing).await?
         }
-        BenchCommand::Pipeline { executions, workers } => pipeline(root, executions, workers).await,
+        BenchCommand::Pipeline { executions, workers } => {
+            pipeline(root, executions, workers).await?
+        }
         BenchCommand::Lineage { edges, layers, samples } => {
-            super::bench_scale::lineage(root, edges, layers, samples).await
+            super::bench_scale::lineage(root, edges, layers, samples).await?
         }
         BenchCommand::Ingest { files, rows_per_file, workers, flushes, dir } => {
-            super::bench_ingest::ingest(dir, files, rows_per_file, workers, flushes).await
+            super::bench_ingest::ingest(dir, files, rows_per_file, workers, flushes).await?
         }
         BenchCommand::Maintenance { workload, existing, commit_size, workers } => {
-            super::bench_scale::maintenance(root, &workload, existing, commit_size, workers).await
+            super::bench_scale::maintenance(root, &workload, existing, commit_size, workers).await?
+        }
+        BenchCommand::Lookup { artifacts, samples } => {
+            super::bench_store::lookup(root, artifacts, samples).await?
+        }
+        BenchCommand::Put { count } => super::bench_store::put(root, count).await?,
+    };
+    bench_results::record(args.results.as_deref(), &figures)
+}
+
+/// `sluice bench commit`: the same workload committed into an empty lake
+/// and into one holding `existing` artifacts.
+async fn commit(
+    root: &Path,
+    workload: &Workload,
+    workers: u64,
+    chunk: usize,
+    existing: u64,
+) -> anyhow::Result<Vec<Figure>> {
+    let lake = Lake::open(root).await?;
+    let what = describe(workload, workers);
+    let mut figures = Vec::new();
+    let mut lines = vec![format!("workload: {what}")];
+    let mut baseline = None;
+    for (round, seed) in [(0, workload.seed), (1, workload.seed.wrapping_add(1_000_003))] {
+        if round == 1 && existing > 0 {
+            let started = Instant::now();
+            fill(&lake, existing, 100_000, seed).await?;
+            lines.push(format!(
+                "filled the lake with {existing} artifacts in {:.1} s",
+                started.elapsed().as_secs_f64()
+            ));
+        }
+        let existing = super::scalar(&lake, "SELECT count(*) FROM index").await?;
+        let w = Workload { seed, ..workload.clone() };
+        let stage_secs = stage(root, &w, workers).await?;
+        let report = lake.commit().with_chunk_size(chunk).execute().await?;
+        let secs = report.duration.as_secs_f64();
+        let rows: u64 = report.rows_added.values().sum();
+        lines.push(format!(
+                "round {round}: stage {stage_secs:.3} s ({:.0} executions/s); commit into a lake of {existing} artifacts: \
+                 {secs:.3} s, {:.0} executions/s, {:.0} rows/s ({rows} rows, {} quarantined, {} unsealed)",
+                w.executions as f64 / stage_secs,
+                report.runs_committed as f64 / secs,
+                rows as f64 / secs,
+                report.quarantined.len(),
+                report.unsealed.len(),
+            ));
+        let per = 1000.0 * secs / (report.runs_committed.max(1) as f64);
+        let figure = Figure::new(
+            "commit",
+            &what,
+            &format!("commit per staged execution, lake of {existing} artifacts"),
+            per,
+            "ms",
+        );
+        match baseline {
+            None => {
+                baseline = Some(secs);
+                figures.push(figure.against("goal: 0.25 ms", per / 0.25).goal("1"));
+            }
+            Some(base) => {
+                lines.push(format!(
+                        "ratio: commit into the populated lake / commit into an empty lake (baseline) = {:.2}",
+                        secs / base
+                    ));
+                figures.push(figure.against("the same commit into an empty lake", secs / base));
+            }
         }
     }
+    let rss = peak_rss_mib();
+    lines.push(format!("peak RSS: {rss:.0} MiB"));
+    figures.push(Figure::new("commit", &what, "peak RSS of the committer", rss, "MiB"));
+    print(&lines.join("\n"))?;
+    Ok(figures)
 }
 
 /// End-to-end overhead of the pipeline engine: `executions` trivial units in
 /// two steps (generate_data of 1-row tables, then compute_metrics of each),
 /// on the local backend; then the same pipeline again, fully cached.
-async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Result<()> {
+async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Result<Vec<Figure>> {
     let lake = Lake::open(root).await?;
     if super::scalar(&lake, "SELECT count(*) FROM executions").await? != "0" {
         bail!("`sluice bench pipeline` needs an empty lake (use --lake with a new directory)");
@@ -211,6 +249,7 @@ async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Resul
         2 * half
     )];
     let mut cold = None;
+    let mut figures = Vec::new();
     for round in ["cold run", "cached rerun"] {
         let pipeline = sluice::pipeline::Pipeline::load(&file, &operations, lake.registry())?;
         let report = super::pipeline::run_with_progress(
@@ -228,17 +267,31 @@ async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Resul
         match cold {
             None => {
                 cold = Some(secs);
+                let per = 1000.0 * secs / ran.max(1) as f64;
                 lines.push(format!(
-                    "{round}: {secs:.2} s for {ran} executions = {:.1} ms per execution (dispatch, worker, staging, commit, bookkeeping)",
-                    1000.0 * secs / ran.max(1) as f64
+                    "{round}: {secs:.2} s for {ran} executions = {per:.1} ms per execution (dispatch, worker, staging, commit, bookkeeping)",
                 ));
+                figures.push(
+                    Figure::new("pipeline", &lines[0], "end to end per execution", per, "ms")
+                        .against("goal: 3.5 ms", per / 3.5)
+                        .goal("2"),
+                );
             }
-            Some(base) => lines.push(format!(
-                "{round}: {secs:.2} s, {ran} executions dispatched; ratio to the cold run (baseline): {:.3}",
-                secs / base
-            )),
+            Some(base) => {
+                lines.push(format!(
+                    "{round}: {secs:.2} s, {ran} executions dispatched; ratio to the cold run (baseline): {:.3}",
+                    secs / base
+                ));
+                figures.push(
+                    Figure::new("pipeline", &lines[0], "fully cached rerun", secs, "s")
+                        .against("the cold run", secs / base),
+                );
+            }
         }
     }
-    lines.push(format!("peak RSS (orchestrator): {:.0} MiB", peak_rss_mib()));
-    print(&lines.join("\n"))
+    let rss = peak_rss_mib();
+    lines.push(format!("peak RSS (orchestrator): {rss:.0} MiB"));
+    figures.push(Figure::new("pipeline", &lines[0], "peak RSS of the orchestrator", rss, "MiB"));
+    print(&lines.join("\n"))?;
+    Ok(figures)
 }

@@ -20,6 +20,7 @@ use deltalake::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use deltalake::parquet::arrow::ArrowWriter;
 use sluice::ingest::{IngestConfig, Ingestor, Mode};
 
+use super::bench_results::Figure;
 use super::ingest::{DEMO_SCHEMA as SCHEMA, demo_trips};
 use crate::output::print;
 
@@ -105,7 +106,7 @@ pub async fn ingest(
     rows_per_file: u64,
     workers: usize,
     flushes: u64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Figure>> {
     let dir = dir.unwrap_or_else(|| {
         std::env::temp_dir().join(format!("sluice-bench-ingest-{}", std::process::id()))
     });
@@ -159,6 +160,28 @@ pub async fn ingest(
     let limit_rate = total as f64 / limit_secs;
     let rate = total as f64 / report.seconds;
     let (median, p99) = (percentile(&latency, 0.5), percentile(&latency, 0.99));
+    let what = format!("{files} CSV files x {rows_per_file} rows, {workers} workers");
+    let figures = vec![
+        Figure::new("ingest", &what, "CSV to raw", rate, "rows/s")
+            .against("arrow CSV to zstd Parquet, same threads (limit)", rate / limit_rate),
+        Figure::new("ingest", &what, "CSV to raw", rate, "rows/s")
+            .against("goal: 1,200,000 rows/s", rate / 1_200_000.0),
+        Figure::new(
+            "ingest",
+            &format!("{flushes} one-row files"),
+            "flush commit, median",
+            median * 1e3,
+            "ms",
+        ),
+        Figure::new(
+            "ingest",
+            &format!("{flushes} one-row files"),
+            "flush commit, p99",
+            p99 * 1e3,
+            "ms",
+        )
+        .against("the median", if median > 0.0 { p99 / median } else { 0.0 }),
+    ];
     print(&format!(
         "workload: {files} CSV files × {rows_per_file} rows = {total} rows ({:.0} MiB), {workers} workers\n\
          limit (arrow CSV → zstd Parquet, no Delta, {workers} threads): {limit_secs:.2} s, {limit_rate:.0} rows/s\n\
@@ -176,5 +199,6 @@ pub async fn ingest(
         p99 * 1e3,
         if median > 0.0 { p99 / median } else { 0.0 },
         dir.display()
-    ))
+    ))?;
+    Ok(figures)
 }

@@ -23,6 +23,7 @@ use sluice::lake::append::Append;
 use sluice::lake::layout::{self, TableSpec};
 use sluice::lake::table;
 
+use super::bench_results::Figure;
 use crate::args::Workload;
 use crate::output::print;
 
@@ -120,7 +121,12 @@ async fn write_layer(
 }
 
 /// `sluice bench lineage`.
-pub async fn lineage(root: &Path, edges: u64, layers: u64, samples: u64) -> anyhow::Result<()> {
+pub async fn lineage(
+    root: &Path,
+    edges: u64,
+    layers: u64,
+    samples: u64,
+) -> anyhow::Result<Vec<Figure>> {
     let lake = Lake::open(root).await?;
     let layers = layers.max(6);
     let width = (edges / 5 / layers).max(2);
@@ -217,7 +223,14 @@ pub async fn lineage(root: &Path, edges: u64, layers: u64, samples: u64) -> anyh
         "baseline: one level as a SQL scan of the whole edge table: {scan_ms:.0} ms; ratio walk (5 levels) / one full scan = {:.2}",
         walk / scan_ms
     ));
-    print(&lines.join("\n"))
+    print(&lines.join("\n"))?;
+    let what = &lines[0];
+    Ok(vec![
+        Figure::new("lineage", what, "lineage depth 5, in-process walk", walk, "ms")
+            .against("one full SQL scan of the edge table", walk / scan_ms),
+        Figure::new("lineage", what, "lineage depth 5, one process", median, "ms"),
+        Figure::new("lineage", what, "peak RSS of a lineage process", peak, "MiB"),
+    ])
 }
 
 fn peak_of(stderr: &str) -> f64 {
@@ -235,7 +248,7 @@ pub async fn maintenance(
     existing: u64,
     commit_size: u64,
     workers: u64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<Figure>> {
     let lake = Lake::open(root).await?;
     let started = Instant::now();
     super::bench::fill(&lake, existing, commit_size, 0).await?;
@@ -248,6 +261,7 @@ pub async fn maintenance(
     ];
     let pruned = "SELECT count(DISTINCT artifact_id) FROM metrics WHERE origin_step_number = 3";
     let mut before: Option<(f64, f64)> = None;
+    let mut figures = Vec::new();
     for (round, seed) in [("uncompacted", workload.seed), ("compacted", workload.seed + 1_000_003)]
     {
         if round == "compacted" {
@@ -278,12 +292,30 @@ pub async fn maintenance(
         ));
         match before {
             None => before = Some((commit, query)),
-            Some((c, q)) => lines.push(format!(
-                "ratio compacted / uncompacted (baseline): commit {:.2}, query {:.2}",
-                commit / c,
-                query / q
-            )),
+            Some((c, q)) => {
+                lines.push(format!(
+                    "ratio compacted / uncompacted (baseline): commit {:.2}, query {:.2}",
+                    commit / c,
+                    query / q
+                ));
+                let what = &lines[0];
+                figures.push(
+                    Figure::new("maintenance", what, "commit after compaction", commit, "s")
+                        .against("the same commit before compaction", commit / c),
+                );
+                figures.push(
+                    Figure::new(
+                        "maintenance",
+                        what,
+                        "pruned query after compaction",
+                        query * 1e3,
+                        "ms",
+                    )
+                    .against("the same query before compaction", query / q),
+                );
+            }
         }
     }
-    print(&lines.join("\n"))
+    print(&lines.join("\n"))?;
+    Ok(figures)
 }

@@ -2,7 +2,9 @@
 
 mod bench;
 mod bench_ingest;
+mod bench_results;
 mod bench_scale;
+mod bench_store;
 mod commit;
 mod demo;
 pub(crate) use bench::peak_rss_mib;

@@ -7,6 +7,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod bench;
 mod concurrency;
 mod crash;
 mod hardening;

@@ -1,0 +1,121 @@
+//! `sluice bench lookup` and `sluice bench put`: the library calls every
+//! worker and every small writer makes, in a lake of a given size.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::bail;
+use sluice::Lake;
+
+use super::bench::fill;
+use super::bench_results::Figure;
+use crate::output::print;
+
+/// The seed `lookup` fills with (its ids can be recomputed).
+const FILL_SEED: u64 = 42;
+
+fn median_p99(mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let at = |p: f64| ms.get(((ms.len().max(1) - 1) as f64 * p).round() as usize).copied();
+    (at(0.5).unwrap_or(0.0), at(0.99).unwrap_or(0.0))
+}
+
+/// `sluice bench lookup`.
+pub async fn lookup(root: &Path, artifacts: u64, samples: u64) -> anyhow::Result<Vec<Figure>> {
+    let lake = Lake::open(root).await?;
+    let present: u64 = super::scalar(&lake, "SELECT count(*) FROM index").await?.parse()?;
+    let mut lines = Vec::new();
+    if present == 0 {
+        let clock = Instant::now();
+        fill(&lake, artifacts, 100_000, FILL_SEED).await?;
+        lines.push(format!("filled in {:.1} s", clock.elapsed().as_secs_f64()));
+    } else if present != artifacts {
+        bail!(
+            "`sluice bench lookup` needs an empty lake or one it filled with --artifacts {present} (use --lake with a new directory)"
+        );
+    }
+    let what = format!(
+        "one metric by id in a lake of {artifacts} metrics (10 steps, commits of 100000), {samples} lookups"
+    );
+    lines.insert(0, format!("workload: {what}"));
+    let ids = (0..samples.max(1))
+        .map(|k| {
+            let i = (k.wrapping_mul(7919) + 13) % artifacts.max(1);
+            Ok(sluice::Draft::metric(serde_json::json!({"fill": i, "seed": FILL_SEED}))?
+                .with_step((i % 10) as i32)
+                .finalize(lake.registry())?
+                .id)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (mut fresh, mut warm, mut opened) = (Vec::new(), Vec::new(), Vec::new());
+    let warm_lake = Lake::open(root).await?;
+    for id in &ids {
+        let clock = Instant::now();
+        let lake = Lake::open(root).await?;
+        let open = clock.elapsed();
+        lake.get(*id).await?;
+        opened.push(clock.elapsed().as_secs_f64() * 1e3);
+        fresh.push((clock.elapsed() - open).as_secs_f64() * 1e3);
+        let clock = Instant::now();
+        warm_lake.get(*id).await?;
+        warm.push(clock.elapsed().as_secs_f64() * 1e3);
+    }
+    let (fresh_median, fresh_p99) = median_p99(fresh);
+    let (warm_median, warm_p99) = median_p99(warm);
+    let (open_median, _) = median_p99(opened);
+    lines.push(format!(
+        "get on a lake opened for it: median {fresh_median:.1} ms, p99 {fresh_p99:.1} ms (open + get: {open_median:.1} ms)"
+    ));
+    lines.push(format!(
+        "get on one long-lived lake: median {warm_median:.1} ms, p99 {warm_p99:.1} ms"
+    ));
+    lines.push(format!(
+        "goal (issue 11, goal 3): ≤ 5 ms at 1M artifacts; ratio {:.2}",
+        warm_median / 5.0
+    ));
+    print(&lines.join("\n"))?;
+    Ok(vec![
+        Figure::new("lookup", &what, "get by id, long-lived lake, median", warm_median, "ms")
+            .against("goal: 5 ms", warm_median / 5.0)
+            .goal("3"),
+        Figure::new("lookup", &what, "get by id, freshly opened lake, median", fresh_median, "ms"),
+        Figure::new("lookup", &what, "open lake + get by id, median", open_median, "ms"),
+    ])
+}
+
+/// `sluice bench put`.
+pub async fn put(root: &Path, count: u64) -> anyhow::Result<Vec<Figure>> {
+    let lake = Lake::open(root).await?;
+    let nonce = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default();
+    let mut ms = Vec::with_capacity(count as usize);
+    for i in 0..count.max(1) {
+        let artifact = sluice::Draft::metric(serde_json::json!({"put": i, "nonce": nonce}))?
+            .with_step(1)
+            .finalize(lake.registry())?;
+        let clock = Instant::now();
+        lake.put(&[artifact]).await?;
+        ms.push(clock.elapsed().as_secs_f64() * 1e3);
+    }
+    let tenth = (ms.len() / 10).max(1);
+    let (first, _) = median_p99(ms[..tenth].to_vec());
+    let (last, _) = median_p99(ms[ms.len() - tenth..].to_vec());
+    let (median, p99) = median_p99(ms);
+    let what = format!("{count} consecutive puts of one metric, library API, one process");
+    print(&format!(
+        "workload: {what}\nput: median {median:.1} ms, p99 {p99:.1} ms (p99/median {:.1})\n\
+         flatness: median of the last tenth / the first tenth = {:.2}\n\
+         goal (issue 11, goal 6): median ≤ 6 ms, p99 ≤ 3× median",
+        p99 / median.max(1e-9),
+        last / first.max(1e-9)
+    ))?;
+    Ok(vec![
+        Figure::new("put", &what, "put of one metric, median", median, "ms")
+            .against("goal: 6 ms", median / 6.0)
+            .goal("6"),
+        Figure::new("put", &what, "put of one metric, p99", p99, "ms")
+            .against("the median (goal ≤ 3)", p99 / median.max(1e-9))
+            .goal("6"),
+        Figure::new("put", &what, "put, last tenth median", last, "ms")
+            .against("the first tenth's median", last / first.max(1e-9)),
+    ])
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The end-to-end benchmarks of issue 11's goals, each in a fresh folder,
+# each appending its figures to a results file (JSON lines).
+#
+#   bash scripts/bench-suite.sh SLUICE_BINARY RESULTS_FILE [quick]
+#
+# `quick` runs every workload at a tenth of its size (a smoke run).
+set -euo pipefail
+SLUICE=${1:?the sluice binary}
+RESULTS=${2:?the results file}
+SCALE=${3:-full}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sluice-bench.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export SLUICE_BENCH_RESULTS="$RESULTS"
+mkdir -p "$(dirname "$RESULTS")"
+
+n() { if [ "$SCALE" = quick ]; then echo $(( $1 / 10 )); else echo "$1"; fi; }
+
+run() {
+  local name=$1; shift
+  echo "== $name: sluice $*"
+  "$SLUICE" --lake "$WORK/$name" "$@"
+  rm -rf "${WORK:?}/$name"
+}
+
+run commit    bench commit --executions "$(n 10000)" --artifacts-per-execution 3 --workers 2
+run pipeline  bench pipeline --executions "$(n 2000)" --workers 2
+run lookup    bench lookup --artifacts "$(n 1000000)" --samples 50
+run put       bench put --count "$(n 1000)"
+run ingest    bench ingest --files "$(n 50)" --rows-per-file 100000 --flushes "$(n 1000)" --dir "$WORK/ingest-files"
+run lineage   bench lineage --edges "$(n 1000000)" --samples 5
+echo "figures appended to $RESULTS"
