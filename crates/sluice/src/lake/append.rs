@@ -117,6 +117,8 @@ pub struct Append<'a> {
     commit: CommitSpec,
     /// The table version before the logical append began (token search).
     since: u64,
+    /// A handle to start from instead of opening the table.
+    table: Option<DeltaTable>,
 }
 
 /// What goes into a commit besides its files.
@@ -151,7 +153,7 @@ pub struct Appended {
 impl<'a> Append<'a> {
     /// Append `batches` (in the table's schema) to the table of `spec`.
     pub fn new(root: &'a Path, spec: &'a TableSpec, batches: Vec<RecordBatch>) -> Self {
-        Append { root, spec, batches, commit: CommitSpec::default(), since: 0 }
+        Append { root, spec, batches, commit: CommitSpec::default(), since: 0, table: None }
     }
 
     /// Commit metadata (a top-level key of the commit's `commitInfo`).
@@ -174,19 +176,39 @@ impl<'a> Append<'a> {
         self
     }
 
+    /// Start from this handle of the table (any version: it is brought up
+    /// to date) instead of opening it.
+    pub fn with_table(mut self, table: DeltaTable) -> Self {
+        self.table = Some(table);
+        self
+    }
+
     /// Run the append.
     pub async fn execute(self) -> Result<Appended> {
+        self.execute_keeping().await.map(|(appended, _)| appended)
+    }
+
+    /// Run the append; also return the table's handle as the append left it
+    /// (at its own commit, or at the head it checked).
+    pub async fn execute_keeping(mut self) -> Result<(Appended, DeltaTable)> {
         let spec = self.spec;
         let dedup = Dedup::of(&spec.kind);
-        let mut table = table::open(self.root, spec).await?;
+        let mut table = match self.table.take() {
+            Some(mut given) => {
+                given.update_incremental(None).await.map_err(|e| Error::delta(&spec.name, e))?;
+                given
+            }
+            None => table::open(self.root, spec).await?,
+        };
         let head = table.version().unwrap_or_default();
         if let Some(found) = self.token_commit(&table, head, None).await? {
-            return Ok(Appended {
+            let appended = Appended {
                 committed: Some(found),
                 version: head,
                 already_committed: true,
                 ..Appended::default()
-            });
+            };
+            return Ok((appended, table));
         }
         let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut batches = unique_rows(&self.batches, spec)?;
@@ -207,12 +229,13 @@ impl<'a> Append<'a> {
             batches = drop_present(self.root, &table, spec, dedup, batches, checked_at).await?;
             let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
             if rows == 0 {
-                return Ok(Appended {
+                let appended = Appended {
                     version: head,
                     rows_skipped: staged,
                     present_keys: present_of(&batches)?,
                     ..Appended::default()
-                });
+                };
+                return Ok((appended, table));
             }
             let adds = write_files(&table, &spec.name, &batches).await?;
             match self.commit_new_adds(&mut table, &adds, dedup, &batches).await? {
@@ -232,26 +255,28 @@ impl<'a> Append<'a> {
                             &keys,
                         );
                     }
-                    return Ok(Appended {
+                    let appended = Appended {
                         committed: Some(version),
                         version,
                         rows_added: rows,
                         rows_skipped: staged - rows,
                         already_committed: false,
                         present_keys: present_of(&batches)?,
-                    });
+                    };
+                    return Ok((appended, table));
                 }
                 None => {
                     // Some of our keys were added by another writer, or our
                     // token turned up: give our files up and look again.
                     remove_files(&table, &adds).await;
                     if let Some(found) = self.token_commit(&table, head, None).await? {
-                        return Ok(Appended {
+                        let appended = Appended {
                             committed: Some(found),
                             version: table.version().unwrap_or_default(),
                             already_committed: true,
                             ..Appended::default()
-                        });
+                        };
+                        return Ok((appended, table));
                     }
                     checked_at = Some(head);
                 }

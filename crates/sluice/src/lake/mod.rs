@@ -10,6 +10,7 @@
 
 pub mod append;
 pub mod config;
+pub(crate) mod handles;
 pub mod journal;
 pub mod key_filter;
 pub mod layout;
@@ -53,6 +54,8 @@ pub struct Lake {
     /// When set, reads by id reuse one resolved lake point and the table
     /// handles opened at it.
     snapshots: Option<Arc<tokio::sync::Mutex<PinnedReads>>>,
+    /// Table handles kept between calls (see [`handles`]).
+    handles: Arc<handles::Handles>,
 }
 
 /// What [`Lake::init`] or [`Lake::open`] did to each table.
@@ -124,7 +127,13 @@ impl Lake {
             let declared = DeclaredType::try_new(spec)?;
             registry.register_with_origin(Arc::new(declared), TypeOrigin::Declared)?;
         }
-        Ok(Lake { root, config, registry: Arc::new(registry), snapshots: None })
+        Ok(Lake {
+            root,
+            config,
+            registry: Arc::new(registry),
+            snapshots: None,
+            handles: Arc::default(),
+        })
     }
 
     async fn reconcile(&self, create: bool) -> Result<InitReport> {
@@ -184,7 +193,10 @@ impl Lake {
     ) -> Result<Option<deltalake::DeltaTable>> {
         let Some(version) = point.version_of(&spec.name) else { return Ok(None) };
         let Some(cache) = &self.snapshots else {
-            return table::open_at(&self.root, spec, version).await.map(Some);
+            let leased = self.handles.at(&self.root, spec, version).await?;
+            let table = leased.table.clone();
+            self.handles.keep(spec, leased);
+            return Ok(Some(table));
         };
         let mut cache = cache.lock().await;
         if let Some(t) = cache.tables.get(&spec.name) {
@@ -193,6 +205,11 @@ impl Lake {
         let t = table::open_at(&self.root, spec, version).await?;
         cache.tables.insert(spec.name.clone(), t.clone());
         Ok(Some(t))
+    }
+
+    /// The kept handles of this lake's tables.
+    pub(crate) fn handles(&self) -> &handles::Handles {
+        &self.handles
     }
 
     /// The lake's root folder (absolute).

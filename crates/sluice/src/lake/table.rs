@@ -118,9 +118,17 @@ pub async fn open_or_create_dir(
         .with_partition_columns(partition_columns)
         .with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"))
         .with_save_mode(SaveMode::Ignore)
-        .await
-        .map_err(|e| Error::delta(name, e))?;
-    Ok(created)
+        .await;
+    match created {
+        Ok(created) => Ok(created),
+        // Another process created it between our check and our commit of
+        // version 0 (put-if-absent: one of us wins): use theirs.
+        Err(e) if is_table(dir) => {
+            tracing::debug!(table = name, error = %e, "lost the race to create the table");
+            open_dir(dir, name).await
+        }
+        Err(e) => Err(Error::delta(name, e)),
+    }
 }
 
 /// Compare a table's schema with its spec. Returns the fields to add.

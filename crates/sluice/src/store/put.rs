@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::artifact::{Artifact, ArtifactId};
 use crate::error::Result;
 use crate::lake::append::{self, Append, Dedup};
+use crate::lake::handles::{Handles, Leased};
 use crate::lake::layout::{self, TableSpec};
 use crate::lake::{Lake, WriterLock, table};
 use crate::store::rows;
@@ -47,24 +48,43 @@ impl Lake {
         for key in keys {
             let Some(batch) = by_type.get(key.as_str()) else { continue };
             let spec = TableSpec::content(self.registry().descriptor(&key)?);
-            table::ensure(self.root(), &spec).await?;
-            let handle = table::open(self.root(), &spec).await?;
-            let rows =
-                rows::content_batch(&spec.name, &table::arrow_schema(&handle, &spec)?, batch)?;
-            let appended = Append::new(self.root(), &spec, vec![rows]).execute().await?;
+            let leased = self.put_handle(&spec).await?;
+            let rows = rows::content_batch(
+                &spec.name,
+                &table::arrow_schema(&leased.table, &spec)?,
+                batch,
+            )?;
+            let (appended, moved) = Append::new(self.root(), &spec, vec![rows])
+                .with_table(leased.table.clone())
+                .execute_keeping()
+                .await?;
+            self.handles().keep(&spec, Handles::moved(&leased, moved));
             report.already_present += appended.rows_skipped as usize;
             report.rows_added.insert(spec.name.clone(), appended.rows_added as usize);
             content_present.push((spec, appended.present_keys));
             indexed.extend(batch.iter().copied());
         }
         let index = layout::index_table();
-        table::ensure(self.root(), &index).await?;
-        let handle = table::open(self.root(), &index).await?;
-        let rows = rows::index_batch(&table::arrow_schema(&handle, &index)?, &indexed)?;
-        let rows = repoint_to_content(self, &handle, &index, vec![rows], &content_present).await?;
-        let appended = Append::new(self.root(), &index, rows).execute().await?;
+        let leased = self.put_handle(&index).await?;
+        let handle = &leased.table;
+        let rows = rows::index_batch(&table::arrow_schema(handle, &index)?, &indexed)?;
+        let rows = repoint_to_content(self, handle, &index, vec![rows], &content_present).await?;
+        let (appended, moved) = Append::new(self.root(), &index, rows)
+            .with_table(handle.clone())
+            .execute_keeping()
+            .await?;
+        self.handles().keep(&index, Handles::moved(&leased, moved));
         report.rows_added.insert(index.name.clone(), appended.rows_added as usize);
         Ok(report)
+    }
+
+    /// The latest handle of a table a put writes to: the kept one brought up
+    /// to date, or the table checked against its spec (and created) first.
+    async fn put_handle(&self, spec: &TableSpec) -> Result<Leased> {
+        if !table::is_table(&table::table_dir(self.root(), spec)) {
+            table::ensure(self.root(), spec).await?;
+        }
+        self.handles().latest(self.root(), spec).await
     }
 
     /// Append artifacts to their content tables and the index with no
