@@ -105,6 +105,61 @@ pub(super) async fn fill(lake: &Lake, n: u64, per_commit: u64, seed: u64) -> any
     Ok(())
 }
 
+/// The limit of a commit: every staged Parquet file read, and its rows
+/// written as one zstd Parquet file per table (file name) with arrow and
+/// parquet directly, into a scratch folder that is removed. Returns the
+/// seconds and the number of files read.
+fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
+    use deltalake::parquet::arrow::ArrowWriter;
+    use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let mut files = Vec::new();
+    let mut dirs = vec![staging.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") {
+                files.push(path);
+            }
+        }
+    }
+    let out = staging.with_file_name("bench-limit");
+    std::fs::create_dir_all(&out)?;
+    let started = Instant::now();
+    let mut writers: std::collections::HashMap<String, ArrowWriter<std::fs::File>> =
+        Default::default();
+    for path in &files {
+        let reader =
+            ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path)?)?.build()?;
+        let table = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        for batch in reader {
+            let batch = batch?;
+            // A table's staged files share its schema.
+            let writer = match writers.entry(table.clone()) {
+                std::collections::hash_map::Entry::Occupied(w) => w.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let file = std::fs::File::create(out.join(format!("{}.parquet", v.key())))?;
+                    v.insert(ArrowWriter::try_new(
+                        file,
+                        batch.schema(),
+                        Some(sluice::lake::table::writer_properties()),
+                    )?)
+                }
+            };
+            writer.write(&batch)?;
+        }
+    }
+    for (_, writer) in writers {
+        writer.close()?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    std::fs::remove_dir_all(&out)?;
+    Ok((secs, files.len()))
+}
+
 pub(crate) fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -187,8 +242,28 @@ async fn commit(
         let existing = super::scalar(&lake, "SELECT count(*) FROM index").await?;
         let w = Workload { seed, ..workload.clone() };
         let stage_secs = stage(root, &w, workers).await?;
+        let limit = if round == 0 {
+            let staged = sluice::staging::default_root(lake.root());
+            Some(tokio::task::spawn_blocking(move || rewrite_limit(&staged)).await??)
+        } else {
+            None
+        };
         let report = lake.commit().with_chunk_size(chunk).execute().await?;
         let secs = report.duration.as_secs_f64();
+        if let Some((limit_secs, files)) = limit {
+            lines.push(format!(
+                "limit: the same {files} staged files read and rewritten as one zstd Parquet file per table by arrow/parquet alone (no Delta, no validation): {limit_secs:.3} s; ratio limit / commit = {:.2} (goal ≥ 0.5)",
+                limit_secs / secs
+            ));
+            figures.push(
+                Figure::new("commit", &what, "commit time", secs, "s")
+                    .against(
+                        "limit: the staged files rewritten by arrow/parquet alone (limit/commit)",
+                        limit_secs / secs,
+                    )
+                    .goal("1"),
+            );
+        }
         let rows: u64 = report.rows_added.values().sum();
         lines.push(format!(
                 "round {round}: stage {stage_secs:.3} s ({:.0} executions/s); commit into a lake of {existing} artifacts: \
