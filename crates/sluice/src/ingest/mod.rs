@@ -271,15 +271,21 @@ impl Ingestor {
         // Files claimed and not yet acknowledged or sent back: a `--once`
         // run ends only when none are left (a failed file may come back).
         let outstanding = Arc::new(AtomicUsize::new(0));
-        let dispatcher = self.dispatch(mode, tx, permits, outstanding.clone());
+        // Set by a `--once` dispatcher with nothing left to claim and no
+        // worker running: what is buffered is all there is, flush it now.
+        let drained = Arc::new(AtomicBool::new(false));
+        let once = matches!(mode, Mode::Once);
+        let dispatcher = self.dispatch(mode, tx, permits, outstanding.clone(), drained.clone());
         let writer = async {
             let mut buffers: BTreeMap<String, (Vec<ReadyFile>, usize, u64, Instant)> =
                 BTreeMap::new();
             let interval = Duration::from_millis(self.config.ingest.flush_interval_ms);
+            let poll = Duration::from_millis(self.config.queue.poll_ms.max(1));
+            let wait = if once { interval.min(poll) } else { interval };
             // Upstream rows a killed run committed but did not transform.
             self.transform_into(&mut report).await;
             loop {
-                let next = tokio::time::timeout(interval, rx.recv()).await;
+                let next = tokio::time::timeout(wait, rx.recv()).await;
                 let closed = matches!(next, Ok(None));
                 match next {
                     Ok(Some(Outcome::Ready(file))) => {
@@ -302,6 +308,7 @@ impl Ingestor {
                     .filter(|(_, (files, rows, bytes, since))| {
                         !files.is_empty()
                             && (closed
+                                || drained.load(Ordering::SeqCst)
                                 || *rows >= self.config.ingest.flush_rows
                                 || *bytes as usize >= self.config.ingest.flush_bytes
                                 || since.elapsed() >= interval)
@@ -387,6 +394,7 @@ impl Ingestor {
         tx: mpsc::Sender<Outcome>,
         permits: Arc<tokio::sync::Semaphore>,
         outstanding: Arc<AtomicUsize>,
+        drained: Arc<AtomicBool>,
     ) -> Result<()> {
         let poll = Duration::from_millis(self.config.queue.poll_ms.max(1));
         let workers = self.config.ingest.workers.max(1);
@@ -437,11 +445,10 @@ impl Ingestor {
             while let Some(done) = tasks.try_join_next() {
                 done.map_err(|e| Error::task("an ingest worker", e))?;
             }
+            let once = matches!(mode, Mode::Once);
+            drained.store(once && idle && tasks.is_empty(), Ordering::SeqCst);
             if idle {
-                if matches!(mode, Mode::Once)
-                    && tasks.is_empty()
-                    && outstanding.load(Ordering::SeqCst) == 0
-                {
+                if once && tasks.is_empty() && outstanding.load(Ordering::SeqCst) == 0 {
                     break;
                 }
                 tokio::time::sleep(poll).await;
@@ -468,7 +475,8 @@ fn check_names(config: &IngestConfig, schemas: &[TableSchema]) -> Result<()> {
         Some(owner) => Err(Error::Config {
             path: path.to_path_buf(),
             message: format!(
-                "{by} would be named `{name}`, which is already {owner}; SQL could not tell                  them apart. Help: rename it"
+                "{by} would be named `{name}`, which is already {owner}; SQL could not tell \
+                 them apart. Help: rename it"
             ),
         }),
         None => {

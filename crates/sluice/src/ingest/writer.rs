@@ -31,7 +31,7 @@ use deltalake::kernel::Add;
 
 use super::ledger::{self, Committed, CommittedFile, INGEST_KEY, LedgerRow};
 use super::queue::{LocalQueue, Message};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lake::append::{self, CommitSpec};
 use crate::lake::table;
 
@@ -64,6 +64,11 @@ pub struct Target {
     pub partitions: Vec<String>,
     /// Files it holds.
     pub committed: Committed,
+    /// The table's handle between flushes and the version it was opened at
+    /// (brought up to date per flush, reopened as [`handles`] says).
+    ///
+    /// [`handles`]: crate::lake::handles
+    kept: Option<(DeltaTable, u64)>,
 }
 
 impl Target {
@@ -76,7 +81,21 @@ impl Target {
     ) -> Result<Target> {
         let handle = table::open_dir(&dir, name).await?;
         let committed = Committed::load(ledger, &handle, name).await?;
-        Ok(Target { name: name.to_owned(), dir, partitions, committed })
+        Ok(Target { name: name.to_owned(), dir, partitions, committed, kept: None })
+    }
+
+    /// The table at its head: the kept handle brought up to date, or a
+    /// fresh one. Returns the version it was opened at too.
+    async fn latest(&mut self) -> Result<(DeltaTable, u64)> {
+        if let Some((mut handle, opened)) = self.kept.take() {
+            handle.update_incremental(None).await.map_err(|e| Error::delta(&self.name, e))?;
+            if handle.version().unwrap_or_default() <= opened + crate::lake::handles::REOPEN_AFTER {
+                return Ok((handle, opened));
+            }
+        }
+        let handle = self.handle().await?;
+        let opened = handle.version().unwrap_or_default();
+        Ok((handle, opened))
     }
 
     async fn handle(&self) -> Result<DeltaTable> {
@@ -92,7 +111,7 @@ impl Target {
         dedup_content: bool,
     ) -> Result<Vec<std::result::Result<u64, String>>> {
         loop {
-            let mut handle = self.handle().await?;
+            let (mut handle, opened) = self.latest().await?;
             let from = self.committed.version + 1;
             self.committed.catch_up(&handle, &self.name, from).await?;
             let mut outcome: Vec<std::result::Result<u64, String>> =
@@ -127,6 +146,7 @@ impl Target {
                 }
             }
             if metadata.is_empty() {
+                self.kept = Some((handle, opened));
                 return Ok(outcome);
             }
             let spec = CommitSpec {
@@ -153,8 +173,10 @@ impl Target {
                 for o in outcome.iter_mut().filter(|o| o.is_ok()) {
                     *o = Ok(version);
                 }
+                self.kept = Some((handle, opened));
                 return Ok(outcome);
             }
+            self.kept = Some((handle, opened));
             tracing::debug!(table = %self.name, "another writer took the version; checking again");
         }
     }
