@@ -224,7 +224,7 @@ pub async fn lineage(
         walk / scan_ms
     ));
     print(&lines.join("\n"))?;
-    let what = &lines[0];
+    let what = super::bench::workload(&lines[0]);
     Ok(vec![
         Figure::new("lineage", what, "lineage depth 5, in-process walk", walk, "ms")
             .against("one full SQL scan of the edge table", walk / scan_ms),
@@ -298,7 +298,7 @@ pub async fn maintenance(
                     commit / c,
                     query / q
                 ));
-                let what = &lines[0];
+                let what = super::bench::workload(&lines[0]);
                 figures.push(
                     Figure::new("maintenance", what, "commit after compaction", commit, "s")
                         .against("the same commit before compaction", commit / c),
