@@ -509,6 +509,17 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 50)]
         samples: u64,
     },
+    /// The execution cache: which of --specs unit specs (half of them in
+    /// the lake) have a successful execution, in a lake of --executions
+    /// executions written in commits of 100k.
+    Cache {
+        /// Executions in the lake (needs an empty lake, or one this bench filled).
+        #[arg(long, default_value_t = 1_000_000)]
+        executions: u64,
+        /// Unit specs checked.
+        #[arg(long, default_value_t = 100_000)]
+        specs: u64,
+    },
     /// Small commits: --count consecutive `put`s of one metric through the
     /// library API; median, p99 and whether the cost stays flat.
     Put {

@@ -212,6 +212,9 @@ pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
             super::bench_store::lookup(root, artifacts, samples).await?
         }
         BenchCommand::Put { count } => super::bench_store::put(root, count).await?,
+        BenchCommand::Cache { executions, specs } => {
+            super::bench_store::cache(root, executions, specs).await?
+        }
     };
     bench_results::record(args.results.as_deref(), &figures)
 }

@@ -43,7 +43,7 @@ fn parents(i: u64, width: u64) -> [u64; 2] {
 }
 
 /// One batch in a table's schema; `value(column, row)` gives each cell.
-async fn batch(
+pub(super) async fn batch(
     root: &Path,
     spec: &TableSpec,
     rows: usize,

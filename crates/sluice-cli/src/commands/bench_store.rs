@@ -119,3 +119,89 @@ pub async fn put(root: &Path, count: u64) -> anyhow::Result<Vec<Figure>> {
             .against("the first tenth's median", last / first.max(1e-9)),
     ])
 }
+
+fn spec_id(i: u64) -> String {
+    blake3::hash(format!("cache-bench-spec:{i}").as_bytes()).to_hex()[..32].to_owned()
+}
+
+/// `sluice bench cache`: the execution-cache check of a step of `specs`
+/// units (half of them cached) against a lake of `executions` executions.
+pub async fn cache(root: &Path, executions: u64, specs: u64) -> anyhow::Result<Vec<Figure>> {
+    use sluice::artifact::value::FieldValue;
+    use sluice::lake::layout;
+    let lake = Lake::open(root).await?;
+    let present: u64 = super::scalar(&lake, "SELECT count(*) FROM executions").await?.parse()?;
+    let spec = layout::executions_table();
+    let mut lines = Vec::new();
+    if present == 0 {
+        let clock = Instant::now();
+        let mut from = 0;
+        while from < executions {
+            let n = (executions - from).min(100_000);
+            let s = |t: String| FieldValue::String(t);
+            let rows = super::bench_scale::batch(root, &spec, n as usize, |column, r| {
+                let i = from + r as u64;
+                match column {
+                    "execution_run_id" => s(format!("run-{i}")),
+                    "execution_spec_id" => s(spec_id(i)),
+                    "step_run_id" => s(format!("step-{}", i % 50)),
+                    layout::STEP_COLUMN => FieldValue::Int((i % 50) as i64),
+                    "operation_name" => s("bench".into()),
+                    "params" | "metadata" => s("{}".into()),
+                    "timestamp_start" | "timestamp_end" => FieldValue::TimestampMicros(i as i64),
+                    "success" => FieldValue::Bool(i % 10 != 0),
+                    _ => FieldValue::Null,
+                }
+            })
+            .await?;
+            sluice::lake::append::Append::new(root, &spec, vec![rows]).execute().await?;
+            from += n;
+        }
+        lines.push(format!("filled in {:.1} s", clock.elapsed().as_secs_f64()));
+    } else if present != executions {
+        bail!(
+            "`sluice bench cache` needs an empty lake or one it filled with --executions {present} (use --lake with a new directory)"
+        );
+    }
+    let what = format!(
+        "{specs} unit specs, half of them with an execution in the lake, checked against {executions} executions (1 in 10 failed)"
+    );
+    lines.insert(0, format!("workload: {what}"));
+    // Half the wanted specs exist in the lake, half are new.
+    let wanted: std::collections::HashSet<String> =
+        (0..specs)
+            .map(|k| {
+                if k % 2 == 0 {
+                    spec_id(k * 7 % executions.max(1))
+                } else {
+                    spec_id(executions + k)
+                }
+            })
+            .collect();
+    let lake = Lake::open(root).await?;
+    let clock = Instant::now();
+    let hits = sluice::pipeline::cache::successful_runs(&lake, &wanted).await?;
+    let secs = clock.elapsed().as_secs_f64();
+    let expected = (0..specs)
+        .filter(|k| k % 2 == 0 && (k * 7 % executions.max(1)) % 10 != 0)
+        .map(|k| spec_id(k * 7 % executions.max(1)))
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    anyhow::ensure!(
+        hits.len() == expected,
+        "the cache found {} of {expected} cached specs",
+        hits.len()
+    );
+    lines.push(format!(
+        "cache check: {secs:.3} s, {} of {} specs cached; goal (issue 11, goal 5): ≤ 0.5 s at 1M executions; ratio {:.2}",
+        hits.len(),
+        wanted.len(),
+        secs / 0.5
+    ));
+    print(&lines.join("\n"))?;
+    Ok(vec![
+        Figure::new("cache", &what, "execution-cache check", secs, "s")
+            .against("goal: 0.5 s", secs / 0.5)
+            .goal("5"),
+    ])
+}

@@ -50,4 +50,23 @@ fn lookup_and_put_print_their_figures_and_append_them_as_json_lines() {
         Some("30"),
         "every put landed"
     );
+
+    // The cache bench checks its own answer (the cached specs it expects).
+    let cache = crate::Lake::at(dir.path().join("c"));
+    let out = cache.ok(&[
+        "bench",
+        "cache",
+        "--executions",
+        "3000",
+        "--specs",
+        "400",
+        "--results",
+        results_arg,
+    ]);
+    assert!(out.contains("cache check: ") && out.contains("of 400 specs cached"), "{out}");
+    let all = lines(&results);
+    assert_eq!(
+        (all.len(), all[6]["bench"].as_str(), all[6]["goal"].as_str()),
+        (7, Some("cache"), Some("5"))
+    );
 }
