@@ -149,7 +149,7 @@ pub async fn cache(root: &Path, executions: u64, specs: u64) -> anyhow::Result<V
                     "operation_name" => s("bench".into()),
                     "params" | "metadata" => s("{}".into()),
                     "timestamp_start" | "timestamp_end" => FieldValue::TimestampMicros(i as i64),
-                    "success" => FieldValue::Bool(i % 10 != 0),
+                    "success" => FieldValue::Bool(!i.is_multiple_of(10)),
                     _ => FieldValue::Null,
                 }
             })
@@ -183,7 +183,7 @@ pub async fn cache(root: &Path, executions: u64, specs: u64) -> anyhow::Result<V
     let hits = sluice::pipeline::cache::successful_runs(&lake, &wanted).await?;
     let secs = clock.elapsed().as_secs_f64();
     let expected = (0..specs)
-        .filter(|k| k % 2 == 0 && (k * 7 % executions.max(1)) % 10 != 0)
+        .filter(|k| k.is_multiple_of(2) && !(k * 7 % executions.max(1)).is_multiple_of(10))
         .map(|k| spec_id(k * 7 % executions.max(1)))
         .collect::<std::collections::HashSet<_>>()
         .len();
