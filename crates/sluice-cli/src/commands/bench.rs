@@ -184,7 +184,10 @@ fn describe(w: &Workload, workers: u64) -> String {
 }
 
 pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
-    Lake::init(root).await?;
+    // Every bench but `ingest` (which works in its own --dir) uses the lake.
+    if !matches!(args.command, BenchCommand::Ingest { .. }) {
+        Lake::init(root).await?;
+    }
     let figures = match args.command {
         BenchCommand::Stage { workload, workers } => {
             let secs = stage(root, &workload, workers).await?;
