@@ -151,7 +151,6 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
                 &rows,
             ));
             if !status.transforms.is_empty() {
-                let version = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
                 let rows: Vec<Vec<String>> = status
                     .transforms
                     .iter()
@@ -159,9 +158,9 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
                         vec![
                             format!("{}/{name}", t.layer),
                             t.from.clone(),
-                            version(t.version),
-                            version(t.applied),
-                            version(t.upstream_version),
+                            or_dash(t.version),
+                            or_dash(t.applied),
+                            or_dash(t.upstream_version),
                         ]
                     })
                     .collect();
@@ -210,8 +209,12 @@ fn transform_failures(errors: &[String]) -> anyhow::Result<()> {
     )
 }
 
+/// A version, or `-` for none.
+fn or_dash(v: Option<u64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
 fn transform_table(reports: &[sluice::ingest::transform::TransformReport]) -> String {
-    let version = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     let rows: Vec<Vec<String>> = reports
         .iter()
         .map(|r| {
@@ -228,7 +231,7 @@ fn transform_table(reports: &[sluice::ingest::transform::TransformReport]) -> St
                 r.rows_out.to_string(),
                 r.inserted.to_string(),
                 r.updated.to_string(),
-                version(r.version),
+                or_dash(r.version),
             ]
         })
         .collect();

@@ -31,8 +31,9 @@ use deltalake::kernel::Add;
 
 use super::ledger::{self, Committed, CommittedFile, INGEST_KEY, LedgerRow};
 use super::queue::{LocalQueue, Message};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lake::append::{self, CommitSpec};
+use crate::lake::handles::Leased;
 use crate::lake::table;
 
 /// A file ready to commit: its data files are written, not committed.
@@ -64,11 +65,11 @@ pub struct Target {
     pub partitions: Vec<String>,
     /// Files it holds.
     pub committed: Committed,
-    /// The table's handle between flushes and the version it was opened at
-    /// (brought up to date per flush, reopened as [`handles`] says).
+    /// The table's handle between flushes (brought up to date per flush,
+    /// reopened as [`handles`] says).
     ///
     /// [`handles`]: crate::lake::handles
-    kept: Option<(DeltaTable, u64)>,
+    kept: Option<Leased>,
 }
 
 impl Target {
@@ -84,20 +85,6 @@ impl Target {
         Ok(Target { name: name.to_owned(), dir, partitions, committed, kept: None })
     }
 
-    /// The table at its head: the kept handle brought up to date, or a
-    /// fresh one. Returns the version it was opened at too.
-    async fn latest(&mut self) -> Result<(DeltaTable, u64)> {
-        if let Some((mut handle, opened)) = self.kept.take() {
-            handle.update_incremental(None).await.map_err(|e| Error::delta(&self.name, e))?;
-            if handle.version().unwrap_or_default() <= opened + crate::lake::handles::REOPEN_AFTER {
-                return Ok((handle, opened));
-            }
-        }
-        let handle = self.handle().await?;
-        let opened = handle.version().unwrap_or_default();
-        Ok((handle, opened))
-    }
-
     async fn handle(&self) -> Result<DeltaTable> {
         table::open_dir(&self.dir, &self.name).await
     }
@@ -111,9 +98,14 @@ impl Target {
         dedup_content: bool,
     ) -> Result<Vec<std::result::Result<u64, String>>> {
         loop {
-            let (mut handle, opened) = self.latest().await?;
+            let mut lease = Leased::latest(
+                self.kept.take(),
+                &self.name,
+                table::open_dir(&self.dir, &self.name),
+            )
+            .await?;
             let from = self.committed.version + 1;
-            self.committed.catch_up(&handle, &self.name, from).await?;
+            self.committed.catch_up(&lease.table, &self.name, from).await?;
             let mut outcome: Vec<std::result::Result<u64, String>> =
                 Vec::with_capacity(files.len());
             let mut keys: BTreeSet<&str> = BTreeSet::new();
@@ -146,7 +138,7 @@ impl Target {
                 }
             }
             if metadata.is_empty() {
-                self.kept = Some((handle, opened));
+                self.kept = Some(lease);
                 return Ok(outcome);
             }
             let spec = CommitSpec {
@@ -158,9 +150,14 @@ impl Target {
                 token: Some(crate::host::unique_id()),
                 txn: None,
             };
-            if let Some(version) =
-                append::try_commit_next(&mut handle, &self.name, &self.partitions, &adds, &spec)
-                    .await?
+            if let Some(version) = append::try_commit_next(
+                &mut lease.table,
+                &self.name,
+                &self.partitions,
+                &adds,
+                &spec,
+            )
+            .await?
             {
                 for file in &metadata {
                     self.committed.keys.insert(file.key.clone());
@@ -173,10 +170,10 @@ impl Target {
                 for o in outcome.iter_mut().filter(|o| o.is_ok()) {
                     *o = Ok(version);
                 }
-                self.kept = Some((handle, opened));
+                self.kept = Some(lease);
                 return Ok(outcome);
             }
-            self.kept = Some((handle, opened));
+            self.kept = Some(lease);
             tracing::debug!(table = %self.name, "another writer took the version; checking again");
         }
     }

@@ -132,6 +132,25 @@ pub(crate) struct CommitSpec {
     pub token: Option<String>,
 }
 
+impl CommitSpec {
+    /// Delta commit properties that commit exactly the version after the
+    /// one read, or fail (no retry on top of another writer's commit), with
+    /// this spec's app transaction, metadata and token. Every commit that
+    /// must not race another (appends, rewrites, transform merges) uses them.
+    pub(crate) fn properties(&self) -> CommitProperties {
+        let mut properties = CommitProperties::default().with_max_retries(0);
+        if let Some((app, version)) = &self.txn {
+            properties =
+                properties.with_application_transaction(Transaction::new(app.clone(), *version));
+        }
+        let mut metadata = self.metadata.clone();
+        if let Some(token) = &self.token {
+            metadata.push((TOKEN_KEY.into(), serde_json::Value::String(token.clone())));
+        }
+        properties.with_metadata(metadata)
+    }
+}
+
 /// What an append did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Appended {
@@ -394,18 +413,8 @@ pub(crate) async fn try_commit_actions_next(
     commit: &CommitSpec,
     written: &[Add],
 ) -> Result<Option<u64>> {
-    let mut properties = CommitProperties::default().with_max_retries(0);
-    if let Some((app, version)) = &commit.txn {
-        properties =
-            properties.with_application_transaction(Transaction::new(app.clone(), *version));
-    }
-    let mut metadata = commit.metadata.clone();
-    if let Some(token) = &commit.token {
-        metadata.push((TOKEN_KEY.into(), serde_json::Value::String(token.clone())));
-    }
-    properties = properties.with_metadata(metadata);
     let snapshot = table.snapshot().map_err(|e| Error::delta(name, e))?;
-    let committed = CommitBuilder::from(properties)
+    let committed = CommitBuilder::from(commit.properties())
         .with_actions(actions)
         .build(Some(snapshot), table.log_store(), operation)
         .await;

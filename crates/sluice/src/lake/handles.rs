@@ -35,6 +35,30 @@ pub struct Leased {
     opened_at: u64,
 }
 
+impl Leased {
+    /// `kept` brought up to date, or — when there is none, or it has moved
+    /// [`REOPEN_AFTER`] versions past its opening — the table `open` opens.
+    pub async fn latest(
+        kept: Option<Leased>,
+        name: &str,
+        open: impl std::future::Future<Output = Result<DeltaTable>>,
+    ) -> Result<Leased> {
+        if let Some(mut leased) = kept {
+            leased.table.update_incremental(None).await.map_err(|e| Error::delta(name, e))?;
+            if version(&leased.table) <= leased.opened_at + REOPEN_AFTER {
+                return Ok(leased);
+            }
+        }
+        let table = open.await?;
+        Ok(Leased { opened_at: version(&table), table })
+    }
+
+    /// The same lease, moved on to `table` (the same table after a commit).
+    pub fn moved(&self, table: DeltaTable) -> Leased {
+        Leased { table, opened_at: self.opened_at }
+    }
+}
+
 /// The handles of one lake, by table name.
 #[derive(Debug, Default)]
 pub struct Handles {
@@ -48,14 +72,7 @@ impl Handles {
 
     /// The table at its latest version.
     pub async fn latest(&self, root: &Path, spec: &TableSpec) -> Result<Leased> {
-        if let Some(mut leased) = self.get(&spec.name) {
-            leased.table.update_incremental(None).await.map_err(|e| Error::delta(&spec.name, e))?;
-            if version(&leased.table) <= leased.opened_at + REOPEN_AFTER {
-                return Ok(leased);
-            }
-        }
-        let table = table::open(root, spec).await?;
-        Ok(Leased { opened_at: version(&table), table })
+        Leased::latest(self.get(&spec.name), &spec.name, table::open(root, spec)).await
     }
 
     /// The table at `at` (not cached when older than the kept handle).
@@ -81,11 +98,6 @@ impl Handles {
         if newer {
             kept.insert(spec.name.clone(), leased);
         }
-    }
-
-    /// A leased handle, moved on to `table` (the same table after a commit).
-    pub fn moved(leased: &Leased, table: DeltaTable) -> Leased {
-        Leased { table, opened_at: leased.opened_at }
     }
 }
 

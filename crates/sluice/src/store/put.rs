@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::artifact::{Artifact, ArtifactId};
 use crate::error::Result;
 use crate::lake::append::{self, Append, Dedup};
-use crate::lake::handles::{Handles, Leased};
+use crate::lake::handles::Leased;
 use crate::lake::layout::{self, TableSpec};
 use crate::lake::{Lake, WriterLock, table};
 use crate::store::rows;
@@ -58,7 +58,7 @@ impl Lake {
                 .with_table(leased.table.clone())
                 .execute_keeping()
                 .await?;
-            self.handles().keep(&spec, Handles::moved(&leased, moved));
+            self.handles().keep(&spec, leased.moved(moved));
             report.already_present += appended.rows_skipped as usize;
             report.rows_added.insert(spec.name.clone(), appended.rows_added as usize);
             content_present.push((spec, appended.present_keys));
@@ -73,7 +73,7 @@ impl Lake {
             .with_table(handle.clone())
             .execute_keeping()
             .await?;
-        self.handles().keep(&index, Handles::moved(&leased, moved));
+        self.handles().keep(&index, leased.moved(moved));
         report.rows_added.insert(index.name.clone(), appended.rows_added as usize);
         Ok(report)
     }

@@ -9,8 +9,6 @@ use deltalake::arrow::compute::cast;
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::arrow::row::{RowConverter, SortField};
 use deltalake::datafusion::prelude::SessionContext;
-use deltalake::kernel::Transaction;
-use deltalake::kernel::transaction::CommitProperties;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use serde_json::json;
 
@@ -29,15 +27,18 @@ pub(super) struct Applied {
     pub updated: usize,
 }
 
-fn metadata(
-    t: &Transform,
-    after: Option<u64>,
-    to: u64,
-    rows: usize,
-) -> (String, serde_json::Value) {
-    (TRANSFORM_KEY.to_owned(), json!({ "from": t.from, "after": after, "to": to, "rows": rows }))
+/// The transform's commit: its watermark (`to`) as an app transaction,
+/// and what it applied in the metadata.
+fn commit_spec(t: &Transform, after: Option<u64>, to: u64, rows: usize) -> CommitSpec {
+    CommitSpec {
+        txn: Some((t.app_id(), to as i64)),
+        metadata: vec![(
+            TRANSFORM_KEY.to_owned(),
+            json!({ "from": t.from, "after": after, "to": to, "rows": rows }),
+        )],
+        token: None,
+    }
 }
-
 /// Append the result (`Ok(None)`: another process took the version).
 pub(super) async fn append(
     mut downstream: DeltaTable,
@@ -49,11 +50,7 @@ pub(super) async fn append(
     let rows = output.rows();
     let batches = conform(&downstream, t, output)?;
     let adds = append::write_files(&downstream, &t.name, &batches).await?;
-    let spec = CommitSpec {
-        txn: Some((t.app_id(), to as i64)),
-        metadata: vec![metadata(t, after, to, rows)],
-        token: None,
-    };
+    let spec = commit_spec(t, after, to, rows);
     let committed =
         append::try_commit_next(&mut downstream, &t.name, &t.partition_by, &adds, &spec).await?;
     match committed {
@@ -92,10 +89,7 @@ pub(super) async fn merge(
         .join(" AND ");
     let updated: Vec<&str> =
         columns.iter().copied().filter(|c| !t.primary_key.iter().any(|k| k == c)).collect();
-    let properties = CommitProperties::default()
-        .with_max_retries(0)
-        .with_application_transaction(Transaction::new(t.app_id(), to as i64))
-        .with_metadata([metadata(t, after, to, rows)]);
+    let properties = commit_spec(t, after, to, rows).properties();
     let mut builder = downstream
         .merge(source, predicate)
         .with_source_alias("source")
@@ -137,11 +131,7 @@ async fn watermark_only(
     after: Option<u64>,
     to: u64,
 ) -> Result<Option<Applied>> {
-    let spec = CommitSpec {
-        txn: Some((t.app_id(), to as i64)),
-        metadata: vec![metadata(t, after, to, 0)],
-        token: None,
-    };
+    let spec = commit_spec(t, after, to, 0);
     let operation = DeltaOperation::Write {
         mode: SaveMode::Append,
         partition_by: (!t.partition_by.is_empty()).then(|| t.partition_by.clone()),

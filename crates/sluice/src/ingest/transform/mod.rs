@@ -103,6 +103,12 @@ impl Transform {
         }
     }
 
+    /// The upstream table's folder and name.
+    pub fn upstream_dir(&self, lake: &Path) -> (PathBuf, &str) {
+        let (layer, name) = self.upstream();
+        (lake.join(layer).join(name), name)
+    }
+
     /// Its table's folder.
     pub fn table_dir(&self, lake: &Path) -> PathBuf {
         lake.join(self.layer.dir()).join(&self.name)
@@ -217,8 +223,7 @@ pub struct TransformStatus {
 
 /// Where `t` stands.
 pub async fn status(lake: &Path, t: &Transform) -> Result<TransformStatus> {
-    let (layer, up_name) = t.upstream();
-    let up_dir = lake.join(layer).join(up_name);
+    let (up_dir, up_name) = t.upstream_dir(lake);
     let dir = t.table_dir(lake);
     let mut out = TransformStatus {
         layer: t.layer.dir().to_owned(),
@@ -260,8 +265,7 @@ pub async fn run_all(lake: &Path, transforms: &[Transform]) -> Result<Vec<Transf
 /// Apply what the upstream gained since the transform last ran (see the
 /// module doc).
 pub async fn run(lake: &Path, t: &Transform) -> Result<TransformReport> {
-    let (layer, up_name) = t.upstream();
-    let up_dir = lake.join(layer).join(up_name);
+    let (up_dir, up_name) = t.upstream_dir(lake);
     let dir = t.table_dir(lake);
     let mut report =
         TransformReport { name: t.name.clone(), from: t.from.clone(), ..Default::default() };
