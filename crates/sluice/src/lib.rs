@@ -44,6 +44,7 @@
 //! - [`pipeline`]: steps of operations, cached by content, run locally or on SLURM.
 //! - [`lineage`]: where an artifact came from and what it fed; pipeline runs as graphs.
 //! - [`maintenance`]: history, checkpoints, compaction and vacuum.
+//! - [`progress`]: how long operations report how far they have come.
 
 pub mod artifact;
 pub mod commit;
@@ -54,6 +55,7 @@ pub mod lake;
 pub mod lineage;
 pub mod maintenance;
 pub mod pipeline;
+pub mod progress;
 pub mod query;
 pub mod records;
 pub mod registry;

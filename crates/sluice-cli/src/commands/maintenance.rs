@@ -2,14 +2,39 @@
 
 use std::path::Path;
 
+use indicatif::{ProgressBar, ProgressStyle};
 use sluice::Lake;
 use sluice::maintenance::{self, CompactOptions, RestoreOptions, VacuumOptions};
+use sluice::progress::Progress;
 use sluice::query::AsOf;
 
 use crate::output::{print, text_table};
 
 fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1 << 20) as f64)
+}
+
+/// A bar over the tables of an operation, drawn on a terminal only (never
+/// with `--json`); clear it before printing the summary.
+fn table_bar(verb: &str, json: bool) -> anyhow::Result<(ProgressBar, Progress)> {
+    let bar = if json { ProgressBar::hidden() } else { ProgressBar::new(0) };
+    bar.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{spinner}} {verb} [{{bar:30}}] {{pos}}/{{len}} tables ({{elapsed}}) {{msg}}"
+        ))?
+        .progress_chars("=> "),
+    );
+    let shown = bar.clone();
+    let progress = Progress::new(move |done, total, table| {
+        if done == 0 {
+            // Drawn from the first table on, not while the operation plans.
+            shown.enable_steady_tick(std::time::Duration::from_millis(120));
+        }
+        shown.set_length(total as u64);
+        shown.set_position(done as u64);
+        shown.set_message(table.to_owned());
+    });
+    Ok((bar, progress))
 }
 
 pub async fn history(
@@ -65,9 +90,13 @@ pub async fn history(
     }
 }
 
-pub async fn compact(root: &Path, options: &CompactOptions, json: bool) -> anyhow::Result<()> {
+pub async fn compact(root: &Path, mut options: CompactOptions, json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let reports = maintenance::compact::compact(&lake, options).await?;
+    let (bar, progress) = table_bar("compacting", json)?;
+    options.progress = progress;
+    let reports = maintenance::compact::compact(&lake, &options).await;
+    bar.finish_and_clear();
+    let reports = reports?;
     if json {
         return print(&serde_json::to_string_pretty(&reports)?);
     }
@@ -85,15 +114,26 @@ pub async fn compact(root: &Path, options: &CompactOptions, json: bool) -> anyho
         })
         .collect();
     let title = if options.dry_run { "(dry run: nothing rewritten)\n" } else { "" };
+    let sum = |f: fn(&maintenance::CompactReport) -> u64| reports.iter().map(f).sum::<u64>();
     print(&format!(
-        "{title}{}",
-        text_table(&["table", "files", "MiB", "z-order", "version", "seconds"], &rows)
+        "{title}{}compacted {} tables: {} → {} files, {} → {} MiB in {:.2}s",
+        text_table(&["table", "files", "MiB", "z-order", "version", "seconds"], &rows),
+        reports.len(),
+        sum(|r| r.files_before),
+        sum(|r| r.files_after),
+        mib(sum(|r| r.bytes_before)),
+        mib(sum(|r| r.bytes_after)),
+        reports.iter().map(|r| r.seconds).sum::<f64>(),
     ))
 }
 
-pub async fn vacuum(root: &Path, options: &VacuumOptions, json: bool) -> anyhow::Result<()> {
+pub async fn vacuum(root: &Path, mut options: VacuumOptions, json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let report = maintenance::vacuum::vacuum(&lake, options).await?;
+    let (bar, progress) = table_bar("vacuuming", json)?;
+    options.progress = progress;
+    let report = maintenance::vacuum::vacuum(&lake, &options).await;
+    bar.finish_and_clear();
+    let report = report?;
     if json {
         return print(&serde_json::to_string_pretty(&report)?);
     }
@@ -109,12 +149,23 @@ pub async fn vacuum(root: &Path, options: &VacuumOptions, json: bool) -> anyhow:
     for f in report.leftovers.iter().take(20) {
         out.push_str(&format!("  {f}\n"));
     }
+    let files: usize = report.files.iter().map(|(_, f)| f.len()).sum();
+    out.push_str(&format!(
+        "{verb} {files} data files ({} MiB) in {} tables and {} leftovers in {:.2}s",
+        mib(report.bytes),
+        report.files.len(),
+        report.leftovers.len(),
+        report.seconds
+    ));
     print(out.trim_end())
 }
 
 pub async fn checkpoint(root: &Path, table: Option<&str>, json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let reports = maintenance::checkpoint(&lake, table).await?;
+    let (bar, progress) = table_bar("checkpointing", json)?;
+    let reports = maintenance::checkpoint(&lake, table, &progress).await;
+    bar.finish_and_clear();
+    let reports = reports?;
     if json {
         return print(&serde_json::to_string_pretty(&reports)?);
     }
@@ -139,12 +190,14 @@ pub async fn restore(
         ),
         point => point.point(),
     };
+    let (bar, progress) = table_bar("restoring", json)?;
     let report = maintenance::restore::restore(
         &lake,
         &RestoreOptions {
             to,
             dry_run,
             force,
+            progress,
             hooks: sluice::lake::restore::RestoreHooks {
                 failpoint: std::env::var("SLUICE_FAILPOINT").ok(),
                 pause: std::env::var("SLUICE_RESTORE_PAUSE_MS")
@@ -154,7 +207,9 @@ pub async fn restore(
             },
         },
     )
-    .await?;
+    .await;
+    bar.finish_and_clear();
+    let report = report?;
     if json {
         return print(&serde_json::to_string_pretty(&report)?);
     }
@@ -179,7 +234,13 @@ pub async fn restore(
         .collect();
     let head = match &report.outcome {
         None => format!("(dry run) restoring to {} would change:\n", report.plan.point),
-        Some(o) => format!("restored to {}: lake version {}\n", report.plan.point, o.seq),
+        Some(o) => format!(
+            "restored {} tables to {} in {:.2}s: lake version {}\n",
+            report.plan.tables.len(),
+            report.plan.point,
+            report.seconds,
+            o.seq
+        ),
     };
     let pending = if report.pending_runs > 0 {
         format!("\n{} staged run(s) wait for the next commit", report.pending_runs)

@@ -67,8 +67,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     .map(|z| z.split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect()),
                 target_size: target_size_mib.map(|m| m << 20),
                 dry_run,
+                progress: Default::default(),
             };
-            maintenance::compact(&root, &options, json).await
+            maintenance::compact(&root, options, json).await
         }
         Command::Vacuum { table, retention_hours, force, full, dry_run, json } => {
             let options = sluice::maintenance::VacuumOptions {
@@ -77,8 +78,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 force,
                 full,
                 dry_run,
+                progress: Default::default(),
             };
-            maintenance::vacuum(&root, &options, json).await
+            maintenance::vacuum(&root, options, json).await
         }
         Command::Checkpoint { table, json } => {
             maintenance::checkpoint(&root, table.as_deref(), json).await

@@ -108,7 +108,14 @@ async fn finish_restore(
     }
     tracing::info!(seq = open.seq, "finishing an interrupted restore");
     let specs = ctx.lake.table_specs();
-    restore::finish(ctx.lake.root(), &specs, open, &restore::RestoreHooks::default()).await?;
+    restore::finish(
+        ctx.lake.root(),
+        &specs,
+        open,
+        &restore::RestoreHooks::default(),
+        &crate::progress::Progress::default(),
+    )
+    .await?;
     report.recovered.push(open.seq);
     Ok(())
 }

@@ -35,6 +35,7 @@ use super::layout::{TableKind, TableSpec};
 use super::snapshot::{self, LakePoint};
 use super::table;
 use crate::error::{Error, Result};
+use crate::progress::Progress;
 
 /// One table's part of a restore.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -119,6 +120,7 @@ pub async fn execute(
     specs: &[TableSpec],
     plan: &RestorePlan,
     hooks: &RestoreHooks,
+    progress: &Progress,
 ) -> Result<RestoreOutcome> {
     let before = journal::versions(root, specs).await?;
     let tables_seq = journal::highest_table_seq(root, specs).await?.map_or(0, |(seq, _)| seq);
@@ -142,7 +144,7 @@ pub async fn execute(
     })
     .await?
     .ok_or_else(|| Error::Internal("the restore claim wrote nothing".into()))?;
-    finish(root, specs, &claimed, hooks).await
+    finish(root, specs, &claimed, hooks, progress).await
 }
 
 /// Carry out (or finish) the restore a `started` row describes: restore
@@ -153,10 +155,14 @@ pub async fn finish(
     specs: &[TableSpec],
     started: &JournalEntry,
     hooks: &RestoreHooks,
+    progress: &Progress,
 ) -> Result<RestoreOutcome> {
     let mut table_commits = BTreeMap::new();
-    for spec in restorable(specs) {
-        let Some(&to) = started.restore_to.get(&spec.name) else { continue };
+    let tables: Vec<(&TableSpec, u64)> = restorable(specs)
+        .filter_map(|spec| started.restore_to.get(&spec.name).map(|&to| (spec, to)))
+        .collect();
+    for (done, (spec, to)) in tables.iter().copied().enumerate() {
+        progress.report(done, tables.len(), &spec.name);
         let since = started.table_versions.get(&spec.name).copied().unwrap_or(0);
         if let Some(pause) = hooks.pause {
             tokio::time::sleep(pause).await;
@@ -167,6 +173,7 @@ pub async fn finish(
         let version = restore_table(root, spec, to, since, started).await?;
         table_commits.insert(spec.name.clone(), version);
     }
+    progress.finish(tables.len());
     let after = journal::versions(root, specs).await?;
     let done = JournalEntry {
         seq: started.seq,

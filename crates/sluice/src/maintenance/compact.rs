@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::lake::append;
 use crate::lake::layout::{STEP_COLUMN, TableKind, TableSpec};
 use crate::lake::{Lake, WriterLock, table};
+use crate::progress::Progress;
 
 /// What to compact.
 #[derive(Debug, Clone, Default)]
@@ -43,6 +44,8 @@ pub struct CompactOptions {
     pub target_size: Option<u64>,
     /// Only say what would be compacted.
     pub dry_run: bool,
+    /// Told before each table.
+    pub progress: Progress,
 }
 
 /// What compaction did to one table.
@@ -93,10 +96,13 @@ fn file_stats(handle: &deltalake::DeltaTable, spec: &TableSpec) -> Result<(u64, 
 /// Compact the lake's tables.
 pub async fn compact(lake: &Lake, options: &CompactOptions) -> Result<Vec<CompactReport>> {
     let _lock = WriterLock::wait(lake.root()).await?;
+    let specs = super::select_tables(lake, options.table.as_deref())?;
     let mut out = Vec::new();
-    for spec in super::select_tables(lake, options.table.as_deref())? {
-        out.push(compact_table(lake, &spec, options).await?);
+    for (done, spec) in specs.iter().enumerate() {
+        options.progress.report(done, specs.len(), &spec.name);
+        out.push(compact_table(lake, spec, options).await?);
     }
+    options.progress.finish(specs.len());
     Ok(out)
 }
 

@@ -21,7 +21,9 @@
 //!   staging shards) go under the same retention.
 //!
 //! Every operation takes the writer lock (a courtesy: each commit is still
-//! checked by Delta against concurrent commits) and reports what it did.
+//! checked by Delta against concurrent commits), tells the
+//! [`Progress`](crate::progress::Progress) it is given before each table, and
+//! reports what it did.
 
 pub mod auto;
 pub mod compact;
@@ -35,6 +37,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::lake::layout::TableSpec;
 use crate::lake::{Lake, WriterLock, table};
+use crate::progress::Progress;
 
 pub use compact::{CompactOptions, CompactReport};
 pub use history::{LakeVersion, TableVersion};
@@ -76,11 +79,17 @@ pub struct CheckpointReport {
 /// entries older than the table's log retention (30 days by default) that
 /// the checkpoint makes unnecessary. Delta also checkpoints every 100
 /// commits on its own (`delta.checkpointInterval`).
-pub async fn checkpoint(lake: &Lake, name: Option<&str>) -> Result<Vec<CheckpointReport>> {
+pub async fn checkpoint(
+    lake: &Lake,
+    name: Option<&str>,
+    progress: &Progress,
+) -> Result<Vec<CheckpointReport>> {
     let _lock = WriterLock::wait(lake.root()).await?;
+    let specs = select_tables(lake, name)?;
     let mut out = Vec::new();
-    for spec in select_tables(lake, name)? {
-        let handle = table::open(lake.root(), &spec).await?;
+    for (done, spec) in specs.iter().enumerate() {
+        progress.report(done, specs.len(), &spec.name);
+        let handle = table::open(lake.root(), spec).await?;
         deltalake::checkpoints::create_checkpoint(&handle, None)
             .await
             .map_err(|e| Error::delta(&spec.name, e))?;
@@ -93,5 +102,6 @@ pub async fn checkpoint(lake: &Lake, name: Option<&str>) -> Result<Vec<Checkpoin
             logs_removed,
         });
     }
+    progress.finish(specs.len());
     Ok(out)
 }

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::lake::restore::{self, RestoreHooks, RestoreOutcome, RestorePlan};
 use crate::lake::snapshot::LakePoint;
 use crate::lake::{Lake, WriterLock, journal, layout};
+use crate::progress::Progress;
 use crate::staging;
 
 /// What to restore to.
@@ -26,6 +27,8 @@ pub struct RestoreOptions {
     pub dry_run: bool,
     /// Restore even though staging holds runs waiting for a commit.
     pub force: bool,
+    /// Told before each table restored.
+    pub progress: Progress,
     /// Test hooks: a failpoint, a pause between tables (the CLI reads them
     /// from `SLUICE_FAILPOINT` and `SLUICE_RESTORE_PAUSE_MS`).
     #[doc(hidden)]
@@ -76,7 +79,7 @@ pub async fn restore(lake: &Lake, options: &RestoreOptions) -> Result<RestoreRep
     let outcome = if options.dry_run || plan.tables.is_empty() {
         None
     } else {
-        Some(restore::execute(lake.root(), &specs, &plan, &options.hooks).await?)
+        Some(restore::execute(lake.root(), &specs, &plan, &options.hooks, &options.progress).await?)
     };
     Ok(RestoreReport { plan, outcome, pending_runs, seconds: clock.elapsed().as_secs_f64() })
 }

@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::lake::key_filter;
 use crate::lake::layout::STAGING_DIR;
 use crate::lake::{Lake, WriterLock, table};
+use crate::progress::Progress;
 
 /// The default retention: 7 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(168 * 3600);
@@ -37,6 +38,8 @@ pub struct VacuumOptions {
     pub full: bool,
     /// Only list what would be removed.
     pub dry_run: bool,
+    /// Told before each table.
+    pub progress: Progress,
 }
 
 impl Default for VacuumOptions {
@@ -47,19 +50,24 @@ impl Default for VacuumOptions {
             force: false,
             full: false,
             dry_run: false,
+            progress: Progress::default(),
         }
     }
 }
 
 /// What vacuum removed (or would remove, in a dry run).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct VacuumReport {
     /// Whether nothing was removed.
     pub dry_run: bool,
     /// Data files, per table (relative to the table).
     pub files: Vec<(String, Vec<String>)>,
+    /// Bytes of those data files.
+    pub bytes: u64,
     /// sluice's own leftovers (paths relative to the lake).
     pub leftovers: Vec<String>,
+    /// Wall time.
+    pub seconds: f64,
 }
 
 /// Vacuum the lake.
@@ -75,22 +83,39 @@ pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport
     let _lock = WriterLock::wait(lake.root()).await?;
     let retention = chrono::Duration::from_std(options.retention)
         .map_err(|e| Error::InvalidInput(format!("retention: {e}")))?;
+    let clock = std::time::Instant::now();
     let mut report = VacuumReport { dry_run: options.dry_run, ..VacuumReport::default() };
-    for spec in super::select_tables(lake, options.table.as_deref())? {
-        let handle = table::open(lake.root(), &spec).await?;
-        let (_, metrics) = handle
-            .vacuum()
-            .with_retention_period(retention)
-            .with_enforce_retention_duration(false)
-            .with_mode(if options.full { VacuumMode::Full } else { VacuumMode::Lite })
-            .with_dry_run(options.dry_run)
-            .await
-            .map_err(|e| Error::delta(&spec.name, e))?;
-        let mut files = metrics.files_deleted;
+    let specs = super::select_tables(lake, options.table.as_deref())?;
+    for (done, spec) in specs.iter().enumerate() {
+        options.progress.report(done, specs.len(), &spec.name);
+        let handle = table::open(lake.root(), spec).await?;
+        let run = |handle: deltalake::DeltaTable, dry_run: bool| {
+            handle
+                .vacuum()
+                .with_retention_period(retention)
+                .with_enforce_retention_duration(false)
+                .with_mode(if options.full { VacuumMode::Full } else { VacuumMode::Lite })
+                .with_dry_run(dry_run)
+        };
+        // The dry run lists the files while they can still be measured.
+        let (handle, listed) = run(handle, true).await.map_err(|e| Error::delta(&spec.name, e))?;
+        let dir = table::table_dir(lake.root(), spec);
+        let size = |f: &String| std::fs::metadata(dir.join(f)).map_or(0, |m| m.len());
+        let sizes: std::collections::BTreeMap<String, u64> =
+            listed.files_deleted.iter().map(|f| (f.clone(), size(f))).collect();
+        let mut files = if options.dry_run {
+            listed.files_deleted
+        } else {
+            let (_, removed) = run(handle, false).await.map_err(|e| Error::delta(&spec.name, e))?;
+            removed.files_deleted
+        };
+        report.bytes += files.iter().filter_map(|f| sizes.get(f)).sum::<u64>();
         files.sort();
         report.files.push((spec.name.clone(), files));
     }
+    options.progress.finish(specs.len());
     report.leftovers = leftovers(lake, options).await?;
+    report.seconds = clock.elapsed().as_secs_f64();
     Ok(report)
 }
 

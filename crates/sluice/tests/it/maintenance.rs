@@ -41,7 +41,21 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
         before.push(digest(&lake, t, k).await);
     }
     let pruned = scalar(&lake, "SELECT count(*) FROM metrics WHERE origin_step_number = 2").await;
-    let reports = maintenance::compact::compact(&lake, &CompactOptions::default()).await.unwrap();
+    let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = told.clone();
+    let progress = sluice::progress::Progress::new(move |done, total, table| {
+        sink.lock().unwrap().push((done, total, table.to_owned()));
+    });
+    let reports =
+        maintenance::compact::compact(&lake, &CompactOptions { progress, ..Default::default() })
+            .await
+            .unwrap();
+    // Progress names each table before it is compacted, then the end.
+    let n = reports.len();
+    let mut expected: Vec<(usize, usize, String)> =
+        reports.iter().enumerate().map(|(i, r)| (i, n, r.table.clone())).collect();
+    expected.push((n, n, String::new()));
+    assert_eq!(*told.lock().unwrap(), expected);
     let metrics_report = reports.iter().find(|r| r.table == "metrics").unwrap();
     assert!(metrics_report.files_after < metrics_report.files_before, "{metrics_report:?}");
     assert_eq!(metrics_report.zorder, vec!["artifact_id".to_owned()]);
@@ -116,6 +130,7 @@ async fn vacuum_dry_run_lists_what_it_removes_and_keeps_time_travel_in_retention
             .unwrap();
     let real = maintenance::vacuum::vacuum(&lake, &forced).await.unwrap();
     assert_eq!(dry.files, real.files, "the dry run lists exactly what is removed");
+    assert!(real.bytes > 0 && dry.bytes == real.bytes, "{dry:?} {real:?}");
     assert!(real.files.iter().any(|(t, f)| t == "metrics" && !f.is_empty()), "{real:?}");
     assert_eq!(
         scalar(&lake, "SELECT count(*) - count(DISTINCT artifact_id) FROM metrics").await,
@@ -128,7 +143,8 @@ async fn vacuum_dry_run_lists_what_it_removes_and_keeps_time_travel_in_retention
 async fn checkpoints_and_table_history() {
     let (_dir, lake) = lake().await;
     many_small_commits(&lake).await;
-    let reports = maintenance::checkpoint(&lake, Some("metrics")).await.unwrap();
+    let reports =
+        maintenance::checkpoint(&lake, Some("metrics"), &Default::default()).await.unwrap();
     assert_eq!(reports.len(), 1);
     assert!(lake.root().join("artifacts/metrics/_delta_log/_last_checkpoint").exists());
     let history = maintenance::history::table_history(&lake, "metrics", Some(3)).await.unwrap();
