@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The end-to-end benchmarks of issue 11's goals, each in a fresh folder,
+# The end-to-end benchmarks of issue 11's goals and issue 9's lineage and
+# maintenance costs, each in a fresh folder,
 # each appending its figures to a results file (JSON lines).
 #
 #   bash scripts/bench-suite.sh SLUICE_BINARY RESULTS_FILE [quick]
@@ -30,4 +31,6 @@ run put       bench put --count "$(n 1000)"
 run cache     bench cache --executions "$(n 1000000)" --specs "$(n 100000)"
 run ingest    bench ingest --files "$(n 50)" --rows-per-file 100000 --flushes "$(n 1000)" --dir "$WORK/ingest-files"
 run lineage   bench lineage --edges "$(n 1000000)" --samples 5
+run lineage10m bench lineage --edges "$(n 10000000)" --samples 5
+run maintenance bench maintenance --existing "$(n 1000000)" --executions "$(n 1000)"
 echo "figures appended to $RESULTS"

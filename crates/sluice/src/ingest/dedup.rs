@@ -61,7 +61,7 @@ pub async fn dedup(dir: &std::path::Path, name: &str, dry_run: bool) -> Result<D
             return Ok(report);
         }
         let kept: Vec<RecordBatch> = found.rewrites.iter().flat_map(|r| r.kept.clone()).collect();
-        let adds = append::write_files(&handle, name, &kept).await?;
+        let adds = append::write_files(&handle, name, &kept, table::writer_properties()).await?;
         let mut actions: Vec<Action> =
             found.rewrites.iter().map(|r| Action::Remove(r.remove.clone())).collect();
         actions.extend(adds.iter().cloned().map(Action::Add));

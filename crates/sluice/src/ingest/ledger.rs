@@ -186,7 +186,7 @@ pub async fn append_rows(lake: &Path, rows: &[LedgerRow]) -> Result<()> {
     }
     let batch =
         RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("ledger rows", e))?;
-    let adds = append::write_files(&handle, "ledger", &[batch]).await?;
+    let adds = append::write_files(&handle, "ledger", &[batch], table::writer_properties()).await?;
     for _ in 0..100 {
         if append::try_commit_next(&mut handle, "ledger", &[], &adds, &CommitSpec::default())
             .await?

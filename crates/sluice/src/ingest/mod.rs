@@ -588,7 +588,7 @@ fn write_rejects(
     ];
     let batch = RecordBatch::try_new(rejects_schema(), columns)
         .map_err(|e| FileError(format!("building rejects: {e}")))?;
-    rt.block_on(append::write_files(rejects, "rejects", &[batch]))
+    rt.block_on(append::write_files(rejects, "rejects", &[batch], table::writer_properties()))
         .map_err(|e| FileError(format!("writing rejects: {e}")))
 }
 

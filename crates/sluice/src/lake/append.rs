@@ -38,6 +38,7 @@ use deltalake::arrow::row::{RowConverter, SortField};
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
 use deltalake::kernel::{Action, Add, Transaction};
 use deltalake::logstore::object_store::ObjectStoreExt;
+use deltalake::parquet::file::properties::WriterProperties;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 
@@ -256,7 +257,9 @@ impl<'a> Append<'a> {
                 };
                 return Ok((appended, table));
             }
-            let adds = write_files(&table, &spec.name, &batches).await?;
+            let adds =
+                write_files(&table, &spec.name, &batches, table::writer_properties_for(spec))
+                    .await?;
             match self.commit_new_adds(&mut table, &adds, dedup, &batches).await? {
                 Some(version) => {
                     let keys = batch_keys(&batches, dedup, &spec.name)?;
@@ -651,15 +654,17 @@ async fn added_any(
     Ok(!keys_added_between(table, spec, dedup, &wanted, after, head).await?.is_empty())
 }
 
-/// Write the batches as zstd Parquet data files of the table (uncommitted).
+/// Write the batches as Parquet data files of the table (uncommitted), with
+/// `properties` ([`table::writer_properties_for`] for lake tables).
 pub(crate) async fn write_files(
     table: &DeltaTable,
     name: &str,
     batches: &[RecordBatch],
+    properties: WriterProperties,
 ) -> Result<Vec<Add>> {
     let mut writer = RecordBatchWriter::for_table(table)
         .map_err(|e| Error::delta(name, e))?
-        .with_writer_properties(table::writer_properties());
+        .with_writer_properties(properties);
     for batch in batches.iter().filter(|b| b.num_rows() > 0) {
         writer.write(batch.clone()).await.map_err(|e| Error::delta(name, e))?;
     }

@@ -284,7 +284,8 @@ pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
         journal.entries.iter().map(|e| row_batch(e, &schema, &spec)).collect::<Result<Vec<_>>>()?;
     let batch = deltalake::arrow::compute::concat_batches(&schema, &rows)
         .map_err(|e| Error::arrow("rewriting the journal", e))?;
-    let mut adds = append::write_files(&handle, &spec.name, &[batch]).await?;
+    let mut adds =
+        append::write_files(&handle, &spec.name, &[batch], table::writer_properties()).await?;
     let now = chrono::Utc::now().timestamp_millis();
     for add in &mut adds {
         add.data_change = false;
@@ -334,7 +335,8 @@ pub async fn append(
         entry.timestamp = chrono::Utc::now().timestamp_micros();
         let schema = table::arrow_schema(&handle, &spec)?;
         let batch = row_batch(&entry, &schema, &spec)?;
-        let adds = append::write_files(&handle, &spec.name, &[batch]).await?;
+        let adds =
+            append::write_files(&handle, &spec.name, &[batch], table::writer_properties()).await?;
         let txn = append::CommitSpec { txn: None, metadata: Vec::new(), token: None };
         if append::try_commit_next(&mut handle, &spec.name, &[], &adds, &txn).await?.is_some() {
             return Ok(Some(entry));

@@ -145,6 +145,23 @@ impl TableSpec {
         }
     }
 
+    /// Every id column the table is looked up by: its de-duplication key,
+    /// its [`lookup_columns`](Self::lookup_columns), and the executions'
+    /// spec id (the execution cache). Their Parquet files carry a bloom
+    /// filter per column and row group (see [`super::table::writer_properties_for`]),
+    /// so a look-up decodes only the row groups that may hold its ids.
+    pub fn indexed_columns(&self) -> &'static [&'static str] {
+        match self.kind {
+            TableKind::Content(_) | TableKind::Index => &["artifact_id"],
+            TableKind::Executions => &["execution_run_id", "execution_spec_id"],
+            TableKind::ArtifactEdges => {
+                &["execution_run_id", "source_artifact_id", "target_artifact_id"]
+            }
+            TableKind::ExecutionEdges => &["execution_run_id", "artifact_id"],
+            TableKind::Steps | TableKind::Commits => &[],
+        }
+    }
+
     /// Whether the table is partitioned by step.
     pub fn is_partitioned(&self) -> bool {
         !self.partition_columns.is_empty()

@@ -10,11 +10,13 @@
 
 pub mod append;
 pub mod config;
+mod file_reader;
 pub(crate) mod handles;
 pub mod journal;
 pub mod key_filter;
 pub mod layout;
 mod lock;
+pub mod lookup;
 pub mod restore;
 pub mod scan;
 pub mod snapshot;

@@ -4,6 +4,11 @@
 //! need no quoting. Filters on partition columns prune whole partitions and
 //! filters on columns with file statistics skip files; a read can also be
 //! restricted to given data files (what the key filters chose).
+//!
+//! Inside each file, a filter on an indexed id column (see
+//! [`TableSpec::indexed_columns`](super::layout::TableSpec::indexed_columns))
+//! skips the row groups whose bloom filter rules its values out: a look-up
+//! decodes a few row groups, however large the files are.
 
 use deltalake::DeltaTable;
 use deltalake::arrow::array::{Array, StringArray};

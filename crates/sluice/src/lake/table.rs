@@ -11,6 +11,7 @@ use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::kernel::StructField;
 use deltalake::parquet::basic::{Compression, ZstdLevel};
 use deltalake::parquet::file::properties::WriterProperties;
+use deltalake::parquet::schema::types::ColumnPath;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, TableProperty};
 use url::Url;
@@ -21,11 +22,48 @@ use crate::error::{Error, Result};
 /// The zstd level of every Parquet file sluice writes.
 pub const ZSTD_LEVEL: i32 = 3;
 
-/// Writer properties for every Parquet file sluice writes: zstd.
-pub fn writer_properties() -> WriterProperties {
+/// Rows per row group in the data files of tables looked up by id: the
+/// most rows a look-up decodes per id once the row group's bloom filter
+/// says "maybe", whatever the size of the file or of the lake.
+pub const LOOKUP_ROW_GROUP_ROWS: usize = 8192;
+
+/// False-positive rate of the bloom filters of indexed columns, per key: a
+/// look-up of k keys decodes a row group that holds none of them with
+/// probability about k × this.
+const BLOOM_FPP: f64 = 0.001;
+
+fn zstd() -> Compression {
     // Level 3 is always valid; fall back to the default level rather than panic.
-    let level = ZstdLevel::try_new(ZSTD_LEVEL).unwrap_or_default();
-    WriterProperties::builder().set_compression(Compression::ZSTD(level)).build()
+    Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL).unwrap_or_default())
+}
+
+/// Writer properties for Parquet files that no look-up by id reads
+/// (staging, ingestion tables, system tables): zstd.
+pub fn writer_properties() -> WriterProperties {
+    WriterProperties::builder().set_compression(zstd()).build()
+}
+
+/// Writer properties for a table's data files: zstd and, for every column
+/// the table is looked up by ([`TableSpec::indexed_columns`]), a bloom
+/// filter per row group of [`LOOKUP_ROW_GROUP_ROWS`] rows. A look-up then
+/// reads, of each file its key filters name, the footer and those bloom
+/// filters, and decodes only the row groups that may hold its ids: its cost
+/// no longer grows with the size of the files (compaction makes them large).
+pub fn writer_properties_for(spec: &TableSpec) -> WriterProperties {
+    let columns = spec.indexed_columns();
+    let mut builder = WriterProperties::builder().set_compression(zstd());
+    if columns.is_empty() {
+        return builder.build();
+    }
+    builder = builder.set_max_row_group_row_count(Some(LOOKUP_ROW_GROUP_ROWS));
+    for column in columns {
+        let path = ColumnPath::from(*column);
+        builder = builder
+            .set_column_bloom_filter_enabled(path.clone(), true)
+            .set_column_bloom_filter_fpp(path.clone(), BLOOM_FPP)
+            .set_column_bloom_filter_max_ndv(path, LOOKUP_ROW_GROUP_ROWS as u64);
+    }
+    builder.build()
 }
 
 /// Absolute directory of a table.
@@ -283,7 +321,7 @@ pub async fn append_with(
     let mut builder = table
         .write(batches)
         .with_save_mode(SaveMode::Append)
-        .with_writer_properties(writer_properties());
+        .with_writer_properties(writer_properties_for(spec));
     if let Some(properties) = properties {
         builder = builder.with_commit_properties(properties);
     }

@@ -11,7 +11,8 @@ use crate::artifact::arrow_convert::read_value;
 use crate::error::{Error, Result};
 use crate::lake::key_filter::{self, Key};
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::scan::{self, Select};
+use crate::lake::lookup::Lookup;
+use crate::lake::scan;
 use crate::lake::table;
 use crate::lake::{Lake, snapshot::LakeSnapshot};
 
@@ -23,9 +24,6 @@ pub(super) async fn walk(
     depth: usize,
 ) -> Result<LineageGraph> {
     let point = lake.read_point().await?;
-    if lake.locate(&[root]).await?.is_empty() {
-        return Err(Error::ArtifactNotFound(root.to_hex()));
-    }
     let edges_spec = layout::artifact_edges_table();
     let edges_table = lake.read_table(&edges_spec, &point).await?;
     let mut depths: BTreeMap<ArtifactId, i32> = BTreeMap::from([(root, 0)]);
@@ -61,6 +59,9 @@ pub(super) async fn walk(
         }
     }
     let nodes = describe(lake, &point, &depths).await?;
+    if !nodes.contains_key(&root) {
+        return Err(Error::ArtifactNotFound(root.to_hex()));
+    }
     let edges = edges
         .into_iter()
         .filter(|e| nodes.contains_key(&e.source) && nodes.contains_key(&e.target))
@@ -103,45 +104,49 @@ async fn edges_touching(
         if files.is_empty() {
             continue;
         }
-        let select = Select::columns(scan::columns(&[
-            "source_artifact_id",
-            "target_artifact_id",
-            "execution_run_id",
-            "source_role",
-            "target_role",
-        ]))
-        .filter(scan::in_list(column, chunk.iter().map(ArtifactId::to_hex)))
-        .files(files);
-        select
-            .for_each_batch(handle, &spec.name, |batch| {
-                let text = |i| scan::text_column(batch, i, &spec.name);
-                let (s, t, r, sr, tr) = (text(0)?, text(1)?, text(2)?, text(3)?, text(4)?);
-                for row in 0..batch.num_rows() {
-                    out.push(LineageEdge {
-                        source: s.value(row).parse()?,
-                        target: t.value(row).parse()?,
-                        execution_run_id: r.value(row).to_owned(),
-                        source_role: sr.value(row).to_owned(),
-                        target_role: tr.value(row).to_owned(),
-                    });
-                }
-                Ok(())
-            })
+        let batches = Lookup::new(column, chunk.iter().map(ArtifactId::to_hex))
+            .columns(&[
+                "source_artifact_id",
+                "target_artifact_id",
+                "execution_run_id",
+                "source_role",
+                "target_role",
+            ])
+            .read(handle, spec, &files)
             .await?;
+        for batch in &batches {
+            let text = |i| scan::text_column(batch, i, &spec.name);
+            let (s, t, r, sr, tr) = (text(0)?, text(1)?, text(2)?, text(3)?, text(4)?);
+            for row in 0..batch.num_rows() {
+                out.push(LineageEdge {
+                    source: s.value(row).parse()?,
+                    target: t.value(row).parse()?,
+                    execution_run_id: r.value(row).to_owned(),
+                    source_role: sr.value(row).to_owned(),
+                    target_role: tr.value(row).to_owned(),
+                });
+            }
+        }
     }
     Ok(out)
 }
 
-/// Type, step, name and producer of every node.
+/// Type, step, name and producer of every node (nodes the index does not
+/// list are left out), all read at `point`: the index and content on one
+/// side and the producers on the other, concurrently.
 async fn describe(
     lake: &Lake,
     point: &LakeSnapshot,
     depths: &BTreeMap<ArtifactId, i32>,
 ) -> Result<BTreeMap<ArtifactId, LineageNode>> {
     let ids: Vec<ArtifactId> = depths.keys().copied().collect();
-    let located = lake.locate(&ids).await?;
-    let producers = producers(lake, point, &ids).await?;
-    let artifacts = lake.get_many(&ids).await?;
+    let content = async {
+        let located = lake.locate_at(point, &ids).await?;
+        let artifacts = lake.get_located(point, &located).await?;
+        Ok::<_, Error>((located, artifacts))
+    };
+    let ((located, artifacts), producers) =
+        tokio::try_join!(content, producers(lake, point, &ids))?;
     Ok(depths
         .iter()
         .filter_map(|(id, depth)| {
@@ -177,21 +182,19 @@ async fn producers(
         if files.is_empty() {
             continue;
         }
-        let filter = scan::in_list("artifact_id", chunk.iter().map(ArtifactId::to_hex))
-            .and(scan::equals("direction", crate::records::Direction::Output.as_str()));
-        let select = Select::columns(scan::columns(&["artifact_id", "execution_run_id"]))
-            .filter(filter)
-            .files(files);
-        select
-            .for_each_batch(&handle, &spec.name, |batch| {
-                let a = scan::text_column(batch, 0, &spec.name)?;
-                let r = scan::text_column(batch, 1, &spec.name)?;
-                for row in 0..batch.num_rows() {
-                    runs.entry(a.value(row).parse()?).or_default().push(r.value(row).to_owned());
-                }
-                Ok(())
-            })
+        let batches = Lookup::new("artifact_id", chunk.iter().map(ArtifactId::to_hex))
+            .columns(&["artifact_id", "execution_run_id", "direction"])
+            .read(&handle, &spec, &files)
             .await?;
+        let output = crate::records::Direction::Output.as_str();
+        for batch in &batches {
+            let a = scan::text_column(batch, 0, &spec.name)?;
+            let r = scan::text_column(batch, 1, &spec.name)?;
+            let d = scan::text_column(batch, 2, &spec.name)?;
+            for row in (0..batch.num_rows()).filter(|&row| d.value(row) == output) {
+                runs.entry(a.value(row).parse()?).or_default().push(r.value(row).to_owned());
+            }
+        }
     }
     let all_runs: BTreeSet<String> = runs.values().flatten().cloned().collect();
     let executions = executions(lake, point, &all_runs).await?;
@@ -225,45 +228,42 @@ async fn executions(
         if files.is_empty() {
             continue;
         }
-        let select = Select::columns(scan::columns(&[
-            "execution_run_id",
-            "operation_name",
-            layout::STEP_COLUMN,
-            "metadata",
-            "success",
-            "timestamp_start",
-        ]))
-        .filter(scan::in_list("execution_run_id", chunk.iter().map(|r| r.as_str())))
-        .files(files.into_iter().collect());
-        select
-            .for_each_batch(&handle, &spec.name, |batch| {
-                let run = scan::text_column(batch, 0, &spec.name)?;
-                let op = scan::text_column(batch, 1, &spec.name)?;
-                for row in 0..batch.num_rows() {
-                    let value = |i: usize| read_value(&spec.name, batch.column(i).as_ref(), row);
-                    let step = value(2)?.as_int().unwrap_or_default();
-                    let step_name = value(3)?
-                        .as_str()
-                        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
-                        .and_then(|m| {
-                            m.get("step_name").and_then(|s| s.as_str()).map(str::to_owned)
-                        });
-                    let success = value(4)?.as_bool().unwrap_or(false);
-                    let start = match value(5)? {
-                        crate::artifact::FieldValue::TimestampMicros(t) => t,
-                        _ => 0,
-                    };
-                    let producer = Producer {
-                        execution_run_id: run.value(row).to_owned(),
-                        operation: op.value(row).to_owned(),
-                        step_name,
-                        step_number: i32::try_from(step).unwrap_or_default(),
-                    };
-                    out.insert(run.value(row).to_owned(), (producer, success, start));
-                }
-                Ok(())
-            })
+        let files: Vec<String> = files.into_iter().collect();
+        let batches = Lookup::new("execution_run_id", chunk.iter().map(|r| (*r).clone()))
+            .columns(&[
+                "execution_run_id",
+                "operation_name",
+                layout::STEP_COLUMN,
+                "metadata",
+                "success",
+                "timestamp_start",
+            ])
+            .read(&handle, &spec, &files)
             .await?;
+        for batch in &batches {
+            let run = scan::text_column(batch, 0, &spec.name)?;
+            let op = scan::text_column(batch, 1, &spec.name)?;
+            for row in 0..batch.num_rows() {
+                let value = |i: usize| read_value(&spec.name, batch.column(i).as_ref(), row);
+                let step = value(2)?.as_int().unwrap_or_default();
+                let step_name = value(3)?
+                    .as_str()
+                    .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+                    .and_then(|m| m.get("step_name").and_then(|s| s.as_str()).map(str::to_owned));
+                let success = value(4)?.as_bool().unwrap_or(false);
+                let start = match value(5)? {
+                    crate::artifact::FieldValue::TimestampMicros(t) => t,
+                    _ => 0,
+                };
+                let producer = Producer {
+                    execution_run_id: run.value(row).to_owned(),
+                    operation: op.value(row).to_owned(),
+                    step_name,
+                    step_number: i32::try_from(step).unwrap_or_default(),
+                };
+                out.insert(run.value(row).to_owned(), (producer, success, start));
+            }
+        }
     }
     Ok(out)
 }

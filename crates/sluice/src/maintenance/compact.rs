@@ -139,7 +139,7 @@ async fn compact_table(
     let mut builder = handle
         .optimize()
         .with_filters(&filters)
-        .with_writer_properties(table::writer_properties())
+        .with_writer_properties(table::writer_properties_for(spec))
         .with_type(if zorder.is_empty() {
             OptimizeType::Compact
         } else {

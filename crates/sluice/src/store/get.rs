@@ -7,6 +7,7 @@ use crate::artifact::{Artifact, ArtifactId};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::layout::{self, TableSpec};
+use crate::lake::lookup::Lookup;
 use crate::lake::scan::{self, Select};
 use crate::lake::snapshot::LakeSnapshot;
 use crate::lake::{key_filter, table};
@@ -67,7 +68,8 @@ impl Lake {
         self.locate_at(&point, ids).await
     }
 
-    async fn locate_at(
+    /// [`Lake::locate`] at a given point of the lake.
+    pub(crate) async fn locate_at(
         &self,
         point: &LakeSnapshot,
         ids: &[ArtifactId],
@@ -78,16 +80,10 @@ impl Lake {
         let mut out = BTreeMap::new();
         for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
             let Some(files) = id_files.files(chunk) else { continue };
-            let filter = scan::in_list("artifact_id", chunk.iter().map(ArtifactId::to_hex));
-            let batches = Select::columns(scan::columns(&[
-                "artifact_id",
-                "artifact_type",
-                layout::STEP_COLUMN,
-            ]))
-            .filter(filter)
-            .files(files)
-            .collect(&handle, &spec.name)
-            .await?;
+            let batches = Lookup::new("artifact_id", chunk.iter().map(ArtifactId::to_hex))
+                .columns(&["artifact_id", "artifact_type", layout::STEP_COLUMN])
+                .read(&handle, &spec, &files)
+                .await?;
             for batch in &batches {
                 let ids = scan::text_column(batch, 0, &spec.name)?;
                 let types = scan::text_column(batch, 1, &spec.name)?;
@@ -122,8 +118,17 @@ impl Lake {
     pub async fn get_many(&self, ids: &[ArtifactId]) -> Result<BTreeMap<ArtifactId, Artifact>> {
         let point = self.read_point().await?;
         let located = self.locate_at(&point, ids).await?;
+        self.get_located(&point, &located).await
+    }
+
+    /// Read the content of artifacts already located in the index at `point`.
+    pub(crate) async fn get_located(
+        &self,
+        point: &LakeSnapshot,
+        located: &BTreeMap<ArtifactId, IndexEntry>,
+    ) -> Result<BTreeMap<ArtifactId, Artifact>> {
         let mut by_type: BTreeMap<&str, Vec<(ArtifactId, i32)>> = BTreeMap::new();
-        for (id, entry) in &located {
+        for (id, entry) in located {
             by_type
                 .entry(entry.artifact_type.as_str())
                 .or_default()
@@ -132,19 +137,15 @@ impl Lake {
         let mut out = BTreeMap::new();
         for (type_key, wanted) in by_type {
             let spec = TableSpec::content(self.registry().descriptor(type_key)?);
-            let Some(handle) = self.read_table(&spec, &point).await? else { continue };
+            let Some(handle) = self.read_table(&spec, point).await? else { continue };
             let id_files = IdFiles::new(self, &handle, &spec)?;
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
                 let chunk_ids: Vec<ArtifactId> = chunk.iter().map(|(id, _)| *id).collect();
                 let Some(files) = id_files.files(&chunk_ids) else { continue };
-                let mut steps: Vec<i32> = chunk.iter().map(|(_, s)| *s).collect();
-                steps.sort_unstable();
-                steps.dedup();
-                // The step filter prunes partitions; the id filter picks rows.
-                let filter = scan::in_list(layout::STEP_COLUMN, steps.iter().copied())
-                    .and(scan::in_list("artifact_id", chunk.iter().map(|(id, _)| id.to_hex())));
-                let select = Select::default().filter(filter).files(files);
-                for artifact in self.read_content(&handle, &spec, type_key, select).await? {
+                let batches = Lookup::new("artifact_id", chunk_ids.iter().map(ArtifactId::to_hex))
+                    .read(&handle, &spec, &files)
+                    .await?;
+                for artifact in self.artifacts(&spec, type_key, &batches)? {
                     out.insert(artifact.id, artifact);
                 }
             }
@@ -179,11 +180,21 @@ impl Lake {
         type_key: &str,
         select: Select,
     ) -> Result<Vec<Artifact>> {
+        let batches = select.collect(handle, &spec.name).await?;
+        self.artifacts(spec, type_key, &batches)
+    }
+
+    /// Artifacts from rows of a content table.
+    fn artifacts(
+        &self,
+        spec: &TableSpec,
+        type_key: &str,
+        batches: &[deltalake::arrow::record_batch::RecordBatch],
+    ) -> Result<Vec<Artifact>> {
         let type_columns: Vec<String> =
             self.registry().descriptor(type_key)?.columns.iter().map(|c| c.name.clone()).collect();
-        let batches = select.collect(handle, &spec.name).await?;
         let mut out = Vec::new();
-        for batch in &batches {
+        for batch in batches {
             out.extend(rows::artifacts_from_batch(&spec.name, type_key, &type_columns, batch)?);
         }
         Ok(out)

@@ -49,7 +49,8 @@ pub(super) async fn append(
 ) -> Result<Option<Applied>> {
     let rows = output.rows();
     let batches = conform(&downstream, t, output)?;
-    let adds = append::write_files(&downstream, &t.name, &batches).await?;
+    let adds =
+        append::write_files(&downstream, &t.name, &batches, table::writer_properties()).await?;
     let spec = commit_spec(t, after, to, rows);
     let committed =
         append::try_commit_next(&mut downstream, &t.name, &t.partition_by, &adds, &spec).await?;

@@ -1,0 +1,345 @@
+//! Point look-ups by id, read straight from the Parquet files.
+//!
+//! A look-up by id (an artifact in the index, the edges of a lineage
+//! frontier, the producers of some artifacts) wants a handful of rows from
+//! the few files its key filters named. Planning a DataFusion query for it
+//! costs more than reading those rows, so a [`Lookup`] reads the files
+//! itself: per file, the footer, then the bloom filter of the key column in
+//! each row group (see [`super::table::writer_properties_for`]), and only the
+//! row groups that may hold a key are decoded, projected to the columns
+//! asked for. Files are read concurrently.
+//!
+//! The rows come back in the table's schema (as of the handle's version),
+//! text and binary as view arrays (large values never overflow 32-bit
+//! offsets): partition values are taken from the add actions, columns a file
+//! predates are null, and file types are cast to the table's.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use deltalake::DeltaTable;
+use deltalake::arrow::array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, new_null_array,
+};
+use deltalake::arrow::compute::{cast, filter_record_batch, take};
+use deltalake::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use futures::{StreamExt, TryStreamExt};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::bloom_filter::Sbbf;
+use parquet::file::metadata::ParquetMetaData;
+
+use super::file_reader::FileReader;
+use super::layout::TableSpec;
+use super::table;
+use crate::error::{Error, Result};
+
+/// Files read at once.
+const CONCURRENT_FILES: usize = 4;
+
+/// Rows of some files of a table whose key column holds one of some keys.
+#[derive(Debug, Clone)]
+pub struct Lookup {
+    column: String,
+    keys: Arc<HashSet<String>>,
+    columns: Vec<String>,
+}
+
+/// One file's part of a look-up, owned so that it runs as a task of its own
+/// (decoding is CPU work: files are decoded in parallel).
+struct FileRead {
+    table: String,
+    column: String,
+    keys: Arc<HashSet<String>>,
+    schema: SchemaRef,
+    reader: FileReader,
+    source: FileSource,
+}
+
+/// Where a data file's rows come from, and its partition values.
+struct FileSource {
+    path: String,
+    size: u64,
+    partition: BTreeMap<String, ArrayRef>,
+}
+
+impl Lookup {
+    /// Rows whose `column` is one of `keys`.
+    pub fn new(column: &str, keys: impl IntoIterator<Item = String>) -> Self {
+        Lookup {
+            column: column.to_owned(),
+            keys: Arc::new(keys.into_iter().collect()),
+            columns: Vec::new(),
+        }
+    }
+
+    /// Only these columns, in this order (default: every column).
+    #[must_use]
+    pub fn columns(mut self, columns: &[&str]) -> Self {
+        self.columns = columns.iter().map(|c| (*c).to_owned()).collect();
+        self
+    }
+
+    /// Read the matching rows of `files` (relative paths of active files).
+    pub async fn read(
+        &self,
+        handle: &DeltaTable,
+        spec: &TableSpec,
+        files: &[String],
+    ) -> Result<Vec<RecordBatch>> {
+        if files.is_empty() || self.keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let schema = self.output_schema(handle, spec)?;
+        let sources = file_sources(handle, spec, files)?;
+        let reads = sources.into_iter().map(|source| FileRead {
+            table: spec.name.clone(),
+            column: self.column.clone(),
+            keys: self.keys.clone(),
+            schema: schema.clone(),
+            reader: FileReader::new(
+                handle.object_store(),
+                handle.table_url().as_str(),
+                &source.path,
+                source.size,
+            ),
+            source,
+        });
+        let batches: Vec<Option<RecordBatch>> = futures::stream::iter(reads)
+            .map(|read| async move {
+                tokio::spawn(read.run()).await.map_err(|e| {
+                    Error::Internal(format!("table `{}`: a file read failed: {e}", spec.name))
+                })?
+            })
+            .buffer_unordered(CONCURRENT_FILES)
+            .try_collect()
+            .await?;
+        Ok(batches.into_iter().flatten().filter(|b| b.num_rows() > 0).collect())
+    }
+
+    /// The table's schema (text and binary as views), projected.
+    fn output_schema(&self, handle: &DeltaTable, spec: &TableSpec) -> Result<SchemaRef> {
+        let full = viewed(table::arrow_schema(handle, spec)?.as_ref());
+        if self.columns.is_empty() {
+            return Ok(full);
+        }
+        let fields = self
+            .columns
+            .iter()
+            .map(|c| {
+                full.field_with_name(c).cloned().map_err(|_| {
+                    Error::InvalidInput(format!("table `{}` has no column `{c}`", spec.name))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(Schema::new(fields)))
+    }
+}
+
+impl FileRead {
+    async fn run(self) -> Result<Option<RecordBatch>> {
+        let FileRead { table, column, keys, schema, mut reader, source } = self;
+        let what = |e: parquet::errors::ParquetError| {
+            Error::parquet(format!("table `{table}` file {}", source.path), e)
+        };
+        let metadata = reader.get_metadata(None).await.map_err(what)?;
+        let descr = metadata.file_metadata().schema_descr_ptr();
+        let leaf = |name: &str| (0..descr.num_columns()).find(|&i| descr.column(i).name() == name);
+        let Some(key_leaf) = leaf(&column) else {
+            // A file without the key column holds no row with a key.
+            return Ok(None);
+        };
+        let row_groups = row_groups(&keys, &mut reader, &metadata, key_leaf).await.map_err(what)?;
+        if row_groups.is_empty() {
+            return Ok(None);
+        }
+        // Text and binary are decoded as view arrays: a batch of large
+        // values (data artifacts of hundreds of MB) never overflows 32-bit
+        // offsets.
+        let plain = ArrowReaderMetadata::try_new(metadata.clone(), ArrowReaderOptions::new())
+            .map_err(what)?;
+        let options = ArrowReaderOptions::new().with_schema(viewed(plain.schema()));
+        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
+            reader,
+            ArrowReaderMetadata::try_new(metadata, options).map_err(what)?,
+        );
+        let mut wanted: Vec<usize> = schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .chain(std::iter::once(column.as_str()))
+            .filter_map(leaf)
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut stream = builder
+            .with_row_groups(row_groups)
+            .with_projection(ProjectionMask::leaves(&descr, wanted))
+            .build()
+            .map_err(what)?;
+        // Filtered batch by batch: only matching rows are kept.
+        let mut out = Vec::new();
+        while let Some(batch) = stream.try_next().await.map_err(what)? {
+            let kept = matching(&keys, &column, &batch, &table)?;
+            if kept.num_rows() > 0 {
+                out.push(conform(&kept, &schema, &source, &table)?);
+            }
+        }
+        if out.is_empty() {
+            return Ok(None);
+        }
+        deltalake::arrow::compute::concat_batches(&schema, &out)
+            .map(Some)
+            .map_err(|e| Error::arrow(format!("table `{table}`"), e))
+    }
+}
+
+/// The row groups whose bloom filter for the key column may hold one of
+/// our keys (all row groups without one). The filters of a file are
+/// written together before its footer: one read fetches them all.
+async fn row_groups(
+    keys: &HashSet<String>,
+    reader: &mut FileReader,
+    metadata: &ParquetMetaData,
+    key_leaf: usize,
+) -> parquet::errors::Result<Vec<usize>> {
+    let mut blooms = Vec::new();
+    let mut keep = Vec::new();
+    for rg in 0..metadata.num_row_groups() {
+        let column = metadata.row_group(rg).column(key_leaf);
+        match (column.bloom_filter_offset(), column.bloom_filter_length()) {
+            (Some(offset), Some(length)) if offset >= 0 && length > 0 => {
+                blooms.push((rg, offset as u64, length as u64));
+            }
+            _ => keep.push(rg),
+        }
+    }
+    let start = blooms.iter().map(|(_, o, _)| *o).min();
+    let end = blooms.iter().map(|(_, o, l)| o + l).max();
+    if let (Some(start), Some(end)) = (start, end) {
+        let bytes = reader.get_bytes(start..end).await?;
+        for (rg, offset, length) in blooms {
+            let at = (offset - start) as usize;
+            let bloom = Sbbf::from_bytes(&bytes[at..at + length as usize])?;
+            if keys.iter().any(|k| bloom.check(k.as_str())) {
+                keep.push(rg);
+            }
+        }
+    }
+    keep.sort_unstable();
+    Ok(keep)
+}
+
+/// The rows of `batch` whose key is one of ours.
+fn matching(
+    keys: &HashSet<String>,
+    column: &str,
+    batch: &RecordBatch,
+    table: &str,
+) -> Result<RecordBatch> {
+    let arrow = |e| Error::arrow(format!("table `{table}`"), e);
+    let values = batch
+        .column_by_name(column)
+        .ok_or_else(|| Error::Internal(format!("table `{table}`: `{column}` not read")))?;
+    let text = cast(values, &DataType::Utf8).map_err(arrow)?;
+    let text = text
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| Error::Internal(format!("table `{table}`: `{column}` is not text")))?;
+    let mask: BooleanArray =
+        (0..text.len()).map(|i| Some(text.is_valid(i) && keys.contains(text.value(i)))).collect();
+    filter_record_batch(batch, &mask).map_err(arrow)
+}
+
+/// `schema` with text and binary columns as their view types.
+fn viewed(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let viewed = match f.data_type() {
+                DataType::Utf8 | DataType::LargeUtf8 => DataType::Utf8View,
+                DataType::Binary | DataType::LargeBinary => DataType::BinaryView,
+                other => other.clone(),
+            };
+            f.as_ref().clone().with_data_type(viewed)
+        })
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
+/// `batch` (a file's columns) in `schema`: partition columns filled in from
+/// the add action, missing columns null, types cast.
+fn conform(
+    batch: &RecordBatch,
+    schema: &SchemaRef,
+    source: &FileSource,
+    table: &str,
+) -> Result<RecordBatch> {
+    let arrow = |e| Error::arrow(format!("table `{table}` file {}", source.path), e);
+    let rows = batch.num_rows();
+    let mut columns = Vec::with_capacity(schema.fields().len());
+    for field in schema.fields() {
+        let column = if let Some(value) = source.partition.get(field.name()) {
+            let repeat = UInt32Array::from(vec![0u32; rows]);
+            take(value.as_ref(), &repeat, None).map_err(arrow)?
+        } else if let Some(column) = batch.column_by_name(field.name()) {
+            column.clone()
+        } else {
+            new_null_array(field.data_type(), rows)
+        };
+        let column = if column.data_type() == field.data_type() {
+            column
+        } else {
+            cast(&column, field.data_type()).map_err(arrow)?
+        };
+        columns.push(column);
+    }
+    RecordBatch::try_new(schema.clone(), columns).map_err(arrow)
+}
+
+/// The given files with their partition values (one-row arrays), from the
+/// table's add actions.
+fn file_sources(
+    handle: &DeltaTable,
+    spec: &TableSpec,
+    files: &[String],
+) -> Result<Vec<FileSource>> {
+    let wanted: HashSet<&str> = files.iter().map(String::as_str).collect();
+    let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
+    let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;
+    let paths = adds
+        .column_by_name("path")
+        .map(|c| cast(c, &DataType::Utf8))
+        .transpose()
+        .map_err(|e| Error::arrow(format!("table `{}` add actions", spec.name), e))?;
+    let Some(paths) = paths else { return Ok(Vec::new()) };
+    let paths = paths
+        .as_any()
+        .downcast_ref::<StringArray>()
+        .ok_or_else(|| Error::Internal(format!("table `{}`: add paths", spec.name)))?;
+    let sizes = adds
+        .column_by_name("size_bytes")
+        .and_then(|c| c.as_any().downcast_ref::<deltalake::arrow::array::Int64Array>())
+        .ok_or_else(|| Error::Internal(format!("table `{}`: add sizes", spec.name)))?;
+    let mut out = Vec::new();
+    for row in 0..paths.len() {
+        if !wanted.contains(paths.value(row)) {
+            continue;
+        }
+        let mut partition = BTreeMap::new();
+        for column in &spec.partition_columns {
+            let values = adds.column_by_name(&format!("partition.{column}")).ok_or_else(|| {
+                Error::Internal(format!(
+                    "table `{}`: no partition value `{column}` in the add actions",
+                    spec.name
+                ))
+            })?;
+            partition.insert(column.clone(), values.slice(row, 1));
+        }
+        let size = u64::try_from(sizes.value(row)).unwrap_or_default();
+        out.push(FileSource { path: paths.value(row).to_owned(), size, partition });
+    }
+    Ok(out)
+}
