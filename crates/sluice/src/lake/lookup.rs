@@ -299,8 +299,8 @@ fn conform(
     RecordBatch::try_new(schema.clone(), columns).map_err(arrow)
 }
 
-/// The given files with their partition values (one-row arrays), from the
-/// table's add actions.
+/// The given files with their sizes and partition values (one-row arrays),
+/// from the table's add actions; every file must be active in `handle`.
 fn file_sources(
     handle: &DeltaTable,
     spec: &TableSpec,
@@ -340,6 +340,18 @@ fn file_sources(
         }
         let size = u64::try_from(sizes.value(row)).unwrap_or_default();
         out.push(FileSource { path: paths.value(row).to_owned(), size, partition });
+    }
+    // A file the handle does not list would be skipped, and its rows
+    // silently missed: refuse instead.
+    if out.len() < wanted.len() {
+        let found: HashSet<&str> = out.iter().map(|s| s.path.as_str()).collect();
+        let missing: Vec<&str> = wanted.difference(&found).copied().collect();
+        return Err(Error::Internal(format!(
+            "table `{}`: look-up of files that are not active at version {}: {}",
+            spec.name,
+            handle.version().unwrap_or_default(),
+            missing.join(", ")
+        )));
     }
     Ok(out)
 }

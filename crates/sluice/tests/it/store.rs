@@ -153,6 +153,13 @@ async fn lookups_read_bloom_filtered_row_groups_and_fill_partition_values() {
         vec![(big[0].id.to_hex(), 3), (big[19_999].id.to_hex(), 3), (small[4].id.to_hex(), 5)];
     expected.sort();
     assert_eq!(rows, expected);
+    // A file the table does not list is refused, never skipped.
+    let err = Lookup::new("artifact_id", [big[0].id.to_hex()])
+        .read(&handle, &spec, &["origin_step_number=3/gone.parquet".to_owned()])
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not active") && err.contains("gone.parquet"), "{err}");
     // And through the public API, the same artifacts come back whole.
     let got = lake.get_many(&wanted).await.unwrap();
     assert_eq!(got.len(), 3);
