@@ -12,6 +12,9 @@
 //! files no longer count (their files are gone); compaction writes new ones
 //! for the files it added, so de-duplication reads as little as before.
 //!
+//! Compaction then writes a checkpoint at its version: without it, every
+//! open after it would replay one remove action per replaced file.
+//!
 //! A compaction racing a commit loses nothing: each is one Delta commit, and
 //! a de-duplicating append that finds the compaction took its version checks
 //! what it added (rewritten rows of keys it already knew were present) and
@@ -153,6 +156,11 @@ async fn compact_table(
     if after > before {
         report.version = Some(after);
         append::write_key_filters(lake.root(), &optimized, spec, after).await?;
+        // The next open reads the compacted file list from one checkpoint
+        // instead of replaying the removes of every file compaction replaced.
+        deltalake::checkpoints::create_checkpoint(&optimized, None)
+            .await
+            .map_err(|e| Error::delta(&spec.name, e))?;
     }
     let (files_after, bytes_after) = file_stats(&optimized, spec)?;
     report.files_after = files_after;
