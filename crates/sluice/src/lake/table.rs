@@ -71,9 +71,17 @@ pub fn table_dir(root: &Path, spec: &TableSpec) -> PathBuf {
     root.join(&spec.path)
 }
 
-/// Whether a directory holds a Delta table.
+/// Whether a directory holds a Delta table: its log holds a commit or a
+/// checkpoint. A log folder without either is a creation that was killed
+/// before its first commit landed (the folder is made before the commit
+/// file is renamed into place): no table, so [`ensure`] creates it.
 pub fn is_table(dir: &Path) -> bool {
-    dir.join("_delta_log").is_dir()
+    let Ok(entries) = std::fs::read_dir(dir.join("_delta_log")) else { return false };
+    entries.flatten().any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        name.ends_with(".json") || name.ends_with(".parquet")
+    })
 }
 
 fn table_url(dir: &Path) -> Result<Url> {
@@ -406,4 +414,22 @@ pub fn active_files(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<String>>
         )));
     };
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_folder_without_a_commit_is_no_table() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        assert!(!is_table(dir.path()));
+        let log = dir.path().join("_delta_log");
+        std::fs::create_dir_all(&log).expect("log dir");
+        // What a creation killed before its first commit leaves behind.
+        std::fs::write(log.join("00000000000000000000.json#1"), b"{").expect("temp file");
+        assert!(!is_table(dir.path()));
+        std::fs::write(log.join("00000000000000000000.json"), b"{}").expect("commit");
+        assert!(is_table(dir.path()));
+    }
 }
