@@ -239,14 +239,11 @@ fn matching(
     table: &str,
 ) -> Result<RecordBatch> {
     let arrow = |e| Error::arrow(format!("table `{table}`"), e);
-    let values = batch
-        .column_by_name(column)
-        .ok_or_else(|| Error::Internal(format!("table `{table}`: `{column}` not read")))?;
-    let text = cast(values, &DataType::Utf8).map_err(arrow)?;
-    let text = text
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .ok_or_else(|| Error::Internal(format!("table `{table}`: `{column}` is not text")))?;
+    let index = batch
+        .schema()
+        .index_of(column)
+        .map_err(|_| Error::Internal(format!("table `{table}`: `{column}` not read")))?;
+    let text = super::scan::text_column(batch, index, table)?;
     let mask: BooleanArray =
         (0..text.len()).map(|i| Some(text.is_valid(i) && keys.contains(text.value(i)))).collect();
     filter_record_batch(batch, &mask).map_err(arrow)
