@@ -8,6 +8,11 @@ if ! sinfo -h -o '%t' >/dev/null 2>&1 || [ -z "$(sinfo -h -o '%t' 2>/dev/null)" 
   echo "           Start a single-node SLURM with \`bash scripts/slurm.sh up\` (as root), as .ci/run does."
   skips=1
 fi
+if ! bash "$(dirname "$0")/azurite.sh" check; then
+  echo "make test: Azurite is not running: the 2 Azure queue tests (crates/sluice/tests/it/azure.rs) will be skipped."
+  echo "           Start it with \`bash scripts/azurite.sh up\`, as .ci/run does."
+  skips=1
+fi
 if [ ! -x "${SLUICE_PYTHON:-}" ]; then
   echo "make test: no Python readers (SLUICE_PYTHON): the interop check will be skipped (make python)."
   skips=1

@@ -166,6 +166,15 @@ pub enum Error {
         message: String,
     },
 
+    /// An Azure Storage request failed.
+    #[error("Azure: {what}: {message}")]
+    Azure {
+        /// The request (operation, queue or blob).
+        what: String,
+        /// What went wrong.
+        message: String,
+    },
+
     /// A background task of sluice panicked or was cancelled.
     #[error("{what}: a background task failed: {source}")]
     Task {

@@ -128,8 +128,8 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
             }
             let q = &status.queue;
             let mut out = format!(
-                "queue: {} waiting (oldest {:.0} s), {} in flight, {} dead\n",
-                q.waiting, q.oldest_waiting_secs, q.in_flight, q.dead
+                "queue ({}): {} waiting (oldest {:.0} s), {} in flight, {} dead\n",
+                status.source, q.waiting, q.oldest_waiting_secs, q.in_flight, q.dead
             );
             let rows: Vec<Vec<String>> = status
                 .tables
@@ -170,8 +170,8 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
                     &rows,
                 ));
             }
-            for (table, file, reason) in &status.dead_letters {
-                out.push_str(&format!("\ndead: {table}/{file}: {reason}"));
+            for d in &status.dead_letters {
+                out.push_str(&format!("\ndead: {}/{}: {}", d.table, d.name, d.reason));
             }
             print(&out)
         }
@@ -181,8 +181,8 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
             if files.is_empty() && !all_dead {
                 anyhow::bail!("name the dead letters to retry (table/file), or pass --all-dead");
             }
-            let queue = sluice::ingest::LocalQueue::new(&config.queue)?;
-            let moved = queue.retry_dead(&files)?;
+            let queue = sluice::ingest::Queue::open(&config.queue).await?;
+            let moved = queue.retry_dead(&files).await?;
             let missing: Vec<&String> = files.iter().filter(|f| !moved.contains(f)).collect();
             if !missing.is_empty() {
                 anyhow::bail!(
@@ -190,7 +190,7 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
                     missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
                 );
             }
-            print(&format!("{} files back in the landing zone", moved.len()))
+            print(&format!("{} files back on the {}", moved.len(), queue.describe()))
         }
     }
 }
@@ -379,7 +379,7 @@ async fn demo(dir: &std::path::Path) -> anyhow::Result<()> {
         "SELECT day, zone, trips, revenue FROM trips_daily ORDER BY revenue DESC, day, zone LIMIT 5",
     )
     .await?;
-    let dead = ingestor.queue().dead_letters();
+    let dead = ingestor.queue().dead_letters().await?;
     let mut out = format!(
         "wrote {} (config), {} (schema) and {} files of trips into {}, in two waves\n\
          ingested {} files, {} rows in {} commit(s), {:.2} s; {} dead-lettered; {} transform commits\n",
@@ -394,8 +394,8 @@ async fn demo(dir: &std::path::Path) -> anyhow::Result<()> {
         report.dead,
         report.transform_commits
     );
-    for (table, file, reason) in &dead {
-        out.push_str(&format!("  dead letter {table}/{file}: {reason}\n"));
+    for d in &dead {
+        out.push_str(&format!("  dead letter {}/{}: {}\n", d.table, d.name, d.reason));
     }
     out.push_str(&format!("\nraw -> aggregate -> curated:\n{counts}\n"));
     out.push_str(&format!("\ntop 5 curated rows by revenue:\n{top}\n"));

@@ -9,11 +9,22 @@
 //! kind = "local"
 //! landing = "landing"         # files arrive as landing/<table>/<file>
 //! visibility_timeout_secs = 300
-//! max_attempts = 3            # then the file is dead-lettered
+//! max_attempts = 3            # failed attempts, then the file is dead-lettered
+//! max_deliveries = 20         # deliveries without an outcome (its processes died), then too
 //! settle_ms = 1000            # a file must be unchanged this long to be claimed
 //! poll_ms = 500
 //! retry_delay_ms = 1000       # a failed file waits attempt × this before its next delivery
 //! after_ingest = "archive"    # archive | delete
+//!
+//! # or: messages on an Azure Storage Queue naming blobs of a container
+//! # [queue]
+//! # kind = "azure"
+//! # [queue.azure]
+//! # account = "myaccount"     # key from AZURE_STORAGE_ACCOUNT_KEY, or AZURE_STORAGE_SAS_TOKEN
+//! # queue = "landing"         # dead letters go to "landing-poison"
+//! # container = "landing"     # blobs arrive as <table>/<file>
+//! # spool = "spool"           # blobs are streamed here before parsing
+//! # use_emulator = false      # true: Azurite with its development account
 //!
 //! [ingest]
 //! workers = 2
@@ -67,14 +78,22 @@ pub struct IngestConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct QueueConfig {
-    /// `local` (a landing directory).
+    /// `local` (a landing directory) or `azure` (an Azure Storage Queue).
     pub kind: String,
+    /// The Azure queue and container, when `kind = "azure"`.
+    pub azure: Option<AzureQueueConfig>,
     /// The landing directory.
     pub landing: PathBuf,
     /// A claimed file not acknowledged within this time is delivered again.
     pub visibility_timeout_secs: u64,
     /// Failed attempts before a file is dead-lettered.
     pub max_attempts: u32,
+    /// Deliveries that ended without an ack or a nack — the process working
+    /// on the file died — before the file is dead-lettered. Counted apart
+    /// from failures (and higher by default) so that unrelated crashes do
+    /// not bury good files, while a file that kills its process every time
+    /// does not loop forever.
+    pub max_deliveries: u32,
     /// A file must keep its size and modification time this long before it
     /// is claimed (it may still be being written).
     pub settle_ms: u64,
@@ -91,9 +110,11 @@ impl Default for QueueConfig {
     fn default() -> Self {
         QueueConfig {
             kind: "local".into(),
+            azure: None,
             landing: PathBuf::from("landing"),
             visibility_timeout_secs: 300,
             max_attempts: 3,
+            max_deliveries: 20,
             settle_ms: 1000,
             poll_ms: 500,
             retry_delay_ms: 1000,
@@ -106,6 +127,46 @@ impl QueueConfig {
     /// The visibility timeout.
     pub fn visibility_timeout(&self) -> Duration {
         Duration::from_secs(self.visibility_timeout_secs)
+    }
+}
+
+/// `[queue.azure]`: messages on an Azure Storage Queue, each naming a blob
+/// `<table>/<file>` of a container (see [`super::queue::azure`]). The
+/// account key comes from `AZURE_STORAGE_ACCOUNT_KEY` or a SAS token from
+/// `AZURE_STORAGE_SAS_TOKEN`, never from this file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AzureQueueConfig {
+    /// The storage account (Azurite's `devstoreaccount1` with the emulator).
+    pub account: String,
+    /// The queue the messages arrive on.
+    pub queue: String,
+    /// Where dead letters go; default `<queue>-poison`.
+    pub dead_letter_queue: Option<String>,
+    /// The container holding the blobs.
+    pub container: String,
+    /// A local folder blobs are streamed to before they are parsed.
+    pub spool: PathBuf,
+    /// Use Azurite (the development account and key, local endpoints).
+    pub use_emulator: bool,
+    /// The queue service URL (default from the account, or Azurite's).
+    pub queue_endpoint: Option<String>,
+    /// The blob service URL (default from the account, or Azurite's).
+    pub blob_endpoint: Option<String>,
+}
+
+impl Default for AzureQueueConfig {
+    fn default() -> Self {
+        AzureQueueConfig {
+            account: String::new(),
+            queue: String::new(),
+            dead_letter_queue: None,
+            container: String::new(),
+            spool: PathBuf::from("spool"),
+            use_emulator: false,
+            queue_endpoint: None,
+            blob_endpoint: None,
+        }
     }
 }
 
@@ -166,11 +227,27 @@ impl IngestConfig {
     pub fn parse(text: &str, path: &Path) -> Result<IngestConfig> {
         let bad = |message: String| Error::Config { path: path.to_path_buf(), message };
         let file: ConfigFile = toml::from_str(text).map_err(|e| bad(e.to_string()))?;
-        if file.queue.kind != "local" {
-            return Err(bad(format!(
-                "queue kind `{}` is not supported by this build; use `local`",
-                file.queue.kind
-            )));
+        match (file.queue.kind.as_str(), &file.queue.azure) {
+            ("local", None) => {}
+            ("local", Some(_)) => {
+                return Err(bad("[queue.azure] is set but queue kind is `local`".into()));
+            }
+            ("azure", Some(a)) => {
+                if a.queue.is_empty() || a.container.is_empty() {
+                    return Err(bad("[queue.azure] needs `queue` and `container`".into()));
+                }
+                if a.account.is_empty() && !a.use_emulator {
+                    return Err(bad(
+                        "[queue.azure] needs `account` (or use_emulator = true)".into()
+                    ));
+                }
+            }
+            ("azure", None) => {
+                return Err(bad("queue kind `azure` needs a [queue.azure] table".into()));
+            }
+            (other, _) => {
+                return Err(bad(format!("queue kind `{other}`: expected `local` or `azure`")));
+            }
         }
         if !["archive", "delete"].contains(&file.queue.after_ingest.as_str()) {
             return Err(bad(format!(
@@ -178,14 +255,20 @@ impl IngestConfig {
                 file.queue.after_ingest
             )));
         }
-        if file.ingest.workers == 0 || file.queue.max_attempts == 0 {
-            return Err(bad("workers and max_attempts must be at least 1".into()));
+        if file.ingest.workers == 0
+            || file.queue.max_attempts == 0
+            || file.queue.max_deliveries == 0
+        {
+            return Err(bad("workers, max_attempts and max_deliveries must be at least 1".into()));
         }
         super::transform::validate(&file.transforms).map_err(bad)?;
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
         let mut queue = file.queue.clone();
         queue.landing = resolve(&queue.landing);
+        if let Some(azure) = &mut queue.azure {
+            azure.spool = resolve(&azure.spool);
+        }
         Ok(IngestConfig {
             path: path.to_path_buf(),
             lake: resolve(&file.lake),
@@ -211,11 +294,25 @@ mod tests {
     }
 
     #[test]
+    fn an_azure_queue_resolves_its_spool_next_to_the_file() {
+        let text = "lake = \"lk\"\n[queue]\nkind = \"azure\"\n[queue.azure]\nqueue = \"landing\"\n\
+                    container = \"drop\"\nuse_emulator = true\n";
+        let c = IngestConfig::parse(text, Path::new("/etc/x/lakehouse.toml")).unwrap();
+        let azure = c.queue.azure.unwrap();
+        assert_eq!((azure.queue.as_str(), azure.container.as_str()), ("landing", "drop"));
+        assert_eq!(azure.spool, PathBuf::from("/etc/x/spool"));
+    }
+
+    #[test]
     fn typos_and_bad_values_are_errors() {
         for text in [
             "lake = \"l\"\n[queue]\nlandng = \"x\"\n",
             "lake = \"l\"\n[queue]\nkind = \"kafka\"\n",
             "lake = \"l\"\n[ingest]\nworkers = 0\n",
+            "lake = \"l\"\n[queue]\nkind = \"azure\"\n",
+            "lake = \"l\"\n[queue]\nkind = \"azure\"\n[queue.azure]\nqueue = \"q\"\n",
+            "lake = \"l\"\n[queue]\nkind = \"azure\"\n[queue.azure]\nqueue = \"q\"\ncontainer = \"c\"\n",
+            "lake = \"l\"\n[queue.azure]\nqueue = \"q\"\ncontainer = \"c\"\nuse_emulator = true\n",
             "lake = \"l\"\n[[transform]]\nname = \"t\"\nlayer = \"gold\"\nfrom = \"x\"\nsql = \"SELECT 1\"\n",
         ] {
             assert!(IngestConfig::parse(text, Path::new("/c.toml")).is_err(), "{text}");

@@ -48,7 +48,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 pub use config::IngestConfig;
-pub use queue::{LocalQueue, Message, QueueDepth};
+pub use queue::{DeadLetter, LocalQueue, Message, Queue, QueueDepth};
 pub use schema::TableSchema;
 
 use self::ledger::LedgerRow;
@@ -126,7 +126,7 @@ struct TableParts {
 /// An ingestion process: the config, the schemas, the tables.
 pub struct Ingestor {
     config: IngestConfig,
-    queue: LocalQueue,
+    queue: Queue,
     tables: BTreeMap<String, TableParts>,
 }
 
@@ -193,7 +193,7 @@ impl Ingestor {
                 )));
             }
         }
-        let queue = LocalQueue::new(&config.queue)?;
+        let queue = Queue::open(&config.queue).await?;
         Ok(Ingestor { config, queue, tables })
     }
 
@@ -221,7 +221,7 @@ impl Ingestor {
     }
 
     /// The queue.
-    pub fn queue(&self) -> &LocalQueue {
+    pub fn queue(&self) -> &Queue {
         &self.queue
     }
 
@@ -298,7 +298,19 @@ impl Ingestor {
                         entry.0.push(file);
                     }
                     Ok(Some(Outcome::Failed(message, reason))) => {
-                        self.failed(&message, &reason, &mut report).await?;
+                        // A redelivery of a file the table already holds
+                        // may fail (its blob was deleted after the first
+                        // ingest): it is a duplicate, not a dead letter.
+                        let held = match targets.get_mut(&message.table) {
+                            Some(t) => t.holds(&message.key()).await?,
+                            None => false,
+                        };
+                        if held {
+                            self.queue.ack(&message).await?;
+                            report.duplicates += 1;
+                        } else {
+                            self.failed(&message, &reason, &mut report).await?;
+                        }
                         outstanding.fetch_sub(1, Ordering::SeqCst);
                     }
                     Ok(None) | Err(_) => {}
@@ -363,7 +375,7 @@ impl Ingestor {
         report: &mut IngestReport,
     ) -> Result<()> {
         tracing::warn!(file = %message.key(), attempt = message.attempt, reason, "a file failed");
-        if self.queue.nack(message, reason)? {
+        if self.queue.nack(message, reason).await? {
             report.dead += 1;
             ledger::append_rows(
                 &self.config.lake,
@@ -405,9 +417,9 @@ impl Ingestor {
             {
                 break;
             }
-            self.queue.reap()?;
+            self.queue.reap().await?;
             let free = permits.available_permits().max(1);
-            let messages = self.queue.receive(free.min(workers))?;
+            let messages = self.queue.receive(free.min(workers)).await?;
             let idle = messages.is_empty();
             outstanding.fetch_add(messages.len(), Ordering::SeqCst);
             for message in messages {
@@ -418,13 +430,20 @@ impl Ingestor {
                     .map_err(|e| Error::Internal(e.to_string()))?;
                 let parts = self.tables.get(&message.table).cloned();
                 let tx = tx.clone();
+                let queue = self.queue.clone();
                 tasks.spawn(async move {
-                    let outcome = match parts {
-                        None => Outcome::Failed(
+                    let fetched = match (&parts, &message.exhausted) {
+                        (_, Some(why)) => Err(why.clone()),
+                        (Some(_), None) => queue.fetch(&message).await,
+                        (None, None) => Ok(()),
+                    };
+                    let outcome = match (parts, fetched) {
+                        (_, Err(reason)) => Outcome::Failed(message.clone(), reason),
+                        (None, _) => Outcome::Failed(
                             message.clone(),
                             format!("no schema declares table `{}`", message.table),
                         ),
-                        Some(parts) => {
+                        (Some(parts), Ok(())) => {
                             let handle = tokio::runtime::Handle::current();
                             let m = message.clone();
                             match tokio::task::spawn_blocking(move || process(&handle, &parts, m))
@@ -605,12 +624,14 @@ fn hash_file(path: &Path) -> std::result::Result<String, FileError> {
 /// `sluice ingest status`.
 #[derive(Debug, Clone, Serialize)]
 pub struct IngestStatus {
+    /// Where files come from.
+    pub source: String,
     /// Queue depth.
     pub queue: QueueDepth,
     /// Per table: files ingested, rows, duplicates, dead.
     pub tables: BTreeMap<String, TableStatus>,
-    /// Dead letters: table, file, reason.
-    pub dead_letters: Vec<(String, String, String)>,
+    /// Dead letters with their reasons.
+    pub dead_letters: Vec<DeadLetter>,
     /// Per transform: its table and how far behind its upstream it is.
     pub transforms: BTreeMap<String, transform::TransformStatus>,
 }
@@ -659,9 +680,10 @@ impl Ingestor {
             transforms.insert(t.name.clone(), transform::status(&self.config.lake, t).await?);
         }
         Ok(IngestStatus {
-            queue: self.queue.depth(),
+            source: self.queue.describe(),
+            queue: self.queue.depth().await?,
             tables,
-            dead_letters: self.queue.dead_letters(),
+            dead_letters: self.queue.dead_letters().await?,
             transforms,
         })
     }

@@ -30,7 +30,7 @@ use deltalake::DeltaTable;
 use deltalake::kernel::Add;
 
 use super::ledger::{self, Committed, CommittedFile, INGEST_KEY, LedgerRow};
-use super::queue::{LocalQueue, Message};
+use super::queue::{Message, Queue};
 use crate::error::Result;
 use crate::lake::append::{self, CommitSpec};
 use crate::lake::handles::Leased;
@@ -178,6 +178,20 @@ impl Target {
         }
     }
 
+    /// Whether the table holds the file `key` (checked at its head).
+    pub async fn holds(&mut self, key: &str) -> Result<bool> {
+        if self.committed.keys.contains(key) {
+            return Ok(true);
+        }
+        let lease =
+            Leased::latest(self.kept.take(), &self.name, table::open_dir(&self.dir, &self.name))
+                .await?;
+        let from = self.committed.version + 1;
+        self.committed.catch_up(&lease.table, &self.name, from).await?;
+        self.kept = Some(lease);
+        Ok(self.committed.keys.contains(key))
+    }
+
     /// Delete data files that will never be committed.
     pub async fn discard(&self, adds: &[Add]) -> Result<()> {
         if adds.is_empty() {
@@ -205,7 +219,7 @@ pub struct Flushed {
 /// Flush one table's buffered files (see the module doc).
 pub async fn flush(
     lake: &std::path::Path,
-    queue: &LocalQueue,
+    queue: &Queue,
     target: &mut Target,
     rejects: Option<&mut Target>,
     files: Vec<ReadyFile>,
@@ -271,7 +285,7 @@ pub async fn flush(
     }
     ledger::append_rows(lake, &ledger_rows).await?;
     for file in &files {
-        queue.ack(&file.message)?;
+        queue.ack(&file.message).await?;
     }
     out.seconds = clock.elapsed().as_secs_f64();
     Ok(out)

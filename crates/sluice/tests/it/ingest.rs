@@ -45,23 +45,29 @@ impl Setup {
     }
 
     async fn sql(&self, sql: &str) -> String {
-        let ctx = deltalake::datafusion::prelude::SessionContext::new();
-        for t in ["trips", "trips_rejects"] {
-            let dir = self.root.join("lake/raw").join(t);
-            if dir.join("_delta_log").is_dir() {
-                let url = url::Url::from_directory_path(&dir).unwrap();
-                let table = deltalake::open_table(url).await.unwrap();
-                ctx.register_table(t, table.table_provider().await.unwrap()).unwrap();
-            }
-        }
-        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-        sluice::query::format::render(&batches, sluice::query::OutputFormat::Csv)
-            .unwrap()
-            .lines()
-            .skip(1)
-            .collect::<Vec<_>>()
-            .join("\n")
+        sql_over(&self.root.join("lake/raw"), &["trips", "trips_rejects"], sql).await
     }
+}
+
+/// `sql` over the raw tables `names` of a lake's `raw` folder (those that
+/// exist), as CSV lines without the header.
+pub(crate) async fn sql_over(raw: &Path, names: &[&str], sql: &str) -> String {
+    let ctx = deltalake::datafusion::prelude::SessionContext::new();
+    for t in names {
+        let dir = raw.join(t);
+        if dir.join("_delta_log").is_dir() {
+            let url = url::Url::from_directory_path(&dir).unwrap();
+            let table = deltalake::open_table(url).await.unwrap();
+            ctx.register_table(*t, table.table_provider().await.unwrap()).unwrap();
+        }
+    }
+    let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    sluice::query::format::render(&batches, sluice::query::OutputFormat::Csv)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn csv(first_id: u64, rows: u64) -> Vec<u8> {
@@ -158,9 +164,10 @@ async fn bad_files_are_dead_lettered_with_reasons_and_good_ones_land() {
     assert_eq!((first.files, first.rows), (1, 10), "{first:?}");
     assert_eq!((first.retried, first.dead), (bad.len() as u64, bad.len() as u64), "{first:?}");
     let ingestor = Ingestor::open(s.config()).await.unwrap();
-    let dead = ingestor.queue().dead_letters();
-    let reason =
-        |name: &str| dead.iter().find(|d| d.1 == name).map(|d| d.2.clone()).unwrap_or_default();
+    let dead = ingestor.queue().dead_letters().await.unwrap();
+    let reason = |name: &str| {
+        dead.iter().find(|d| d.name == name).map(|d| d.reason.clone()).unwrap_or_default()
+    };
     for (name, why) in [
         ("types.csv", "`not-a-number` is not a valid Int64"),
         ("long.csv", "more than max_length 16"),
@@ -178,7 +185,7 @@ async fn bad_files_are_dead_lettered_with_reasons_and_good_ones_land() {
     assert_eq!(rows.iter().filter(|r| r.status == "dead").count(), bad.len());
     assert_eq!(s.sql("SELECT count(*) FROM trips").await, "10", "nothing of a bad file landed");
     // Put them back: they fail again (same content), nothing else changes.
-    assert_eq!(ingestor.queue().retry_dead(&["trips/types.csv".into()]).unwrap().len(), 1);
+    assert_eq!(ingestor.queue().retry_dead(&["trips/types.csv".into()]).await.unwrap().len(), 1);
     let status = ingestor.status().await.unwrap();
     assert_eq!(status.queue.waiting, 1);
     assert_eq!(status.tables["trips"].files, 1);

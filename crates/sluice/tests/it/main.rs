@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod azure;
 mod commit;
 mod commit_props;
 mod common;

@@ -23,45 +23,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use super::config::QueueConfig;
+use super::{DeadLetter, Delivery, Message, QueueDepth, exhausted};
 use crate::error::{Error, Result};
+use crate::ingest::config::QueueConfig;
 
 const STATE_DIR: &str = ".sluice";
-/// Dead letters of files outside any table folder.
-pub const UNROUTED: &str = "_unrouted";
-
-/// One delivery of a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message {
-    /// The table (the landing sub-folder).
-    pub table: String,
-    /// The file's name in the landing zone.
-    pub name: String,
-    /// This delivery's attempt number (1 for the first).
-    pub attempt: u32,
-    /// The claimed file.
-    pub path: PathBuf,
-}
-
-impl Message {
-    /// The file's key: `<table>/<name>`.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.table, self.name)
-    }
-}
-
-/// Counts for `sluice ingest status`.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
-pub struct QueueDepth {
-    /// Files waiting (new and retries).
-    pub waiting: usize,
-    /// Files claimed by a worker.
-    pub in_flight: usize,
-    /// Dead letters.
-    pub dead: usize,
-    /// Age of the oldest waiting file, seconds.
-    pub oldest_waiting_secs: f64,
-}
+pub use super::UNROUTED;
 
 /// The landing-directory queue.
 #[derive(Debug, Clone)]
@@ -169,9 +136,10 @@ impl LocalQueue {
                     continue; // backing off
                 }
                 let attempts = n.parse::<u32>().unwrap_or(0);
-                if let Some(m) =
+                if let Some(mut m) =
                     self.claim(&retry.join(&table).join(&entry), &table, name, attempts)?
                 {
+                    m.exhausted = exhausted(attempts, self.config.max_deliveries);
                     out.push(m);
                 }
             }
@@ -235,6 +203,8 @@ impl LocalQueue {
             name: name.to_owned(),
             attempt,
             path: to,
+            delivery: Delivery::Local,
+            exhausted: None,
         }))
     }
 
@@ -258,8 +228,8 @@ impl LocalQueue {
     /// The attempt failed: deliver again later, or dead-letter the file once
     /// it has failed `max_attempts` times. Returns whether it was dead-lettered.
     pub fn nack(&self, message: &Message, reason: &str) -> Result<bool> {
-        if message.attempt >= self.config.max_attempts {
-            let why = format!("failed {} times; last error: {reason}", message.attempt);
+        if message.attempt >= self.config.max_attempts || message.exhausted.is_some() {
+            let why = super::dead_reason(message, reason);
             self.dead_letter_path(&message.path, &message.table, &message.name, &why)?;
             return Ok(true);
         }
@@ -284,8 +254,8 @@ impl LocalQueue {
         Ok(())
     }
 
-    /// Dead letters: `(table, file, reason)`.
-    pub fn dead_letters(&self) -> Vec<(String, String, String)> {
+    /// Dead letters.
+    pub fn dead_letters(&self) -> Vec<DeadLetter> {
         let dead = self.state("dead");
         let mut out = Vec::new();
         for (table, _) in files_in(&dead) {
@@ -296,7 +266,11 @@ impl LocalQueue {
                 let reason =
                     std::fs::read_to_string(dead.join(&table).join(format!("{name}.reason")))
                         .unwrap_or_default();
-                out.push((table.clone(), name, reason.trim().to_owned()));
+                out.push(DeadLetter {
+                    table: table.clone(),
+                    name,
+                    reason: reason.trim().to_owned(),
+                });
             }
         }
         out
@@ -306,7 +280,7 @@ impl LocalQueue {
     /// `which`: `table/file` keys, or all when empty. Returns the keys moved.
     pub fn retry_dead(&self, which: &[String]) -> Result<Vec<String>> {
         let mut moved = Vec::new();
-        for (table, name, _) in self.dead_letters() {
+        for DeadLetter { table, name, .. } in self.dead_letters() {
             let key = format!("{table}/{name}");
             if (!which.is_empty() && !which.contains(&key)) || table == UNROUTED {
                 continue;
@@ -380,7 +354,7 @@ mod tests {
         assert!(q.nack(&second[0], "bad again").unwrap(), "dead after 2 attempts");
         let dead = q.dead_letters();
         assert_eq!(dead.len(), 1);
-        assert!(dead[0].2.contains("bad again"), "{dead:?}");
+        assert!(dead[0].reason.contains("bad again"), "{dead:?}");
         assert_eq!(q.retry_dead(&[]).unwrap(), vec!["trips/a.csv".to_owned()]);
         assert_eq!(q.receive(10).unwrap()[0].attempt, 1);
     }
@@ -408,6 +382,34 @@ mod tests {
     }
 
     #[test]
+    fn a_file_whose_claimers_keep_dying_is_dead_lettered_after_max_deliveries() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("t")).unwrap();
+        std::fs::write(dir.path().join("t/kills.csv"), "x\n").unwrap();
+        let config = QueueConfig {
+            landing: dir.path().to_path_buf(),
+            settle_ms: 0,
+            max_deliveries: 2,
+            visibility_timeout_secs: 0,
+            ..QueueConfig::default()
+        };
+        let q = LocalQueue::new(&config).unwrap();
+        for attempt in 1..=2 {
+            let m = q.receive(1).unwrap();
+            assert_eq!(m[0].attempt, attempt);
+            std::thread::sleep(Duration::from_millis(5));
+            assert_eq!(q.reap().unwrap(), 1, "never acknowledged: the claimer died");
+        }
+        let last = q.receive(1).unwrap();
+        let why = last[0].exhausted.clone().expect("not processed a third time");
+        assert!(why.contains("delivered 2 times without an outcome"), "{why}");
+        assert!(q.nack(&last[0], &why).unwrap(), "its nack dead-letters it");
+        let dead = q.dead_letters();
+        assert_eq!(dead.len(), 1);
+        assert!(dead[0].reason.contains("delivered 2 times"), "{dead:?}");
+    }
+
+    #[test]
     fn stray_files_and_symlinks_are_dead_lettered_not_followed() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("t")).unwrap();
@@ -416,7 +418,7 @@ mod tests {
         let q = queue(dir.path(), 3);
         assert!(q.receive(10).unwrap().is_empty());
         let dead: Vec<String> =
-            q.dead_letters().into_iter().map(|d| format!("{}/{}", d.0, d.1)).collect();
+            q.dead_letters().into_iter().map(|d| format!("{}/{}", d.table, d.name)).collect();
         assert_eq!(dead, vec![format!("{UNROUTED}/loose.csv"), "t/link.csv".to_owned()]);
     }
 }
