@@ -10,7 +10,7 @@
 //! landing = "landing"         # files arrive as landing/<table>/<file>
 //! visibility_timeout_secs = 300
 //! max_attempts = 3            # failed attempts, then the file is dead-lettered
-//! max_deliveries = 20         # deliveries without an outcome (its processes died), then too
+//! max_deliveries = 100        # deliveries without an outcome (its processes died), then too
 //! settle_ms = 1000            # a file must be unchanged this long to be claimed
 //! poll_ms = 500
 //! retry_delay_ms = 1000       # a failed file waits attempt × this before its next delivery
@@ -90,9 +90,11 @@ pub struct QueueConfig {
     pub max_attempts: u32,
     /// Deliveries that ended without an ack or a nack — the process working
     /// on the file died — before the file is dead-lettered. Counted apart
-    /// from failures (and higher by default) so that unrelated crashes do
-    /// not bury good files, while a file that kills its process every time
-    /// does not loop forever.
+    /// from failures, and high by default: a SIGKILL, an OOM kill of a busy
+    /// process or a reboot counts against every file in flight (a run
+    /// killed 50 times before it ever commits has delivered its first files
+    /// 50 times), so a low limit would bury good files; a file that kills
+    /// its process every time still does not loop forever.
     pub max_deliveries: u32,
     /// A file must keep its size and modification time this long before it
     /// is claimed (it may still be being written).
@@ -114,7 +116,7 @@ impl Default for QueueConfig {
             landing: PathBuf::from("landing"),
             visibility_timeout_secs: 300,
             max_attempts: 3,
-            max_deliveries: 20,
+            max_deliveries: 100,
             settle_ms: 1000,
             poll_ms: 500,
             retry_delay_ms: 1000,

@@ -28,6 +28,7 @@ pub mod parse;
 pub mod queue;
 pub mod schema;
 pub mod transform;
+pub mod upsert;
 pub mod writer;
 
 use std::collections::BTreeMap;
@@ -156,12 +157,6 @@ impl Ingestor {
         check_names(&config, &schemas)?;
         let mut tables = BTreeMap::new();
         for s in schemas {
-            if s.write_mode == schema::WriteMode::Merge {
-                return Err(Error::Config {
-                    path: s.path.clone(),
-                    message: "write_mode: merge is not supported by raw ingestion yet (raw tables append every file's rows); use append".into(),
-                });
-            }
             let dir = table_dir(&config.lake, &s.name);
             let handle =
                 table::open_or_create_dir(&dir, &s.name, &s.table_schema(), s.partition_by.clone())
@@ -237,10 +232,13 @@ impl Ingestor {
         let mut rejects = BTreeMap::new();
         for (name, parts) in &self.tables {
             let dir = table_dir(lake, name);
-            targets.insert(
-                name.clone(),
-                Target::open(&ledger, name, dir, parts.schema.partition_by.clone()).await?,
-            );
+            let mut target =
+                Target::open(&ledger, name, dir, parts.schema.partition_by.clone()).await?;
+            if parts.schema.write_mode == schema::WriteMode::Merge {
+                target = target
+                    .merging(parts.schema.primary_key.clone(), parts.schema.sequence_by.clone());
+            }
+            targets.insert(name.clone(), target);
             if parts.rejects.is_some() {
                 let r = rejects_name(name);
                 rejects.insert(
@@ -411,6 +409,11 @@ impl Ingestor {
         let poll = Duration::from_millis(self.config.queue.poll_ms.max(1));
         let workers = self.config.ingest.workers.max(1);
         let mut tasks = tokio::task::JoinSet::new();
+        // Arrivals end an idle wait at once; polling stays as the fallback.
+        let watch = match mode {
+            Mode::Watch(_) => self.queue.watch(),
+            Mode::Once => None,
+        };
         loop {
             if let Mode::Watch(stop) = &mode
                 && stop.load(Ordering::SeqCst)
@@ -470,7 +473,12 @@ impl Ingestor {
                 if once && tasks.is_empty() && outstanding.load(Ordering::SeqCst) == 0 {
                     break;
                 }
-                tokio::time::sleep(poll).await;
+                match &watch {
+                    Some(w) => {
+                        w.wait(poll).await;
+                    }
+                    None => tokio::time::sleep(poll).await,
+                }
             }
         }
         while let Some(done) = tasks.join_next().await {

@@ -7,7 +7,8 @@
 //!   - { name: zone, type: string, max_length: 32 }
 //!   - { name: fare, type: "decimal(10,2)" }
 //! primary_key: [trip_id]
-//! write_mode: append          # append | merge
+//! write_mode: append          # append | merge (upsert by primary_key)
+//! sequence_by: updated_at     # merge only: a row replaces a stored one only if not older
 //! partition_by: []
 //! formats:                    # accepted file formats (default: all three)
 //!   csv: { header: true, delimiter: "," }
@@ -265,6 +266,8 @@ struct SchemaFile {
     #[serde(default)]
     write_mode: WriteMode,
     #[serde(default)]
+    sequence_by: Option<String>,
+    #[serde(default)]
     partition_by: Vec<String>,
     #[serde(default)]
     formats: Formats,
@@ -287,6 +290,11 @@ pub struct TableSchema {
     pub primary_key: Vec<String>,
     /// Append or merge.
     pub write_mode: WriteMode,
+    /// Merge only: the column ordering versions of a key. A row replaces
+    /// the stored row of its key only if its value is not lower, and of the
+    /// rows one flush brings for a key the highest wins — whatever order
+    /// the files arrive or commit in. Without it, the last committed wins.
+    pub sequence_by: Option<String>,
     /// Partition columns.
     pub partition_by: Vec<String>,
     /// Accepted formats.
@@ -328,6 +336,7 @@ impl TableSchema {
             columns: file.columns,
             primary_key: file.primary_key,
             write_mode: file.write_mode,
+            sequence_by: file.sequence_by,
             partition_by: file.partition_by,
             formats: file.formats,
             on_row_error: file.on_row_error,
@@ -371,6 +380,34 @@ impl TableSchema {
         }
         if self.write_mode == WriteMode::Merge && self.primary_key.is_empty() {
             return Err("write_mode: merge needs a primary_key".into());
+        }
+        if let Some(seq) = &self.sequence_by {
+            if self.write_mode != WriteMode::Merge {
+                return Err("sequence_by applies to write_mode: merge only".into());
+            }
+            match self.columns.iter().find(|c| &c.name == seq) {
+                None => {
+                    return Err(format!(
+                        "sequence_by names `{seq}`, which is not a declared column"
+                    ));
+                }
+                Some(c) if c.nullable => {
+                    return Err(format!(
+                        "sequence_by column `{seq}` must be declared `nullable: false`"
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        if self.write_mode == WriteMode::Merge
+            && let Some(c) =
+                self.columns.iter().find(|c| c.nullable && self.primary_key.contains(&c.name))
+        {
+            return Err(format!(
+                "write_mode: merge needs its primary_key columns declared `nullable: false`; \
+                 `{}` may be null (a null key matches nothing)",
+                c.name
+            ));
         }
         if let Some(csv) = &self.formats.csv
             && !csv.delimiter.is_ascii()
@@ -474,6 +511,18 @@ mod tests {
             ("columns:\n  - { name: a, type: int64 }\n  - { name: a, type: int64 }\n", "twice"),
             ("columns:\n  - { name: a, type: int64 }\nprimary_key: [b]\n", "`b`"),
             ("columns:\n  - { name: a, type: int64 }\nwrite_mode: merge\n", "primary_key"),
+            (
+                "columns:\n  - { name: a, type: int64 }\nprimary_key: [a]\nwrite_mode: merge\n",
+                "nullable: false",
+            ),
+            (
+                "columns:\n  - { name: a, type: int64, nullable: false }\nprimary_key: [a]\nsequence_by: a\n",
+                "merge only",
+            ),
+            (
+                "columns:\n  - { name: a, type: int64, nullable: false }\nprimary_key: [a]\nwrite_mode: merge\nsequence_by: b\n",
+                "not a declared column",
+            ),
             ("columns:\n  - { name: a, type: int64, max_length: 3 }\n", "strings only"),
             ("columns:\n  - { name: _a, type: int64 }\n", "not starting with"),
             ("columns:\n  - { name: a, type: \"decimal(50,2)\" }\n", "1..=38"),

@@ -31,6 +31,7 @@ use deltalake::kernel::Add;
 
 use super::ledger::{self, Committed, CommittedFile, INGEST_KEY, LedgerRow};
 use super::queue::{Message, Queue};
+use super::upsert;
 use crate::error::Result;
 use crate::lake::append::{self, CommitSpec};
 use crate::lake::handles::Leased;
@@ -65,6 +66,10 @@ pub struct Target {
     pub partitions: Vec<String>,
     /// Files it holds.
     pub committed: Committed,
+    /// The primary key of a `write_mode: merge` table (empty: append).
+    merge_key: Vec<String>,
+    /// Its `sequence_by` column.
+    sequence_by: Option<String>,
     /// The table's handle between flushes (brought up to date per flush,
     /// reopened as [`handles`] says).
     ///
@@ -82,7 +87,74 @@ impl Target {
     ) -> Result<Target> {
         let handle = table::open_dir(&dir, name).await?;
         let committed = Committed::load(ledger, &handle, name).await?;
-        Ok(Target { name: name.to_owned(), dir, partitions, committed, kept: None })
+        Ok(Target {
+            name: name.to_owned(),
+            dir,
+            partitions,
+            committed,
+            merge_key: Vec::new(),
+            sequence_by: None,
+            kept: None,
+        })
+    }
+
+    /// Upsert by `key` instead of appending (`write_mode: merge`), newer
+    /// `sequence_by` values winning when given.
+    pub fn merging(mut self, key: Vec<String>, sequence_by: Option<String>) -> Target {
+        self.merge_key = key;
+        self.sequence_by = sequence_by;
+        self
+    }
+
+    /// Commit `adds` (uncommitted data files of this table) as exactly the
+    /// version after `lease`'s: appended, or merged by the key — their rows
+    /// read back, the last row of each key kept (arrival order), and
+    /// upserted; the data files written by the workers are then deleted
+    /// (the merge wrote its own). `None`: another writer took the version.
+    async fn commit_next(
+        &self,
+        lease: &mut Leased,
+        adds: &[Add],
+        spec: &CommitSpec,
+    ) -> Result<Option<u64>> {
+        if self.merge_key.is_empty() {
+            return append::try_commit_next(
+                &mut lease.table,
+                &self.name,
+                &self.partitions,
+                adds,
+                spec,
+            )
+            .await;
+        }
+        let rows = super::transform::source::read(&lease.table, &self.name, adds).await?;
+        if rows.rows == 0 {
+            return append::try_commit_next(
+                &mut lease.table,
+                &self.name,
+                &self.partitions,
+                &[],
+                spec,
+            )
+            .await;
+        }
+        let sequence = self.sequence_by.as_deref();
+        let source = upsert::last_per_key(&rows.batches, &self.merge_key, sequence, &self.name)?;
+        let on_match =
+            upsert::OnMatch { columns: BTreeMap::new(), sequence_by: self.sequence_by.clone() };
+        let merged = upsert::merge(
+            lease.table.clone(),
+            &self.name,
+            vec![source],
+            &self.merge_key,
+            &on_match,
+            spec.properties(),
+        )
+        .await?;
+        if merged.is_some() {
+            append::remove_files(&lease.table, adds).await;
+        }
+        Ok(merged.map(|m| m.version))
     }
 
     async fn handle(&self) -> Result<DeltaTable> {
@@ -150,15 +222,7 @@ impl Target {
                 token: Some(crate::host::unique_id()),
                 txn: None,
             };
-            if let Some(version) = append::try_commit_next(
-                &mut lease.table,
-                &self.name,
-                &self.partitions,
-                &adds,
-                &spec,
-            )
-            .await?
-            {
+            if let Some(version) = self.commit_next(&mut lease, &adds, &spec).await? {
                 for file in &metadata {
                     self.committed.keys.insert(file.key.clone());
                     self.committed

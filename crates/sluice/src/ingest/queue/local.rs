@@ -86,6 +86,11 @@ impl LocalQueue {
         &self.landing
     }
 
+    /// How long a file must stay unchanged before it is claimed.
+    pub fn settle(&self) -> Duration {
+        Duration::from_millis(self.config.settle_ms)
+    }
+
     /// Move expired claims back to `retry/`. Returns how many.
     pub fn reap(&self) -> Result<usize> {
         let timeout = self.config.visibility_timeout().as_millis();

@@ -19,6 +19,7 @@
 pub mod azure;
 mod azure_rest;
 pub mod local;
+pub mod watch;
 
 use std::path::PathBuf;
 
@@ -146,6 +147,15 @@ impl Queue {
         match self {
             Queue::Local(q) => format!("landing directory {}", q.landing().display()),
             Queue::Azure(q) => q.describe(),
+        }
+    }
+
+    /// Start watching for arrivals (the landing directory's notifications;
+    /// `None` for Azure, whose receive is the wait).
+    pub fn watch(&self) -> Option<watch::LandingWatch> {
+        match self {
+            Queue::Local(q) => watch::LandingWatch::start(q.landing(), q.settle()),
+            Queue::Azure(_) => None,
         }
     }
 

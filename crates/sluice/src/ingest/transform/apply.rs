@@ -1,19 +1,16 @@
 //! Committing a transform's result with its watermark: an append, or a
 //! MERGE by primary key, each as exactly the table's next version.
 
-use std::collections::HashSet;
-
 use deltalake::DeltaTable;
 use deltalake::arrow::array::{Array, ArrayRef};
 use deltalake::arrow::compute::cast;
 use deltalake::arrow::record_batch::RecordBatch;
-use deltalake::arrow::row::{RowConverter, SortField};
-use deltalake::datafusion::prelude::SessionContext;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use serde_json::json;
 
 use super::{Output, Transform};
 use crate::error::{Error, Result};
+use crate::ingest::upsert;
 use crate::lake::append::{self, CommitSpec};
 use crate::lake::table;
 
@@ -78,50 +75,11 @@ pub(super) async fn merge(
         return watermark_only(downstream, t, after, to).await;
     }
     unique_keys(t, &batches)?;
-    let schema = batches[0].schema();
-    let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    let source =
-        SessionContext::new().read_batches(batches).map_err(|e| Error::query(&t.name, e))?;
-    let predicate = t
-        .primary_key
-        .iter()
-        .map(|k| format!("target.\"{k}\" = source.\"{k}\""))
-        .collect::<Vec<_>>()
-        .join(" AND ");
-    let updated: Vec<&str> =
-        columns.iter().copied().filter(|c| !t.primary_key.iter().any(|k| k == c)).collect();
     let properties = commit_spec(t, after, to, rows).properties();
-    let mut builder = downstream
-        .merge(source, predicate)
-        .with_source_alias("source")
-        .with_target_alias("target")
-        .with_writer_properties(table::writer_properties())
-        .with_commit_properties(properties);
-    if !updated.is_empty() {
-        builder = builder
-            .when_matched_update(|u| {
-                updated.iter().fold(u, |u, c| {
-                    let value =
-                        t.on_match.get(*c).cloned().unwrap_or_else(|| format!("source.\"{c}\""));
-                    u.update(*c, value)
-                })
-            })
-            .map_err(|e| Error::delta(&t.name, e))?;
-    }
-    builder = builder
-        .when_not_matched_insert(|i| {
-            columns.iter().fold(i, |i, c| i.set(*c, format!("source.\"{c}\"")))
-        })
-        .map_err(|e| Error::delta(&t.name, e))?;
-    match builder.await {
-        Ok((table, metrics)) => Ok(Some(Applied {
-            version: table.version().unwrap_or_default(),
-            inserted: metrics.num_target_rows_inserted,
-            updated: metrics.num_target_rows_updated,
-        })),
-        Err(e) if append::lost_the_version(&e) => Ok(None),
-        Err(e) => Err(Error::delta(&t.name, e)),
-    }
+    let on_match = upsert::OnMatch { columns: t.on_match.clone(), sequence_by: None };
+    let merged =
+        upsert::merge(downstream, &t.name, batches, &t.primary_key, &on_match, properties).await?;
+    Ok(merged.map(|m| Applied { version: m.version, inserted: m.inserted, updated: m.updated }))
 }
 
 /// Record the watermark alone: the new upstream versions added no rows (or
@@ -201,55 +159,20 @@ fn conform(downstream: &DeltaTable, t: &Transform, output: Output) -> Result<Vec
 /// A merge needs one source row per key, and no null keys.
 fn unique_keys(t: &Transform, batches: &[RecordBatch]) -> Result<()> {
     let bad = |message: String| Err(Error::Transform { name: t.name.clone(), message });
-    let Some(first) = batches.first() else { return Ok(()) };
-    let schema = first.schema();
-    let fields = t
-        .primary_key
-        .iter()
-        .map(|k| {
-            Ok(SortField::new(
-                schema
-                    .field_with_name(k)
-                    .map_err(|e| Error::arrow(&t.name, e))?
-                    .data_type()
-                    .clone(),
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let converter = RowConverter::new(fields).map_err(|e| Error::arrow(&t.name, e))?;
-    let mut seen = HashSet::new();
-    for batch in batches {
-        let keys = t
-            .primary_key
-            .iter()
-            .map(|k| {
-                batch.column_by_name(k).cloned().ok_or_else(|| Error::Transform {
-                    name: t.name.clone(),
-                    message: format!("its SQL lost the key column `{k}`"),
-                })
-            })
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        if let Some((k, _)) = t.primary_key.iter().zip(&keys).find(|(_, c)| c.null_count() > 0) {
+    for k in &t.primary_key {
+        if batches.first().is_some_and(|b| b.column_by_name(k).is_none()) {
+            return bad(format!("its SQL lost the key column `{k}`"));
+        }
+        if batches.iter().any(|b| b.column_by_name(k).is_some_and(|c| c.null_count() > 0)) {
             return bad(format!("its SQL returned a null in the key column `{k}`"));
         }
-        let rows = converter.convert_columns(&keys).map_err(|e| Error::arrow(&t.name, e))?;
-        for (i, row) in rows.iter().enumerate() {
-            if !seen.insert(row.owned()) {
-                let key: Vec<String> = keys
-                    .iter()
-                    .map(|c| {
-                        deltalake::arrow::util::display::array_value_to_string(c, i)
-                            .unwrap_or_default()
-                    })
-                    .collect();
-                return bad(format!(
-                    "its SQL returned two rows for the key ({}) = ({}); a merge takes one row \
-                     per key. Help: GROUP BY the key columns",
-                    t.primary_key.join(", "),
-                    key.join(", ")
-                ));
-            }
-        }
     }
-    Ok(())
+    match upsert::repeated_key(batches, &t.primary_key, &t.name)? {
+        Some(key) => bad(format!(
+            "its SQL returned two rows for the key ({}) = ({key}); a merge takes one row per \
+             key. Help: GROUP BY the key columns",
+            t.primary_key.join(", ")
+        )),
+        None => Ok(()),
+    }
 }
