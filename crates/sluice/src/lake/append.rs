@@ -76,7 +76,7 @@ impl Dedup {
             TableKind::Executions | TableKind::ExecutionEdges | TableKind::ArtifactEdges => {
                 Dedup::RunId
             }
-            TableKind::Steps | TableKind::Commits => Dedup::Nothing,
+            TableKind::Steps | TableKind::Commits | TableKind::Ingestion => Dedup::Nothing,
         }
     }
 
@@ -105,6 +105,8 @@ pub fn natural_key(kind: &TableKind) -> &'static [&'static str] {
         ],
         Steps => &["step_run_id", "status", "timestamp"],
         Commits => &["commit_seq", "phase"],
+        // Declared per table (its YAML primary key), not known here.
+        Ingestion => &[],
     }
 }
 

@@ -69,6 +69,10 @@ pub enum TableKind {
     Steps,
     /// The commit journal.
     Commits,
+    /// A table of ingestion (`raw/`, `aggregate/`, `curated/`, the ledger):
+    /// declared by its YAML schema or transform, written by `sluice ingest`,
+    /// kept by the same maintenance as the artifact tables.
+    Ingestion,
 }
 
 /// The definition of one table of the lake.
@@ -158,7 +162,20 @@ impl TableSpec {
                 &["execution_run_id", "source_artifact_id", "target_artifact_id"]
             }
             TableKind::ExecutionEdges => &["execution_run_id", "artifact_id"],
-            TableKind::Steps | TableKind::Commits => &[],
+            TableKind::Steps | TableKind::Commits | TableKind::Ingestion => &[],
+        }
+    }
+
+    /// An ingestion table found at `path` (relative to the lake root). Its
+    /// columns are the table's own (Delta's schema); maintenance needs none.
+    pub fn ingestion(name: &str, path: &str) -> Self {
+        TableSpec {
+            name: name.into(),
+            path: path.into(),
+            kind: TableKind::Ingestion,
+            columns: Vec::new(),
+            partition_columns: Vec::new(),
+            stats_columns: Vec::new(),
         }
     }
 
@@ -320,6 +337,27 @@ pub fn ingestion_table_dir(root: &Path, name: &str) -> Option<PathBuf> {
 
 /// Folder of the ingestion ledger (`<lake>/ingest/ledger`).
 pub const INGEST_LEDGER_DIR: &str = "ingest/ledger";
+
+/// The ingestion tables that exist under `root`: raw (with rejects),
+/// aggregate and curated tables by name, and the ledger as `ingest_ledger`.
+pub fn ingestion_tables(root: &Path) -> Vec<TableSpec> {
+    let mut out = Vec::new();
+    for layer in [RAW_DIR, AGGREGATE_DIR, CURATED_DIR] {
+        let Ok(entries) = std::fs::read_dir(root.join(layer)) else { continue };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .filter(|n| crate::registry::is_plain_name(n))
+            .filter(|n| root.join(layer).join(n).join("_delta_log").is_dir())
+            .collect();
+        names.sort();
+        out.extend(names.iter().map(|n| TableSpec::ingestion(n, &format!("{layer}/{n}"))));
+    }
+    if root.join(INGEST_LEDGER_DIR).join("_delta_log").is_dir() {
+        out.push(TableSpec::ingestion("ingest_ledger", INGEST_LEDGER_DIR));
+    }
+    out
+}
 
 /// The commit journal: one row when a commit sequence starts, one when it
 /// completes (or is abandoned), with the table versions around it. See

@@ -44,12 +44,15 @@ pub use history::{LakeVersion, TableVersion};
 pub use restore::{RestoreOptions, RestoreReport};
 pub use vacuum::{VacuumOptions, VacuumReport};
 
-/// The tables an operation works on: one by name, or every table.
+/// The tables an operation works on: one by name, or every table — the
+/// artifact lake's and the ingestion tables (`raw/`, `aggregate/`,
+/// `curated/`, the ledger) alike.
 pub(crate) fn select_tables(lake: &Lake, name: Option<&str>) -> Result<Vec<TableSpec>> {
     let all: Vec<TableSpec> = lake
         .table_specs()
         .into_iter()
         .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))
+        .chain(crate::lake::layout::ingestion_tables(lake.root()))
         .collect();
     match name {
         None => Ok(all),

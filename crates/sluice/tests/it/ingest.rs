@@ -394,3 +394,42 @@ async fn watching_sees_a_new_file_by_its_notification_not_the_next_poll() {
     eprintln!("landed → committed in {:?} (poll_ms 60000)", clock.elapsed());
     watching.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_vacuum_and_checkpoints_keep_ingestion_tables_too() {
+    use sluice::maintenance::{self, CompactOptions, VacuumOptions};
+    let s = Setup::new("", 3);
+    for f in 0..4 {
+        s.land(&format!("f{f}.csv"), &csv(f * 10, 10));
+        assert_eq!(s.once().await.files, 1);
+    }
+    // An ingestion-only lake: no `sluice init`, no artifact tables.
+    let lake = sluice::Lake::open(s.root.join("lake")).await.unwrap();
+    let one = CompactOptions { table: Some("trips".into()), ..CompactOptions::default() };
+    let reports = maintenance::compact::compact(&lake, &one).await.unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_eq!((reports[0].files_before, reports[0].files_after), (4, 1), "{reports:?}");
+    assert_eq!(s.sql("SELECT count(*), sum(trip_id) FROM trips").await, "40,780");
+    // Every table: the ledger is one of them.
+    let all = maintenance::compact::compact(&lake, &CompactOptions::default()).await.unwrap();
+    let names: Vec<&str> = all.iter().map(|r| r.table.as_str()).collect();
+    assert_eq!(names, ["trips", "ingest_ledger"], "{all:?}");
+    let checkpoints = maintenance::checkpoint(&lake, Some("trips"), &Default::default()).await;
+    assert_eq!(checkpoints.unwrap().len(), 1);
+    assert!(s.root.join("lake/raw/trips/_delta_log/_last_checkpoint").exists());
+    let forced = VacuumOptions {
+        table: Some("trips".into()),
+        retention: std::time::Duration::ZERO,
+        force: true,
+        ..VacuumOptions::default()
+    };
+    let vacuumed = maintenance::vacuum::vacuum(&lake, &forced).await.unwrap();
+    let removed: usize = vacuumed.files.iter().map(|(_, f)| f.len()).sum();
+    assert_eq!(removed, 4, "the four replaced files: {vacuumed:?}");
+    assert_eq!(s.sql("SELECT count(*), sum(trip_id) FROM trips").await, "40,780");
+    // Ingestion goes on after maintenance, exactly once.
+    s.land("f0.csv", &csv(0, 10));
+    s.land("f9.csv", &csv(90, 10));
+    let after = s.once().await;
+    assert_eq!((after.files, after.duplicates), (1, 1), "{after:?}");
+}
