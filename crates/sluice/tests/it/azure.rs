@@ -97,6 +97,9 @@ async fn the_azure_queue_delivers_at_least_once_and_dead_letters_with_reasons() 
     tokio::time::sleep(Duration::from_millis(1600)).await;
     let redelivered = q.receive(10).await.unwrap();
     assert_eq!((redelivered[0].key(), redelivered[0].attempt), ("trips/a.csv".to_owned(), 2));
+    // Both deliveries may be worked on at once: each has its own spool file,
+    // so the second fetch never rewrites a file the first is still reading.
+    assert_ne!(redelivered[0].path, again[0].path);
     q.ack(&redelivered[0]).await.unwrap();
     // The first delivery's receipt is stale now: its ack deletes nothing and fails nothing.
     q.ack(&again[0]).await.unwrap();

@@ -195,7 +195,10 @@ impl AzureQueue {
                     continue;
                 }
             };
-            let path = self.spool.join(spool_name(&m.id));
+            // One spool file per delivery, not per message: a redelivery
+            // (the visibility timeout ran out) may be fetched while the
+            // first delivery's worker still reads its file.
+            let path = self.spool.join(spool_name(&format!("{}-{}", m.id, m.dequeue_count)));
             out.push(Message {
                 table,
                 name,
