@@ -170,14 +170,7 @@ impl Target {
         dedup_content: bool,
     ) -> Result<Vec<std::result::Result<u64, String>>> {
         loop {
-            let mut lease = Leased::latest(
-                self.kept.take(),
-                &self.name,
-                table::open_dir(&self.dir, &self.name),
-            )
-            .await?;
-            let from = self.committed.version + 1;
-            self.committed.catch_up(&lease.table, &self.name, from).await?;
+            let mut lease = self.at_head().await?;
             let mut outcome: Vec<std::result::Result<u64, String>> =
                 Vec::with_capacity(files.len());
             let mut keys: BTreeSet<&str> = BTreeSet::new();
@@ -247,13 +240,19 @@ impl Target {
         if self.committed.keys.contains(key) {
             return Ok(true);
         }
+        self.kept = Some(self.at_head().await?);
+        Ok(self.committed.keys.contains(key))
+    }
+
+    /// The kept handle brought to the table's head, and the [`Committed`]
+    /// set with it (other ingest processes may have committed).
+    async fn at_head(&mut self) -> Result<Leased> {
         let lease =
             Leased::latest(self.kept.take(), &self.name, table::open_dir(&self.dir, &self.name))
                 .await?;
         let from = self.committed.version + 1;
         self.committed.catch_up(&lease.table, &self.name, from).await?;
-        self.kept = Some(lease);
-        Ok(self.committed.keys.contains(key))
+        Ok(lease)
     }
 
     /// Delete data files that will never be committed.

@@ -338,8 +338,10 @@ pub fn ingestion_table_dir(root: &Path, name: &str) -> Option<PathBuf> {
 /// Folder of the ingestion ledger (`<lake>/ingest/ledger`).
 pub const INGEST_LEDGER_DIR: &str = "ingest/ledger";
 
-/// The ingestion tables that exist under `root`: raw (with rejects),
-/// aggregate and curated tables by name, and the ledger as `ingest_ledger`.
+/// The ingestion table folders under `root` (those with a `_delta_log`;
+/// whether it holds a commit yet is `table::is_table`'s to say): raw (with
+/// rejects), aggregate and curated tables by name, and the ledger as
+/// `ingest_ledger`.
 pub fn ingestion_tables(root: &Path) -> Vec<TableSpec> {
     let mut out = Vec::new();
     for layer in [RAW_DIR, AGGREGATE_DIR, CURATED_DIR] {

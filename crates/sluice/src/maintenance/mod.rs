@@ -51,8 +51,8 @@ pub(crate) fn select_tables(lake: &Lake, name: Option<&str>) -> Result<Vec<Table
     let all: Vec<TableSpec> = lake
         .table_specs()
         .into_iter()
-        .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))
         .chain(crate::lake::layout::ingestion_tables(lake.root()))
+        .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))
         .collect();
     match name {
         None => Ok(all),
