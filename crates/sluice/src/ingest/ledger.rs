@@ -28,6 +28,7 @@ use crate::artifact::arrow_convert::build_array;
 use crate::artifact::value::FieldValue;
 use crate::error::{Error, Result};
 use crate::lake::append::{self, CommitSpec};
+use crate::lake::handles::Leased;
 use crate::lake::scan::Select;
 use crate::lake::table;
 
@@ -156,12 +157,54 @@ async fn open(lake: &Path) -> Result<DeltaTable> {
     table::open_or_create_dir(&ledger_dir(lake), "ledger", &schema(), vec![]).await
 }
 
-/// Append ledger rows (one commit).
-pub async fn append_rows(lake: &Path, rows: &[LedgerRow]) -> Result<()> {
-    if rows.is_empty() {
-        return Ok(());
+/// The ledger of one ingest process, kept open between appends: an append
+/// then only reads the log entries written since the last one, instead of
+/// replaying the ledger's log from its last checkpoint per flush.
+#[derive(Debug)]
+pub struct Ledger {
+    lake: PathBuf,
+    kept: Option<Leased>,
+}
+
+impl Ledger {
+    /// The ledger of `lake` (opened on the first append).
+    pub fn new(lake: &Path) -> Ledger {
+        Ledger { lake: lake.to_path_buf(), kept: None }
     }
-    let mut handle = open(lake).await?;
+
+    /// Append rows (one commit, on top of whatever other processes wrote).
+    pub async fn append(&mut self, rows: &[LedgerRow]) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let batch = batch(rows)?;
+        let mut lease = Leased::latest(self.kept.take(), "ledger", open(&self.lake)).await?;
+        let adds =
+            append::write_files(&lease.table, "ledger", &[batch], table::writer_properties())
+                .await?;
+        for _ in 0..100 {
+            if append::try_commit_next(
+                &mut lease.table,
+                "ledger",
+                &[],
+                &adds,
+                &CommitSpec::default(),
+            )
+            .await?
+            .is_some()
+            {
+                self.kept = Some(lease);
+                return Ok(());
+            }
+            lease.table.update_incremental(None).await.map_err(|e| Error::delta("ledger", e))?;
+        }
+        append::remove_files(&lease.table, &adds).await;
+        Err(Error::Contention { table: "ledger".into(), attempts: 100 })
+    }
+}
+
+/// Ledger rows as one batch of the ledger's schema.
+fn batch(rows: &[LedgerRow]) -> Result<RecordBatch> {
     let schema = schema();
     let mut columns = Vec::new();
     for field in schema.fields() {
@@ -184,20 +227,7 @@ pub async fn append_rows(lake: &Path, rows: &[LedgerRow]) -> Result<()> {
             .collect();
         columns.push(build_array("ledger", field, values.iter())?);
     }
-    let batch =
-        RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("ledger rows", e))?;
-    let adds = append::write_files(&handle, "ledger", &[batch], table::writer_properties()).await?;
-    for _ in 0..100 {
-        if append::try_commit_next(&mut handle, "ledger", &[], &adds, &CommitSpec::default())
-            .await?
-            .is_some()
-        {
-            return Ok(());
-        }
-        handle.update_state().await.map_err(|e| Error::delta("ledger", e))?;
-    }
-    append::remove_files(&handle, &adds).await;
-    Err(Error::Contention { table: "ledger".into(), attempts: 100 })
+    RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("ledger rows", e))
 }
 
 /// Every ledger row.

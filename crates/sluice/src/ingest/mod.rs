@@ -259,9 +259,9 @@ impl Ingestor {
         let clock = Instant::now();
         let (mut targets, mut rejects) = self.targets().await?;
         let mut report = IngestReport::default();
+        let mut ledger = ledger::Ledger::new(&self.config.lake);
         for target in targets.values_mut() {
-            report.ledger_repaired +=
-                writer::repair_ledger(&self.config.lake, target).await? as u64;
+            report.ledger_repaired += writer::repair_ledger(&mut ledger, target).await? as u64;
         }
         let workers = self.config.ingest.workers.max(1);
         let (tx, mut rx) = mpsc::channel::<Outcome>(workers * 2);
@@ -307,7 +307,7 @@ impl Ingestor {
                             self.queue.ack(&message).await?;
                             report.duplicates += 1;
                         } else {
-                            self.failed(&message, &reason, &mut report).await?;
+                            self.failed(&mut ledger, &message, &reason, &mut report).await?;
                         }
                         outstanding.fetch_sub(1, Ordering::SeqCst);
                     }
@@ -331,7 +331,7 @@ impl Ingestor {
                     let Some(target) = targets.get_mut(&table) else { continue };
                     let count = files.len();
                     let flushed = writer::flush(
-                        &self.config.lake,
+                        &mut ledger,
                         &self.queue,
                         target,
                         rejects.get_mut(&table),
@@ -368,6 +368,7 @@ impl Ingestor {
 
     async fn failed(
         &self,
+        ledger: &mut ledger::Ledger,
         message: &Message,
         reason: &str,
         report: &mut IngestReport,
@@ -375,9 +376,8 @@ impl Ingestor {
         tracing::warn!(file = %message.key(), attempt = message.attempt, reason, "a file failed");
         if self.queue.nack(message, reason).await? {
             report.dead += 1;
-            ledger::append_rows(
-                &self.config.lake,
-                &[LedgerRow {
+            ledger
+                .append(&[LedgerRow {
                     table: message.table.clone(),
                     file_key: message.key(),
                     content_hash: String::new(),
@@ -388,9 +388,8 @@ impl Ingestor {
                     error: Some(reason.to_owned()),
                     table_version: None,
                     at: chrono::Utc::now().timestamp_micros(),
-                }],
-            )
-            .await?;
+                }])
+                .await?;
         } else {
             report.retried += 1;
         }

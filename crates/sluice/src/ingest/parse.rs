@@ -16,10 +16,13 @@ use std::io::{BufReader, Seek};
 use std::path::Path;
 use std::sync::Arc;
 
-use deltalake::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
+use deltalake::arrow::array::{
+    Array, ArrayRef, BooleanArray, Decimal128Array, RecordBatch, StringArray,
+};
+use deltalake::arrow::compute::kernels::cast_utils::parse_decimal;
 use deltalake::arrow::compute::kernels::cmp::neq;
 use deltalake::arrow::compute::{CastOptions, cast, cast_with_options, filter_record_batch};
-use deltalake::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use deltalake::arrow::datatypes::{DataType, Decimal128Type, Field, Schema, SchemaRef};
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::schema::{ExtraColumns, OnRowError, TableSchema};
@@ -254,7 +257,8 @@ impl Caster {
     /// `reject`, bad rows are filtered out.
     fn cast(&mut self, batch: &RecordBatch) -> Result<RecordBatch, FileError> {
         let rows = batch.num_rows();
-        let mut bad: Vec<Option<String>> = vec![None; rows];
+        // Rows that break the schema, with the first reason found.
+        let mut bad: std::collections::BTreeMap<usize, String> = Default::default();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.columns.len());
         let safe = CastOptions { safe: true, ..CastOptions::default() };
         for (decl, field) in self.schema.columns.iter().zip(self.target.fields()) {
@@ -271,11 +275,15 @@ impl Caster {
                 ))
             };
             let declared = decl.column_type.arrow();
-            let mut out = cast_with_options(input, &declared, &safe).map_err(cast_error)?;
+            let text = input.as_any().downcast_ref::<StringArray>();
+            let mut out = match (text, &declared) {
+                (Some(t), DataType::Decimal128(p, s)) => text_to_decimal(t, *p, *s),
+                _ => cast_with_options(input, &declared, &safe),
+            }
+            .map_err(cast_error)?;
             if &declared != target {
                 out = cast_with_options(&out, target, &safe).map_err(cast_error)?;
             }
-            let text = input.as_any().downcast_ref::<StringArray>();
             let changed = if text.is_none() && input.data_type() != target {
                 // A typed value must survive the cast unchanged.
                 let back = cast(&out, input.data_type()).map_err(cast_error)?;
@@ -283,8 +291,20 @@ impl Caster {
             } else {
                 None
             };
-            for (row, slot) in bad.iter_mut().enumerate().filter(|(_, b)| b.is_none()) {
-                *slot = self.check(decl, input.as_ref(), text, out.as_ref(), changed.as_ref(), row);
+            let column = Column {
+                decl,
+                declared: &declared,
+                input: input.as_ref(),
+                text,
+                out: out.as_ref(),
+                changed: changed.as_ref(),
+            };
+            for row in column.suspects() {
+                if let std::collections::btree_map::Entry::Vacant(slot) = bad.entry(row)
+                    && let Some(reason) = column.check(row)
+                {
+                    slot.insert(reason);
+                }
             }
             columns.push(out);
         }
@@ -303,20 +323,18 @@ impl Caster {
         let cast = cast.map_err(|e| FileError(format!("building rows: {e}")))?;
         let base = self.first_line + self.rows_seen;
         self.rows_seen += rows as u64;
-        let mut keep = Vec::with_capacity(rows);
-        for (row, reason) in bad.into_iter().enumerate() {
-            keep.push(reason.is_none());
-            if let Some(reason) = reason {
-                self.violations.push(RowViolation { line: base + row as u64, reason });
-                if self.schema.on_row_error == OnRowError::FailFile
-                    && self.violations.len() >= REASONS_SHOWN
-                {
-                    return Err(self.failure());
-                }
-            }
-        }
-        if self.violations.is_empty() {
+        if bad.is_empty() {
             return restore_nullability(cast, &self.target);
+        }
+        let mut keep = vec![true; rows];
+        for (row, reason) in bad {
+            keep[row] = false;
+            self.violations.push(RowViolation { line: base + row as u64, reason });
+            if self.schema.on_row_error == OnRowError::FailFile
+                && self.violations.len() >= REASONS_SHOWN
+            {
+                return Err(self.failure());
+            }
         }
         if self.schema.on_row_error == OnRowError::FailFile {
             return Err(self.failure());
@@ -324,62 +342,6 @@ impl Caster {
         let kept = filter_record_batch(&cast, &BooleanArray::from(keep))
             .map_err(|e| FileError(format!("filtering rejected rows: {e}")))?;
         restore_nullability(kept, &self.target)
-    }
-
-    fn check(
-        &self,
-        decl: &super::schema::ColumnDecl,
-        input: &dyn Array,
-        text: Option<&StringArray>,
-        out: &dyn Array,
-        changed: Option<&BooleanArray>,
-        row: usize,
-    ) -> Option<String> {
-        let name = &decl.name;
-        if out.is_null(row) {
-            if input.is_valid(row) {
-                let shown = text.map_or_else(
-                    || "the value".to_owned(),
-                    |t| format!("`{}`", clip(t.value(row))),
-                );
-                return Some(format!(
-                    "column `{name}`: {shown} is not a valid {}",
-                    decl.column_type.arrow()
-                ));
-            }
-            if !decl.nullable {
-                return Some(format!("column `{name}` is empty but declared not nullable"));
-            }
-            return None;
-        }
-        if changed.is_some_and(|c| c.is_valid(row) && c.value(row)) {
-            return Some(format!(
-                "column `{name}`: the value changes when cast to {}",
-                decl.column_type.arrow()
-            ));
-        }
-        if let (Some(max), Some(t)) = (decl.max_length, text) {
-            let n = t.value(row).chars().count();
-            if n > max {
-                return Some(format!(
-                    "column `{name}`: {n} characters, more than max_length {max}"
-                ));
-            }
-        }
-        if let (DataType::Decimal128(_, scale), Some(t)) = (decl.column_type.arrow(), text) {
-            let places = t
-                .value(row)
-                .trim()
-                .split_once('.')
-                .map_or(0, |(_, f)| f.trim_end_matches(|c: char| !c.is_ascii_digit()).len());
-            if places > scale.max(0) as usize {
-                return Some(format!(
-                    "column `{name}`: `{}` has more than {scale} decimal places",
-                    clip(t.value(row))
-                ));
-            }
-        }
-        None
     }
 
     fn failure(&self) -> FileError {
@@ -403,6 +365,117 @@ impl Caster {
         }
         Ok(self.violations)
     }
+}
+
+/// One column of a batch, as read and as cast.
+struct Column<'a> {
+    decl: &'a super::schema::ColumnDecl,
+    declared: &'a DataType,
+    input: &'a dyn Array,
+    /// The input, when read as text (CSV, JSON lines).
+    text: Option<&'a StringArray>,
+    out: &'a dyn Array,
+    /// Typed input: rows whose value changed in the cast.
+    changed: Option<&'a BooleanArray>,
+}
+
+impl Column<'_> {
+    /// The rows that may break the schema, found with whole-column tests
+    /// (null counts, offsets, one pass over the bytes) so that the common
+    /// case — a clean batch — costs no per-row work beyond that; each
+    /// suspect is then judged, with its reason, by [`Column::check`].
+    fn suspects(&self) -> Vec<usize> {
+        let (decl, out) = (self.decl, self.out);
+        let mut rows = Vec::new();
+        // A cast keeps every null, so equal counts mean no value was lost.
+        let lost = out.null_count() > self.input.null_count();
+        if lost || (!decl.nullable && out.null_count() > 0) {
+            rows.extend((0..out.len()).filter(|&r| out.is_null(r)));
+        }
+        if let Some(changed) = self.changed.filter(|c| c.true_count() > 0) {
+            rows.extend((0..changed.len()).filter(|&r| changed.is_valid(r) && changed.value(r)));
+        }
+        if let Some(t) = self.text {
+            if let Some(max) = decl.max_length {
+                // A string of at most `max` bytes has at most `max` characters.
+                let offsets = t.value_offsets();
+                rows.extend((0..t.len()).filter(|&r| (offsets[r + 1] - offsets[r]) as usize > max));
+            }
+            if let DataType::Decimal128(_, scale) = self.declared {
+                let scale = (*scale).max(0) as usize;
+                rows.extend(
+                    (0..t.len()).filter(|&r| t.is_valid(r) && decimal_places(t.value(r)) > scale),
+                );
+            }
+        }
+        rows.sort_unstable();
+        rows.dedup();
+        rows
+    }
+
+    /// Why `row` breaks the schema, if it does.
+    fn check(&self, row: usize) -> Option<String> {
+        let name = &self.decl.name;
+        if self.out.is_null(row) {
+            if self.input.is_valid(row) {
+                let shown = self.text.map_or_else(
+                    || "the value".to_owned(),
+                    |t| format!("`{}`", clip(t.value(row))),
+                );
+                return Some(format!("column `{name}`: {shown} is not a valid {}", self.declared));
+            }
+            if !self.decl.nullable {
+                return Some(format!("column `{name}` is empty but declared not nullable"));
+            }
+            return None;
+        }
+        if self.changed.is_some_and(|c| c.is_valid(row) && c.value(row)) {
+            return Some(format!(
+                "column `{name}`: the value changes when cast to {}",
+                self.declared
+            ));
+        }
+        if let (Some(max), Some(t)) = (self.decl.max_length, self.text) {
+            let n = t.value(row).chars().count();
+            if n > max {
+                return Some(format!(
+                    "column `{name}`: {n} characters, more than max_length {max}"
+                ));
+            }
+        }
+        if let (DataType::Decimal128(_, scale), Some(t)) = (self.declared, self.text)
+            && decimal_places(t.value(row)) > (*scale).max(0) as usize
+        {
+            return Some(format!(
+                "column `{name}`: `{}` has more than {scale} decimal places",
+                clip(t.value(row))
+            ));
+        }
+        None
+    }
+}
+
+/// Text to `Decimal128(p, s)`, null where a value is no such number (as
+/// arrow's safe cast gives). The cast itself allocates several strings per
+/// value; arrow's `parse_decimal`, made for the CSV reader, does not. Extra
+/// places are not silently rounded away: `suspects` flags them.
+fn text_to_decimal(
+    text: &StringArray,
+    precision: u8,
+    scale: i8,
+) -> Result<ArrayRef, deltalake::arrow::error::ArrowError> {
+    let parsed: Decimal128Array = text
+        .iter()
+        .map(|v| v.and_then(|v| parse_decimal::<Decimal128Type>(v.trim(), precision, scale).ok()))
+        .collect();
+    Ok(Arc::new(parsed.with_precision_and_scale(precision, scale)?))
+}
+
+/// Digits after the decimal point of a number written as text (`12.50` →
+/// 2, `3` → 0, `1.5e3` → 1).
+fn decimal_places(text: &str) -> usize {
+    let Some(dot) = text.bytes().position(|b| b == b'.') else { return 0 };
+    text.as_bytes()[dot + 1..].iter().take_while(|b| b.is_ascii_digit()).count()
 }
 
 /// Give a batch whose bad rows are gone the declared (non-null) schema.
@@ -474,6 +547,54 @@ mod tests {
         }
         let err = read(&s, "f.xlsx", b"x").unwrap_err().0;
         assert!(err.contains("unknown file type"), "{err}");
+    }
+
+    #[test]
+    fn decimals_parse_without_rounding_and_bad_text_becomes_null() {
+        let text = StringArray::from(vec![
+            Some("12.5"),
+            Some(" -3.25 "),
+            Some("1e2"),
+            Some("7"),
+            Some("abc"),
+            Some("123456789012"),
+            None,
+        ]);
+        let out = text_to_decimal(&text, 10, 2).unwrap();
+        let out = out.as_any().downcast_ref::<Decimal128Array>().unwrap();
+        let values: Vec<Option<i128>> = out.iter().collect();
+        assert_eq!(values, vec![Some(1250), Some(-325), Some(10000), Some(700), None, None, None]);
+        assert_eq!(out.data_type(), &DataType::Decimal128(10, 2));
+        assert_eq!(decimal_places("1.234"), 3);
+        assert_eq!(decimal_places("12"), 0);
+        assert_eq!(decimal_places("-0.50"), 2);
+    }
+
+    #[test]
+    fn max_length_counts_characters_not_bytes() {
+        let s = schema("");
+        // Five characters in ten bytes: within max_length 5.
+        let ok = "id,zone,fare,at\n1,ééééé,1,2024-01-07T08:00:00Z\n";
+        assert_eq!(read(&s, "a.csv", ok.as_bytes()).unwrap(), (1, vec![]));
+        let long = "id,zone,fare,at\n1,éééééé,1,2024-01-07T08:00:00Z\n";
+        let err = read(&s, "a.csv", long.as_bytes()).unwrap_err().0;
+        assert!(err.contains("6 characters, more than max_length 5"), "{err}");
+    }
+
+    #[test]
+    fn every_bad_row_of_a_batch_is_listed_once_with_its_first_reason() {
+        let s = schema("on_row_error: reject\n");
+        let csv = b"id,zone,fare,at\n,toolongzone,1.234,x\n2,Mid,1,2024-01-07T08:00:00Z\n3,Mid,x,2024-01-07T08:00:00Z\n";
+        let (rows, rejects) = read(&s, "a.csv", csv).unwrap();
+        assert_eq!(rows, 1);
+        let lines: Vec<u64> = rejects.iter().map(|r| r.line).collect();
+        assert_eq!(lines, vec![2, 4]);
+        assert!(rejects[0].reason.contains("`id` is empty"), "{}", rejects[0].reason);
+        assert!(
+            rejects[1].reason.contains("`x` is not a valid Decimal128(6, 2)"),
+            "{}",
+            rejects[1].reason
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::time::Instant;
 use deltalake::DeltaTable;
 use deltalake::kernel::Add;
 
-use super::ledger::{self, Committed, CommittedFile, INGEST_KEY, LedgerRow};
+use super::ledger::{Committed, CommittedFile, INGEST_KEY, Ledger, LedgerRow};
 use super::queue::{Message, Queue};
 use super::upsert;
 use crate::error::Result;
@@ -281,7 +281,7 @@ pub struct Flushed {
 
 /// Flush one table's buffered files (see the module doc).
 pub async fn flush(
-    lake: &std::path::Path,
+    ledger: &mut Ledger,
     queue: &Queue,
     target: &mut Target,
     rejects: Option<&mut Target>,
@@ -346,7 +346,7 @@ pub async fn flush(
             at: now,
         });
     }
-    ledger::append_rows(lake, &ledger_rows).await?;
+    ledger.append(&ledger_rows).await?;
     for file in &files {
         queue.ack(&file.message).await?;
     }
@@ -356,7 +356,7 @@ pub async fn flush(
 
 /// Ledger rows for table commits the ledger lacks (a crash came between a
 /// commit and its ledger rows).
-pub async fn repair_ledger(lake: &std::path::Path, target: &mut Target) -> Result<usize> {
+pub async fn repair_ledger(ledger: &mut Ledger, target: &mut Target) -> Result<usize> {
     let missing = std::mem::take(&mut target.committed.unrecorded);
     let now = chrono::Utc::now().timestamp_micros();
     let rows: Vec<LedgerRow> = missing
@@ -374,6 +374,6 @@ pub async fn repair_ledger(lake: &std::path::Path, target: &mut Target) -> Resul
             at: now,
         })
         .collect();
-    ledger::append_rows(lake, &rows).await?;
+    ledger.append(&rows).await?;
     Ok(rows.len())
 }
