@@ -46,7 +46,6 @@ use super::key_filter::{self, Key, KeyFilter};
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
 use super::scan::{self, Select};
 use super::table;
-use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 
 /// How many times an append starts over after losing a version to another
@@ -507,11 +506,9 @@ fn column_keys(batches: &[RecordBatch], column: &str, table: &str) -> Result<Vec
     for batch in batches {
         let i = batch.schema().index_of(column).map_err(|e| Error::arrow(table, e))?;
         let text = scan::text_column(batch, i, table)?;
-        for row in 0..text.len() {
-            if let Ok(id) = text.value(row).parse::<crate::artifact::ArtifactId>() {
-                keys.insert(Key::from(id));
-            }
-        }
+        keys.extend(
+            (0..text.len()).filter(|&r| text.is_valid(r)).map(|r| Key::of_value(text.value(r))),
+        );
     }
     Ok(keys.into_iter().collect())
 }
@@ -787,7 +784,7 @@ pub async fn write_key_filters(
             .iter()
             .map(|v| match (dedup, sidecar) {
                 (Dedup::RunId, None) => Key::of_text(v),
-                _ => v.parse::<ArtifactId>().map(Key::from).unwrap_or_else(|_| Key::of_text(v)),
+                _ => Key::of_value(v),
             })
             .collect();
         let keys: Vec<Key> = keys.into_iter().collect();

@@ -140,11 +140,14 @@ impl TableSpec {
 
     /// Id columns (beyond the table's de-duplication key) whose key filters
     /// are kept for bounded look-ups: the edge tables' artifact columns, so a
-    /// lineage walk reads only the edge files that can hold its frontier.
+    /// lineage walk reads only the edge files that can hold its frontier,
+    /// and the executions' spec id, so an execution-cache check reads only
+    /// the files that can hold the specs of its step.
     pub fn lookup_columns(&self) -> &'static [&'static str] {
         match self.kind {
             TableKind::ArtifactEdges => &["source_artifact_id", "target_artifact_id"],
             TableKind::ExecutionEdges => &["artifact_id"],
+            TableKind::Executions => &["execution_spec_id"],
             _ => &[],
         }
     }

@@ -31,6 +31,7 @@ use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::ParquetMetaData;
 
 use super::file_reader::FileReader;
+use super::key_filter::LookupPlan;
 use super::layout::TableSpec;
 use super::table;
 use crate::error::{Error, Result};
@@ -88,15 +89,49 @@ impl Lookup {
         spec: &TableSpec,
         files: &[String],
     ) -> Result<Vec<RecordBatch>> {
-        if files.is_empty() || self.keys.is_empty() {
+        let all = files.iter().map(|f| (f.clone(), self.keys.clone())).collect();
+        self.read_each(handle, spec, all).await
+    }
+
+    /// Read the matching rows of the files a key-filter [`LookupPlan`]
+    /// names: files no filter covers for every key, the others for only the
+    /// keys their filter may hold (so a file's row-group bloom filters are
+    /// probed with a handful of keys, not all of them).
+    pub async fn read_planned(
+        &self,
+        handle: &DeltaTable,
+        spec: &TableSpec,
+        plan: &LookupPlan<String>,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut reads: Vec<(String, Arc<HashSet<String>>)> =
+            plan.uncovered.iter().map(|f| (f.clone(), self.keys.clone())).collect();
+        for (files, hits) in &plan.candidates {
+            let hits: Arc<HashSet<String>> =
+                Arc::new(hits.iter().filter(|k| self.keys.contains(*k)).cloned().collect());
+            reads.extend(files.iter().map(|f| (f.clone(), hits.clone())));
+        }
+        self.read_each(handle, spec, reads).await
+    }
+
+    /// Read the rows of each file whose key is one of that file's keys.
+    async fn read_each(
+        &self,
+        handle: &DeltaTable,
+        spec: &TableSpec,
+        mut reads: Vec<(String, Arc<HashSet<String>>)>,
+    ) -> Result<Vec<RecordBatch>> {
+        reads.retain(|(_, keys)| !keys.is_empty());
+        if reads.is_empty() {
             return Ok(Vec::new());
         }
         let schema = self.output_schema(handle, spec)?;
-        let sources = file_sources(handle, spec, files)?;
+        let files: Vec<String> = reads.iter().map(|(f, _)| f.clone()).collect();
+        let sources = file_sources(handle, spec, &files)?;
+        let keys_of: BTreeMap<String, Arc<HashSet<String>>> = reads.into_iter().collect();
         let reads = sources.into_iter().map(|source| FileRead {
             table: spec.name.clone(),
             column: self.column.clone(),
-            keys: self.keys.clone(),
+            keys: keys_of.get(&source.path).cloned().unwrap_or_default(),
             schema: schema.clone(),
             reader: FileReader::new(
                 handle.object_store(),

@@ -2,24 +2,32 @@
 //!
 //! The executions table is the cache: a unit whose `execution_spec_id` has a
 //! successful execution is not dispatched, and that execution's outputs
-//! (from `execution_edges`) stand in for it. Each look-up is one streamed
-//! scan of the columns it needs, matched in memory against the step's set of
-//! keys — never one query per unit.
+//! (from `execution_edges`) stand in for it. Each look-up reads, in bulk,
+//! only the files and row groups that can hold the step's keys (key and
+//! bloom filters) or one streamed scan of the columns it needs, matched in
+//! memory against the step's set of keys — never one query per unit.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use deltalake::arrow::array::{Array, BooleanArray};
 use deltalake::arrow::datatypes::DataType;
-use deltalake::datafusion::prelude::cast;
 
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
+use crate::lake::key_filter::{self, Key};
+use crate::lake::lookup::Lookup;
 use crate::lake::scan::{self, Select};
 use crate::lake::{Lake, layout, table};
 use crate::records::Direction;
 
 /// For each wanted spec id, the run id of one successful execution (the
 /// latest to finish).
+///
+/// The executions table keeps a key filter of `execution_spec_id` per
+/// commit, and a bloom filter of it per row group: only the files whose
+/// filter may hold one of the specs are opened, and in them only the row
+/// groups that may, so the cost follows the executions of these specs (and
+/// the number of commits), not the size of the table.
 pub async fn successful_runs(
     lake: &Lake,
     specs: &HashSet<String>,
@@ -30,32 +38,34 @@ pub async fn successful_runs(
     }
     let spec = layout::executions_table();
     let handle = table::open(lake.root(), &spec).await?;
-    let columns = vec![
-        scan::column("execution_spec_id"),
-        scan::column("execution_run_id"),
-        cast(scan::column("timestamp_end"), DataType::Int64).alias("t"),
-    ];
-    Select::columns(columns)
-        .filter(scan::column("success"))
-        .for_each_batch(&handle, &spec.name, |batch| {
-            let spec_ids = scan::text_column(batch, 0, &spec.name)?;
-            let run_ids = scan::text_column(batch, 1, &spec.name)?;
-            let ends =
-                batch.column(2).as_any().downcast_ref::<deltalake::arrow::array::Int64Array>();
-            for row in 0..batch.num_rows() {
-                let s = spec_ids.value(row);
-                if !specs.contains(s) {
-                    continue;
-                }
-                let end = ends.filter(|a| a.is_valid(row)).map_or(0, |a| a.value(row));
-                let slot = out.entry(s.to_owned()).or_insert((i64::MIN, String::new()));
-                if end >= slot.0 {
-                    *slot = (end, run_ids.value(row).to_owned());
-                }
-            }
-            Ok(())
-        })
+    let column = "execution_spec_id";
+    let active = table::active_files(&handle, &spec)?;
+    let filters = key_filter::read_column(&table::table_dir(lake.root(), &spec), column);
+    let wanted: Vec<String> = specs.iter().cloned().collect();
+    let plan = key_filter::plan(&active, &filters, &wanted, |s| Key::of_value(s));
+    let batches = Lookup::new(column, wanted)
+        .columns(&[column, "execution_run_id", "timestamp_end", "success"])
+        .read_planned(&handle, &spec, &plan)
         .await?;
+    for batch in &batches {
+        let spec_ids = scan::text_column(batch, 0, &spec.name)?;
+        let run_ids = scan::text_column(batch, 1, &spec.name)?;
+        let ends = deltalake::arrow::compute::cast(batch.column(2), &DataType::Int64)
+            .map_err(|e| Error::arrow(&spec.name, e))?;
+        let ends = ends.as_any().downcast_ref::<deltalake::arrow::array::Int64Array>();
+        let success = batch.column(3).as_any().downcast_ref::<BooleanArray>();
+        for row in 0..batch.num_rows() {
+            if !success.is_some_and(|s| s.is_valid(row) && s.value(row)) {
+                continue;
+            }
+            let s = spec_ids.value(row);
+            let end = ends.filter(|a| a.is_valid(row)).map_or(0, |a| a.value(row));
+            let slot = out.entry(s.to_owned()).or_insert((i64::MIN, String::new()));
+            if end >= slot.0 {
+                *slot = (end, run_ids.value(row).to_owned());
+            }
+        }
+    }
     Ok(out.into_iter().map(|(k, (_, run))| (k, run)).collect())
 }
 

@@ -188,3 +188,56 @@ async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
     assert_eq!(report.runs_committed, 4);
     assert_eq!(scalar(&lake, "SELECT count(*) FROM executions").await, "4");
 }
+
+/// The execution cache reads the executions table through its key filters
+/// of `execution_spec_id`: it finds each spec's latest successful run
+/// whether the file holding it has a filter or not, and never a failed run.
+#[tokio::test]
+async fn the_execution_cache_finds_specs_through_key_filters_and_without_them() {
+    use std::collections::{HashMap, HashSet};
+    let (_dir, lake) = lake().await;
+    let w = writer(&lake);
+    let spec = SyntheticSpec { seed: 5, artifacts_per_execution: 1, ..SyntheticSpec::default() };
+    // Three commits; spec `s-1` fails in the first and succeeds in the
+    // third; `s-2` only fails; `s-3` succeeds once.
+    let plan = [
+        vec![("s-1", false, 10), ("s-2", false, 11)],
+        vec![("s-3", true, 20), ("s-2", false, 21)],
+        vec![("s-1", true, 30), ("s-4", false, 31)],
+    ];
+    let mut expected: HashMap<String, String> = HashMap::new();
+    let mut index = 0;
+    for commit in &plan {
+        for (spec_id, success, end) in commit {
+            let (mut staged, _) = synthetic::execution(&spec, lake.registry(), index).unwrap();
+            index += 1;
+            staged.execution.execution_spec_id = (*spec_id).to_owned();
+            staged.execution.success = *success;
+            staged.execution.timestamp_end = Some(*end);
+            if *success {
+                expected.insert((*spec_id).to_owned(), staged.execution.execution_run_id.clone());
+            }
+            w.write(&staged).unwrap();
+        }
+        lake.commit().execute().await.unwrap();
+    }
+    let keys =
+        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table())
+            .join(sluice::lake::key_filter::KEYS_DIR);
+    let spec_filters = std::fs::read_dir(&keys)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".execution_spec_id.keys")
+        })
+        .count();
+    assert_eq!(spec_filters, 3, "one spec-id key filter per commit");
+    let wanted: HashSet<String> =
+        ["s-1", "s-2", "s-3", "s-4", "s-5"].iter().map(|s| (*s).to_owned()).collect();
+    let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
+    assert_eq!(found, expected);
+    // Without any key filter every file is read, with the same answer.
+    std::fs::remove_dir_all(&keys).unwrap();
+    let lake = Lake::open(lake.root()).await.unwrap();
+    let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
+    assert_eq!(found, expected);
+}
