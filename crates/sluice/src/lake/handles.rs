@@ -75,6 +75,23 @@ impl Handles {
         Leased::latest(self.get(&spec.name), &spec.name, table::open(root, spec)).await
     }
 
+    /// The table's latest version: through the kept handle when there is
+    /// one (only the log entries since it are listed), else probed without
+    /// loading the table (a process that reads one table of the lake does
+    /// not load the others to learn their heads).
+    pub async fn head(&self, root: &Path, spec: &TableSpec) -> Result<u64> {
+        match self.get(&spec.name) {
+            Some(kept) => {
+                let leased =
+                    Leased::latest(Some(kept), &spec.name, table::open(root, spec)).await?;
+                let head = version(&leased.table);
+                self.keep(spec, leased);
+                Ok(head)
+            }
+            None => table::latest_version(root, spec).await,
+        }
+    }
+
     /// The table at `at` (not cached when older than the kept handle).
     pub async fn at(&self, root: &Path, spec: &TableSpec, at: u64) -> Result<Leased> {
         if let Some(mut leased) = self.get(&spec.name)

@@ -58,6 +58,8 @@ pub struct Lake {
     snapshots: Option<Arc<tokio::sync::Mutex<PinnedReads>>>,
     /// Table handles kept between calls (see [`handles`]).
     handles: Arc<handles::Handles>,
+    /// The journal as last parsed (see [`Lake::snapshot`]).
+    journal: Arc<std::sync::Mutex<Option<Arc<journal::Journal>>>>,
 }
 
 /// What [`Lake::init`] or [`Lake::open`] did to each table.
@@ -135,6 +137,7 @@ impl Lake {
             registry: Arc::new(registry),
             snapshots: None,
             handles: Arc::default(),
+            journal: Arc::default(),
         })
     }
 
@@ -169,9 +172,43 @@ impl Lake {
     }
 
     /// The latest consistent point of the lake: one version per table, no
-    /// commit sequence half visible (see [`snapshot`]).
+    /// commit sequence half visible (see [`snapshot`]). Every table's head
+    /// is read in reverse commit order, then the journal, as
+    /// [`snapshot::resolve`] does, but through the handles this lake keeps,
+    /// and the journal is parsed again only when its version moved.
     pub async fn snapshot(&self) -> Result<LakeSnapshot> {
-        snapshot::resolve(&self.root, &self.table_specs(), &LakePoint::Latest).await
+        let specs = self.table_specs();
+        let mut heads = std::collections::BTreeMap::new();
+        for spec in specs.iter().rev().filter(|s| s.kind != layout::TableKind::Commits) {
+            if table::is_table(&table::table_dir(&self.root, spec)) {
+                heads.insert(spec.name.clone(), self.handles.head(&self.root, spec).await?);
+            }
+        }
+        let journal = self.journal().await?;
+        Ok(snapshot::settle(&self.root, heads, &journal, false, &LakePoint::Latest))
+    }
+
+    /// The journal at its latest version, parsed once per version.
+    async fn journal(&self) -> Result<Arc<journal::Journal>> {
+        let spec = layout::commits_table();
+        if !table::is_table(&table::table_dir(&self.root, &spec)) {
+            return Ok(Arc::default());
+        }
+        let leased = self.handles.latest(&self.root, &spec).await?;
+        let version = leased.table.version();
+        let cached = self.journal.lock().ok().and_then(|j| j.clone());
+        let journal = match cached.filter(|j| j.version == version) {
+            Some(journal) => journal,
+            None => {
+                let journal = Arc::new(journal::read_table(&leased.table, &spec).await?);
+                if let Ok(mut kept) = self.journal.lock() {
+                    *kept = Some(journal.clone());
+                }
+                journal
+            }
+        };
+        self.handles.keep(&spec, leased);
+        Ok(journal)
     }
 
     /// The point reads by id use: the pinned one, or a fresh resolution.

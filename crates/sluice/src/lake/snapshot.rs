@@ -118,6 +118,20 @@ pub async fn resolve(root: &Path, specs: &[TableSpec], point: &LakePoint) -> Res
             });
         }
     };
+    Ok(settle(root, heads, &journal, historical, point))
+}
+
+/// Steps 2 and 3 of [`resolve`]: cap `heads` (read in reverse commit order,
+/// before `journal`) so that every commit sequence of the journal is wholly
+/// visible or wholly invisible. `historical`: the journal is a past one, so
+/// every unfinished sequence in it caps the tables.
+pub fn settle(
+    root: &Path,
+    heads: BTreeMap<String, u64>,
+    journal: &Journal,
+    historical: bool,
+    point: &LakePoint,
+) -> LakeSnapshot {
     let mut cut = heads;
     for open in journal.unfinished() {
         if historical || pins_readers(root, open) {
@@ -126,7 +140,7 @@ pub async fn resolve(root: &Path, specs: &[TableSpec], point: &LakePoint) -> Res
             }
         }
     }
-    hide_partial_sequences(&journal, &mut cut);
+    hide_partial_sequences(journal, &mut cut);
     let sequence = journal
         .entries
         .iter()
@@ -134,12 +148,7 @@ pub async fn resolve(root: &Path, specs: &[TableSpec], point: &LakePoint) -> Res
         .filter(|e| wholly_visible(e, &cut))
         .map(|e| e.seq)
         .max();
-    Ok(LakeSnapshot {
-        versions: cut,
-        sequence,
-        journal_version: journal.version,
-        point: point.clone(),
-    })
+    LakeSnapshot { versions: cut, sequence, journal_version: journal.version, point: point.clone() }
 }
 
 /// Whether an unfinished sequence still holds readers back: it is a restore

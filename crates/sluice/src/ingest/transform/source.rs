@@ -85,8 +85,8 @@ pub async fn read(upstream: &DeltaTable, name: &str, adds: &[Add]) -> Result<New
             .map_err(|e| Error::Transform {
                 name: name.to_owned(),
                 message: format!(
-                    "data file {} added upstream is not readable ({e}); was it vacuumed before \
-                     the transform ran?",
+                    "data file {} of table `{name}` is not readable ({e}); was it vacuumed \
+                     before its rows were read (by a transform, or a merge into a raw table)?",
                     add.path
                 ),
             })?
