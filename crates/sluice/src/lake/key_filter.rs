@@ -80,9 +80,7 @@ impl Key {
         bytes.copy_from_slice(&hash.as_bytes()[..16]);
         Key(bytes)
     }
-}
 
-impl Key {
     /// The two 64-bit hashes a filter's probes are made of (keys are
     /// uniform hashes: their halves, the second made odd).
     fn hashes(&self) -> (u64, u64) {
