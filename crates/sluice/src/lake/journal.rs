@@ -29,6 +29,7 @@ use deltalake::arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
 use super::append::{self, TOKEN_KEY};
+use super::handles::Handles;
 use super::layout::{self, TableKind, TableSpec};
 use super::scan::{self, Select};
 use super::table;
@@ -392,13 +393,23 @@ pub fn sequence_tables(specs: &[TableSpec]) -> Vec<&TableSpec> {
 /// depends on in the earlier tables (an index row its content, an execution
 /// its edges), whatever commits while the versions are read.
 pub async fn versions(root: &Path, specs: &[TableSpec]) -> Result<BTreeMap<String, u64>> {
+    heads(root, specs, &Handles::default()).await
+}
+
+/// [`versions`], read through `handles`: a table it keeps is brought up to
+/// date from its kept version, any other is probed without being loaded.
+pub async fn heads(
+    root: &Path,
+    specs: &[TableSpec],
+    handles: &Handles,
+) -> Result<BTreeMap<String, u64>> {
     let mut out = BTreeMap::new();
     for spec in specs.iter().rev().filter(|s| s.kind != TableKind::Commits) {
         let dir = table::table_dir(root, spec);
         if !table::is_table(&dir) {
             continue;
         }
-        out.insert(spec.name.clone(), table::latest_version(root, spec).await?);
+        out.insert(spec.name.clone(), handles.head(root, spec).await?);
     }
     Ok(out)
 }

@@ -177,13 +177,7 @@ impl Lake {
     /// [`snapshot::resolve`] does, but through the handles this lake keeps,
     /// and the journal is parsed again only when its version moved.
     pub async fn snapshot(&self) -> Result<LakeSnapshot> {
-        let specs = self.table_specs();
-        let mut heads = std::collections::BTreeMap::new();
-        for spec in specs.iter().rev().filter(|s| s.kind != layout::TableKind::Commits) {
-            if table::is_table(&table::table_dir(&self.root, spec)) {
-                heads.insert(spec.name.clone(), self.handles.head(&self.root, spec).await?);
-            }
-        }
+        let heads = journal::heads(&self.root, &self.table_specs(), &self.handles).await?;
         let journal = self.journal().await?;
         Ok(snapshot::settle(&self.root, heads, &journal, false, &LakePoint::Latest))
     }
