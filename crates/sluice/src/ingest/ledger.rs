@@ -178,7 +178,9 @@ impl Ledger {
             return Ok(());
         }
         let batch = batch(rows)?;
-        let mut lease = Leased::latest(self.kept.take(), "ledger", open(&self.lake)).await?;
+        let mut lease =
+            Leased::latest(self.kept.take(), &ledger_dir(&self.lake), "ledger", open(&self.lake))
+                .await?;
         let adds =
             append::write_files(&lease.table, "ledger", &[batch], table::writer_properties())
                 .await?;

@@ -148,7 +148,7 @@ impl Target {
             vec![source],
             &self.merge_key,
             &on_match,
-            spec.properties(),
+            spec.properties_on(&lease.table, &self.name)?,
         )
         .await?;
         if merged.is_some() {
@@ -247,9 +247,13 @@ impl Target {
     /// The kept handle brought to the table's head, and the [`Committed`]
     /// set with it (other ingest processes may have committed).
     async fn at_head(&mut self) -> Result<Leased> {
-        let lease =
-            Leased::latest(self.kept.take(), &self.name, table::open_dir(&self.dir, &self.name))
-                .await?;
+        let lease = Leased::latest(
+            self.kept.take(),
+            &self.dir,
+            &self.name,
+            table::open_dir(&self.dir, &self.name),
+        )
+        .await?;
         let from = self.committed.version + 1;
         self.committed.catch_up(&lease.table, &self.name, from).await?;
         Ok(lease)

@@ -42,6 +42,7 @@ use deltalake::parquet::file::properties::WriterProperties;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 
+use super::handles;
 use super::key_filter::{self, Key, KeyFilter};
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
 use super::scan::{self, Select};
@@ -151,7 +152,28 @@ impl CommitSpec {
         }
         properties.with_metadata(metadata)
     }
+
+    /// [`CommitSpec::properties`] for a commit of the version after
+    /// `table`'s. delta-rs looks for expired log files after every commit
+    /// unless told otherwise, and looking lists the whole log: a cost that
+    /// grows with every commit. Files only expire behind a checkpoint, so
+    /// the look is left to the commits that write one (the table's setting
+    /// still decides whether to clean at all).
+    pub(crate) fn properties_on(&self, table: &DeltaTable, name: &str) -> Result<CommitProperties> {
+        let snapshot = table.snapshot().map_err(|e| Error::delta(name, e))?;
+        let next = snapshot.version() + 1;
+        let interval = snapshot
+            .table_config()
+            .checkpoint_interval
+            .map_or(DEFAULT_CHECKPOINT_INTERVAL, std::num::NonZero::get);
+        let writes_checkpoint = (next + 1).is_multiple_of(interval);
+        let cleanup = if writes_checkpoint { None } else { Some(false) };
+        Ok(self.properties().with_cleanup_expired_logs(cleanup))
+    }
 }
+
+/// Delta's checkpoint interval when a table does not set one.
+const DEFAULT_CHECKPOINT_INTERVAL: u64 = 100;
 
 /// What an append did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -216,7 +238,13 @@ impl<'a> Append<'a> {
         let dedup = Dedup::of(&spec.kind);
         let mut table = match self.table.take() {
             Some(mut given) => {
-                given.update_incremental(None).await.map_err(|e| Error::delta(&spec.name, e))?;
+                let dir = table::table_dir(self.root, spec);
+                if handles::may_have_moved(&dir, given.version().unwrap_or_default()) {
+                    given
+                        .update_incremental(None)
+                        .await
+                        .map_err(|e| Error::delta(&spec.name, e))?;
+                }
                 given
             }
             None => table::open(self.root, spec).await?,
@@ -417,8 +445,9 @@ pub(crate) async fn try_commit_actions_next(
     commit: &CommitSpec,
     written: &[Add],
 ) -> Result<Option<u64>> {
+    let properties = commit.properties_on(table, name)?;
     let snapshot = table.snapshot().map_err(|e| Error::delta(name, e))?;
-    let committed = CommitBuilder::from(commit.properties())
+    let committed = CommitBuilder::from(properties)
         .with_actions(actions)
         .build(Some(snapshot), table.log_store(), operation)
         .await;

@@ -1,11 +1,11 @@
 //! Reading one Parquet data file of a table through its object store, with
-//! the file's footer kept in memory.
+//! the file's footer and bloom filters kept in memory.
 //!
 //! A data file of a Delta table is never rewritten in place (a new version
-//! writes new files), so its parsed footer stays valid for as long as the
-//! file exists: look-ups that come back to the same files (every lookup of
-//! a hot table does) skip the two reads and the parse. The cache is bounded
-//! and keyed by the file's full location.
+//! writes new files), so its parsed footer and its bloom filters stay valid
+//! for as long as the file exists: look-ups that come back to the same files
+//! (every lookup of a hot table does) skip those reads and their parsing.
+//! Both caches are bounded and keyed by the file's full location.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -18,6 +18,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use parquet::arrow::arrow_reader::ArrowReaderOptions;
 use parquet::arrow::async_reader::AsyncFileReader;
+use parquet::bloom_filter::Sbbf;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
@@ -28,11 +29,28 @@ const CACHED_FOOTERS: usize = 4096;
 /// one read usually fetches it.
 const FOOTER_PREFETCH: usize = 64 << 10;
 
+/// Bytes of bloom filters kept; the cache is emptied when it would grow
+/// beyond this. A filter of a row group of 8192 ids is 16 KiB: this keeps
+/// those of about 65M ids.
+const CACHED_BLOOM_BYTES: usize = 128 << 20;
+
 type Footers = Mutex<HashMap<String, Arc<ParquetMetaData>>>;
 
 fn footers() -> &'static Footers {
     static FOOTERS: OnceLock<Footers> = OnceLock::new();
     FOOTERS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Parsed bloom filters by (file, row group, column leaf), and their bytes.
+#[derive(Default)]
+struct Blooms {
+    bytes: usize,
+    filters: HashMap<(String, usize, usize), Arc<Sbbf>>,
+}
+
+fn blooms() -> &'static Mutex<Blooms> {
+    static BLOOMS: OnceLock<Mutex<Blooms>> = OnceLock::new();
+    BLOOMS.get_or_init(Mutex::default)
 }
 
 /// One data file: where it is, how large the log says it is.
@@ -54,6 +72,64 @@ impl FileReader {
             size,
             key: format!("{}/{path}", table_uri.trim_end_matches('/')),
         }
+    }
+}
+
+impl FileReader {
+    /// The bloom filter of column `leaf` in every row group (`None` where a
+    /// row group has none). Those not cached are fetched in one call, each
+    /// its own range: a writer may place them after each row group or
+    /// together before the footer.
+    pub(crate) async fn bloom_filters(
+        &mut self,
+        metadata: &ParquetMetaData,
+        leaf: usize,
+    ) -> parquet::errors::Result<Vec<Option<Arc<Sbbf>>>> {
+        let mut out: Vec<Option<Arc<Sbbf>>> = vec![None; metadata.num_row_groups()];
+        let mut missing: Vec<(usize, Range<u64>)> = Vec::new();
+        {
+            let cache = blooms().lock().ok();
+            for (rg, slot) in out.iter_mut().enumerate() {
+                let column = metadata.row_group(rg).column(leaf);
+                let (Some(offset), Some(length)) =
+                    (column.bloom_filter_offset(), column.bloom_filter_length())
+                else {
+                    continue;
+                };
+                let (Ok(offset), Ok(length)) = (u64::try_from(offset), u64::try_from(length))
+                else {
+                    continue;
+                };
+                if length == 0 {
+                    continue;
+                }
+                match cache.as_ref().and_then(|c| c.filters.get(&(self.key.clone(), rg, leaf))) {
+                    Some(filter) => *slot = Some(filter.clone()),
+                    None => missing.push((rg, offset..offset + length)),
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let ranges: Vec<Range<u64>> = missing.iter().map(|(_, r)| r.clone()).collect();
+        let fetched = self.get_byte_ranges(ranges).await?;
+        let mut parsed = Vec::with_capacity(missing.len());
+        for ((rg, range), bytes) in missing.into_iter().zip(fetched) {
+            let filter = Arc::new(Sbbf::from_bytes(&bytes)?);
+            out[rg] = Some(filter.clone());
+            parsed.push((rg, (range.end - range.start) as usize, filter));
+        }
+        if let Ok(mut cache) = blooms().lock() {
+            for (rg, bytes, filter) in parsed {
+                if cache.bytes + bytes > CACHED_BLOOM_BYTES {
+                    *cache = Blooms::default();
+                }
+                cache.bytes += bytes;
+                cache.filters.insert((self.key.clone(), rg, leaf), filter);
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -101,5 +177,74 @@ impl AsyncFileReader for FileReader {
             Ok(metadata)
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deltalake::arrow::array::{RecordBatch, StringArray};
+    use deltalake::arrow::datatypes::{DataType, Field, Schema};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::{BloomFilterPosition, WriterProperties};
+
+    fn key(i: usize) -> String {
+        format!("{:064x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+
+    /// A file of 20,000 keys in row groups of 8192 with a bloom filter per
+    /// row group, placed at `position`.
+    fn write(dir: &std::path::Path, name: &str, position: BloomFilterPosition) -> u64 {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, false)]));
+        let keys = StringArray::from((0..20_000).map(key).collect::<Vec<_>>());
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(8192))
+            .set_bloom_filter_enabled(true)
+            .set_bloom_filter_fpp(0.001)
+            .set_bloom_filter_max_ndv(8192)
+            .set_bloom_filter_position(position)
+            .build();
+        let path = dir.join(name);
+        let mut writer =
+            ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, Some(props))
+                .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        std::fs::metadata(&path).unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn bloom_filters_are_read_wherever_the_writer_put_them_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(
+            deltalake::logstore::object_store::local::LocalFileSystem::new_with_prefix(dir.path())
+                .unwrap(),
+        );
+        let uri = format!("file://{}", dir.path().display());
+        for (name, position) in [
+            ("after.parquet", BloomFilterPosition::AfterRowGroup),
+            ("end.parquet", BloomFilterPosition::End),
+        ] {
+            let size = write(dir.path(), name, position);
+            let mut reader = FileReader::new(store.clone(), &uri, name, size);
+            let metadata = reader.get_metadata(None).await.unwrap();
+            let filters = reader.bloom_filters(&metadata, 0).await.unwrap();
+            assert_eq!(filters.len(), 3, "{name}");
+            for (rg, filter) in filters.iter().enumerate() {
+                let filter = filter.as_ref().expect("a bloom filter per row group");
+                let rows = (rg * 8192)..((rg + 1) * 8192).min(20_000);
+                assert!(rows.clone().all(|i| filter.check(key(i).as_str())), "{name} rg {rg}");
+                let strangers = (100_000..110_000).filter(|i| filter.check(key(*i).as_str()));
+                assert!(strangers.count() < 100, "{name} rg {rg}: too many false positives");
+            }
+            // Served from the cache the second time, even with the file gone.
+            std::fs::remove_file(dir.path().join(name)).unwrap();
+            let again = reader.bloom_filters(&metadata, 0).await.unwrap();
+            assert!(again.iter().zip(&filters).all(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }));
+        }
     }
 }

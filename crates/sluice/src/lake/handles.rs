@@ -8,13 +8,19 @@
 //! commits as exactly the version after the one its checks read, so a stale
 //! handle costs a retry, never a duplicate.
 //!
+//! Most calls find the table where they left it: before listing the log, a
+//! kept handle at version `v` checks whether `v + 1` exists. Delta versions
+//! are consecutive and a commit file appears whole (put if absent), so when
+//! `v + 1` is absent the handle is the table's head at that instant: one
+//! `stat` instead of a listing that stats every file of the log.
+//!
 //! delta-rs handles get slower with every commit applied to them (their log
 //! segment grows from the version they were opened at; see
 //! `../shared/notes/deltalake-1x.md`), so a handle is reopened from scratch
 //! once it has moved [`REOPEN_AFTER`] versions past where it was opened.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use deltalake::DeltaTable;
@@ -38,14 +44,22 @@ pub struct Leased {
 impl Leased {
     /// `kept` brought up to date, or — when there is none, or it has moved
     /// [`REOPEN_AFTER`] versions past its opening — the table `open` opens.
+    /// `dir` is the table's directory.
     pub async fn latest(
         kept: Option<Leased>,
+        dir: &Path,
         name: &str,
         open: impl std::future::Future<Output = Result<DeltaTable>>,
     ) -> Result<Leased> {
-        if let Some(mut leased) = kept {
-            leased.table.update_incremental(None).await.map_err(|e| Error::delta(name, e))?;
-            if version(&leased.table) <= leased.opened_at + REOPEN_AFTER {
+        // A handle moved by this process's own commits ages like one
+        // brought up to date by others': both are reopened in time.
+        if let Some(mut leased) = kept
+            && leased.young()
+        {
+            if may_have_moved(dir, version(&leased.table)) {
+                leased.table.update_incremental(None).await.map_err(|e| Error::delta(name, e))?;
+            }
+            if leased.young() {
                 return Ok(leased);
             }
         }
@@ -56,6 +70,11 @@ impl Leased {
     /// The same lease, moved on to `table` (the same table after a commit).
     pub fn moved(&self, table: DeltaTable) -> Leased {
         Leased { table, opened_at: self.opened_at }
+    }
+
+    /// Whether the handle is at most [`REOPEN_AFTER`] versions past its opening.
+    fn young(&self) -> bool {
+        version(&self.table) <= self.opened_at + REOPEN_AFTER
     }
 }
 
@@ -70,25 +89,35 @@ impl Handles {
         self.kept.lock().ok().and_then(|kept| kept.get(name).cloned())
     }
 
-    /// The table at its latest version.
-    pub async fn latest(&self, root: &Path, spec: &TableSpec) -> Result<Leased> {
-        Leased::latest(self.get(&spec.name), &spec.name, table::open(root, spec)).await
+    /// Whether a handle of this table is kept (the table exists).
+    pub fn holds(&self, name: &str) -> bool {
+        self.kept.lock().is_ok_and(|kept| kept.contains_key(name))
     }
 
-    /// The table's latest version: through the kept handle when there is
-    /// one (only the log entries since it are listed), else probed without
-    /// loading the table (a process that reads one table of the lake does
-    /// not load the others to learn their heads).
-    pub async fn head(&self, root: &Path, spec: &TableSpec) -> Result<u64> {
+    /// The table at its latest version.
+    pub async fn latest(&self, root: &Path, spec: &TableSpec) -> Result<Leased> {
+        let dir = table::table_dir(root, spec);
+        Leased::latest(self.get(&spec.name), &dir, &spec.name, table::open(root, spec)).await
+    }
+
+    /// The table's latest version, `None` when there is no such table:
+    /// through the kept handle when there is one (see the module docs), else
+    /// probed without loading the table (a process that reads one table of
+    /// the lake does not load the others to learn their heads).
+    pub async fn head(&self, root: &Path, spec: &TableSpec) -> Result<Option<u64>> {
         match self.get(&spec.name) {
             Some(kept) => {
+                let dir = table::table_dir(root, spec);
                 let leased =
-                    Leased::latest(Some(kept), &spec.name, table::open(root, spec)).await?;
+                    Leased::latest(Some(kept), &dir, &spec.name, table::open(root, spec)).await?;
                 let head = version(&leased.table);
                 self.keep(spec, leased);
-                Ok(head)
+                Ok(Some(head))
             }
-            None => table::latest_version(root, spec).await,
+            None if table::is_table(&table::table_dir(root, spec)) => {
+                table::latest_version(root, spec).await.map(Some)
+            }
+            None => Ok(None),
         }
     }
 
@@ -118,6 +147,14 @@ impl Handles {
     }
 }
 
+/// Whether the log of the table in `dir` may hold a version after
+/// `version` (see the module docs). Anything but a clear "not found" counts
+/// as "may".
+pub(crate) fn may_have_moved(dir: &Path, version: u64) -> bool {
+    let next: PathBuf = dir.join("_delta_log").join(format!("{:020}.json", version + 1));
+    !matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
 fn version(table: &DeltaTable) -> u64 {
     table.version().unwrap_or_default()
 }
@@ -126,6 +163,51 @@ fn version(table: &DeltaTable) -> u64 {
 mod tests {
     use super::*;
     use crate::lake::layout;
+
+    #[test]
+    fn a_handle_may_have_moved_only_when_the_next_commit_file_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("_delta_log");
+        std::fs::create_dir_all(&log).unwrap();
+        std::fs::write(log.join(format!("{:020}.json", 7)), b"{}").unwrap();
+        assert!(!may_have_moved(dir.path(), 7), "nothing after 7");
+        assert!(may_have_moved(dir.path(), 6), "7 exists");
+        // A temporary commit file is not a version.
+        std::fs::write(log.join("_commit_x.json.tmp"), b"{}").unwrap();
+        assert!(!may_have_moved(dir.path(), 7));
+    }
+
+    #[tokio::test]
+    async fn an_aged_handle_is_reopened_even_when_nothing_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
+        let spec = layout::index_table();
+        let table_dir = table::table_dir(lake.root(), &spec);
+        let opened = table::open(lake.root(), &spec).await.unwrap();
+        let must_not_open = async { Err(Error::Internal("reopened".into())) };
+        // Young and unmoved: the same handle back, after one `stat`.
+        let young = Leased { opened_at: version(&opened), table: opened.clone() };
+        let back = Leased::latest(Some(young), &table_dir, &spec.name, must_not_open).await;
+        assert_eq!(version(&back.unwrap().table), version(&opened));
+        // Moved REOPEN_AFTER + 1 versions past its opening (as by this
+        // process's own commits), then nothing moved: reopened all the same.
+        // (Commits of a commit-info action alone, as fast as files are made.)
+        for v in version(&opened) + 1..=version(&opened) + REOPEN_AFTER + 1 {
+            let info = r#"{"commitInfo":{"timestamp":1764547200000,"operation":"WRITE"}}"#;
+            let file = table_dir.join("_delta_log").join(format!("{v:020}.json"));
+            std::fs::write(file, format!("{info}\n")).unwrap();
+        }
+        let mut moved = opened.clone();
+        moved.update_incremental(None).await.unwrap();
+        let aged = Leased { opened_at: version(&opened), table: moved };
+        assert!(!aged.young());
+        let fresh =
+            Leased::latest(Some(aged), &table_dir, &spec.name, table::open(lake.root(), &spec))
+                .await
+                .unwrap();
+        assert_eq!(fresh.opened_at, version(&fresh.table), "opened anew");
+        assert_eq!(version(&fresh.table), version(&opened) + REOPEN_AFTER + 1);
+    }
 
     #[tokio::test]
     async fn a_kept_handle_follows_other_writers_and_serves_old_versions_fresh() {

@@ -405,11 +405,9 @@ pub async fn heads(
 ) -> Result<BTreeMap<String, u64>> {
     let mut out = BTreeMap::new();
     for spec in specs.iter().rev().filter(|s| s.kind != TableKind::Commits) {
-        let dir = table::table_dir(root, spec);
-        if !table::is_table(&dir) {
-            continue;
+        if let Some(head) = handles.head(root, spec).await? {
+            out.insert(spec.name.clone(), head);
         }
-        out.insert(spec.name.clone(), handles.head(root, spec).await?);
     }
     Ok(out)
 }

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use deltalake::DeltaTable;
 use deltalake::arrow::array::{
-    Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, new_null_array,
+    Array, ArrayRef, BooleanArray, RecordBatch, StringArray, StringViewArray, UInt32Array,
+    new_null_array,
 };
 use deltalake::arrow::compute::{cast, filter_record_batch, take};
 use deltalake::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -27,7 +28,6 @@ use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
-use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::ParquetMetaData;
 
 use super::file_reader::FileReader;
@@ -45,6 +45,8 @@ pub struct Lookup {
     column: String,
     keys: Arc<HashSet<String>>,
     columns: Vec<String>,
+    /// Only files whose partition value of this column is one of these.
+    partitions: Option<(String, HashSet<i64>)>,
 }
 
 /// One file's part of a look-up, owned so that it runs as a task of its own
@@ -72,7 +74,18 @@ impl Lookup {
             column: column.to_owned(),
             keys: Arc::new(keys.into_iter().collect()),
             columns: Vec::new(),
+            partitions: None,
         }
+    }
+
+    /// Only files whose value of the integer partition column `column` is
+    /// one of `values` (when the caller knows where its keys live: the
+    /// index names each artifact's step). A table not partitioned by
+    /// `column` reads every file.
+    #[must_use]
+    pub fn in_partitions(mut self, column: &str, values: impl IntoIterator<Item = i64>) -> Self {
+        self.partitions = Some((column.to_owned(), values.into_iter().collect()));
+        self
     }
 
     /// Only these columns, in this order (default: every column).
@@ -126,7 +139,10 @@ impl Lookup {
         }
         let schema = self.output_schema(handle, spec)?;
         let files: Vec<String> = reads.iter().map(|(f, _)| f.clone()).collect();
-        let sources = file_sources(handle, spec, &files)?;
+        let mut sources = file_sources(handle, spec, &files)?;
+        if let Some((column, values)) = &self.partitions {
+            sources.retain(|source| in_partition(source, column, values));
+        }
         let keys_of: BTreeMap<String, Arc<HashSet<String>>> = reads.into_iter().collect();
         let reads = sources.into_iter().map(|source| FileRead {
             table: spec.name.clone(),
@@ -231,39 +247,22 @@ impl FileRead {
 }
 
 /// The row groups whose bloom filter for the key column may hold one of
-/// our keys (all row groups without one). The filters of a file are
-/// written together before its footer: one read fetches them all.
+/// our keys (all row groups without one).
 async fn row_groups(
     keys: &HashSet<String>,
     reader: &mut FileReader,
     metadata: &ParquetMetaData,
     key_leaf: usize,
 ) -> parquet::errors::Result<Vec<usize>> {
-    let mut blooms = Vec::new();
-    let mut keep = Vec::new();
-    for rg in 0..metadata.num_row_groups() {
-        let column = metadata.row_group(rg).column(key_leaf);
-        match (column.bloom_filter_offset(), column.bloom_filter_length()) {
-            (Some(offset), Some(length)) if offset >= 0 && length > 0 => {
-                blooms.push((rg, offset as u64, length as u64));
-            }
-            _ => keep.push(rg),
-        }
-    }
-    let start = blooms.iter().map(|(_, o, _)| *o).min();
-    let end = blooms.iter().map(|(_, o, l)| o + l).max();
-    if let (Some(start), Some(end)) = (start, end) {
-        let bytes = reader.get_bytes(start..end).await?;
-        for (rg, offset, length) in blooms {
-            let at = (offset - start) as usize;
-            let bloom = Sbbf::from_bytes(&bytes[at..at + length as usize])?;
-            if keys.iter().any(|k| bloom.check(k.as_str())) {
-                keep.push(rg);
-            }
-        }
-    }
-    keep.sort_unstable();
-    Ok(keep)
+    let filters = reader.bloom_filters(metadata, key_leaf).await?;
+    Ok(filters
+        .iter()
+        .enumerate()
+        .filter(|(_, filter)| {
+            filter.as_ref().is_none_or(|f| keys.iter().any(|k| f.check(k.as_str())))
+        })
+        .map(|(rg, _)| rg)
+        .collect())
 }
 
 /// The rows of `batch` whose key is one of ours.
@@ -278,9 +277,23 @@ fn matching(
         .schema()
         .index_of(column)
         .map_err(|_| Error::Internal(format!("table `{table}`: `{column}` not read")))?;
-    let text = super::scan::text_column(batch, index, table)?;
-    let mask: BooleanArray =
-        (0..text.len()).map(|i| Some(text.is_valid(i) && keys.contains(text.value(i)))).collect();
+    // A look-up is mostly of a handful of keys against a row group of
+    // thousands of rows: compared directly (a length and a few bytes reject
+    // a row) rather than hashed per row.
+    let few: Option<Vec<&str>> =
+        (keys.len() <= 16).then(|| keys.iter().map(String::as_str).collect());
+    let wanted = |value: &str| match &few {
+        Some(few) => few.contains(&value),
+        None => keys.contains(value),
+    };
+    let column = batch.column(index);
+    let mask: BooleanArray = match column.as_any().downcast_ref::<StringViewArray>() {
+        Some(text) => text.iter().map(|v| Some(v.is_some_and(wanted))).collect(),
+        None => {
+            let text = super::scan::text_column(batch, index, table)?;
+            text.iter().map(|v| Some(v.is_some_and(wanted))).collect()
+        }
+    };
     filter_record_batch(batch, &mask).map_err(arrow)
 }
 
@@ -329,6 +342,17 @@ fn conform(
         columns.push(column);
     }
     RecordBatch::try_new(schema.clone(), columns).map_err(arrow)
+}
+
+/// Whether `source`'s value of the partition column `column` is one of
+/// `values`; true when the table is not partitioned by it.
+fn in_partition(source: &FileSource, column: &str, values: &HashSet<i64>) -> bool {
+    let Some(value) = source.partition.get(column) else { return true };
+    let Ok(value) = cast(value, &DataType::Int64) else { return true };
+    let Some(value) = value.as_any().downcast_ref::<deltalake::arrow::array::Int64Array>() else {
+        return true;
+    };
+    value.len() == 1 && value.is_valid(0) && values.contains(&value.value(0))
 }
 
 /// The given files with their sizes and partition values (one-row arrays),

@@ -185,7 +185,8 @@ impl Lake {
     /// The journal at its latest version, parsed once per version.
     async fn journal(&self) -> Result<Arc<journal::Journal>> {
         let spec = layout::commits_table();
-        if !table::is_table(&table::table_dir(&self.root, &spec)) {
+        if !self.handles.holds(&spec.name) && !table::is_table(&table::table_dir(&self.root, &spec))
+        {
             return Ok(Arc::default());
         }
         let leased = self.handles.latest(&self.root, &spec).await?;

@@ -10,7 +10,7 @@ use deltalake::arrow::datatypes::SchemaRef;
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::kernel::StructField;
 use deltalake::parquet::basic::{Compression, ZstdLevel};
-use deltalake::parquet::file::properties::WriterProperties;
+use deltalake::parquet::file::properties::{BloomFilterPosition, WriterProperties};
 use deltalake::parquet::schema::types::ColumnPath;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, TableProperty};
@@ -55,7 +55,12 @@ pub fn writer_properties_for(spec: &TableSpec) -> WriterProperties {
     if columns.is_empty() {
         return builder.build();
     }
-    builder = builder.set_max_row_group_row_count(Some(LOOKUP_ROW_GROUP_ROWS));
+    // Bloom filters together before the footer: a look-up fetches those of
+    // a file in one contiguous read (the default puts each after its row
+    // group, and the file's whole span lies between the first and the last).
+    builder = builder
+        .set_max_row_group_row_count(Some(LOOKUP_ROW_GROUP_ROWS))
+        .set_bloom_filter_position(BloomFilterPosition::End);
     for column in columns {
         let path = ColumnPath::from(*column);
         builder = builder

@@ -142,7 +142,11 @@ impl Lake {
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
                 let chunk_ids: Vec<ArtifactId> = chunk.iter().map(|(id, _)| *id).collect();
                 let Some(files) = id_files.files(&chunk_ids) else { continue };
+                // The index names each artifact's step: only the files of
+                // those step partitions can hold it.
+                let steps = chunk.iter().map(|(_, step)| i64::from(*step));
                 let batches = Lookup::new("artifact_id", chunk_ids.iter().map(ArtifactId::to_hex))
+                    .in_partitions(layout::STEP_COLUMN, steps)
                     .read(&handle, &spec, &files)
                     .await?;
                 for artifact in self.artifacts(&spec, type_key, &batches)? {

@@ -128,6 +128,20 @@ async fn lookups_read_bloom_filtered_row_groups_and_fill_partition_values() {
     for rg in meta.row_groups() {
         assert!(rg.column(id_leaf).bloom_filter_offset().is_some(), "no bloom filter");
     }
+    // All of them after the last row group's data: one contiguous read.
+    let data_end = meta
+        .row_groups()
+        .iter()
+        .flat_map(|rg| rg.columns())
+        .map(|c| {
+            let (start, length) = c.byte_range();
+            start + length
+        })
+        .max()
+        .unwrap();
+    let first_bloom =
+        meta.row_groups().iter().filter_map(|rg| rg.column(id_leaf).bloom_filter_offset()).min();
+    assert!(first_bloom.unwrap() as u64 >= data_end, "bloom filters between row groups");
 
     // Ids from the first and last row group, the other partition, and one
     // that is nowhere: exactly the three rows, each with its step.
@@ -153,6 +167,29 @@ async fn lookups_read_bloom_filtered_row_groups_and_fill_partition_values() {
         vec![(big[0].id.to_hex(), 3), (big[19_999].id.to_hex(), 3), (small[4].id.to_hex(), 5)];
     expected.sort();
     assert_eq!(rows, expected);
+    // Only the step-5 partition: the step-3 ids are not looked for there.
+    let batches = Lookup::new("artifact_id", wanted.iter().map(ArtifactId::to_hex))
+        .in_partitions("origin_step_number", [5])
+        .read(&handle, &spec, &files)
+        .await
+        .unwrap();
+    let found: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(found, 1, "only small[4] lives in step 5");
+    // A column the table is not partitioned by prunes nothing.
+    let batches = Lookup::new("artifact_id", wanted.iter().map(ArtifactId::to_hex))
+        .in_partitions("value", [5])
+        .read(&handle, &spec, &files)
+        .await
+        .unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 3);
+    // Many keys at once (matched through a hash set, not one by one).
+    let many: Vec<ArtifactId> = big.iter().step_by(500).map(|a| a.id).collect();
+    assert!(many.len() > 16);
+    let batches = Lookup::new("artifact_id", many.iter().map(ArtifactId::to_hex))
+        .read(&handle, &spec, &files)
+        .await
+        .unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), many.len());
     // A file the table does not list is refused, never skipped.
     let err = Lookup::new("artifact_id", [big[0].id.to_hex()])
         .read(&handle, &spec, &["origin_step_number=3/gone.parquet".to_owned()])

@@ -75,7 +75,7 @@ pub(super) async fn merge(
         return watermark_only(downstream, t, after, to).await;
     }
     unique_keys(t, &batches)?;
-    let properties = commit_spec(t, after, to, rows).properties();
+    let properties = commit_spec(t, after, to, rows).properties_on(&downstream, &t.name)?;
     let on_match = upsert::OnMatch { columns: t.on_match.clone(), sequence_by: None };
     let merged =
         upsert::merge(downstream, &t.name, batches, &t.primary_key, &on_match, properties).await?;
