@@ -25,7 +25,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::SystemTime;
 
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
@@ -293,11 +292,15 @@ pub fn write_for(
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
 }
 
-/// Parsed sidecars of this process, by path, with the size and modification
-/// time they had when parsed (a sidecar is written once, but a lake can be
-/// deleted and made again at the same path). Unreadable ones are remembered
-/// as `None` so they are reported once.
-type SidecarCache = HashMap<PathBuf, (u64, Option<SystemTime>, Option<Arc<KeyFilter>>)>;
+/// Parsed sidecars of this process, by path, with the inode number they
+/// had when parsed (a sidecar is written once, by a rename, but a lake can
+/// be deleted and made again at the same path). The inode comes with the
+/// directory listing, so a cached sidecar costs no `stat`. Should a new
+/// sidecar reuse an old one's inode, the stale filter names files of the
+/// old lake, and [`plan`] ignores a filter unless every file it names is
+/// active: slower, never wrong. Unreadable ones are remembered as `None` so
+/// they are reported once.
+type SidecarCache = HashMap<PathBuf, (u64, Option<Arc<KeyFilter>>)>;
 
 fn sidecar_cache() -> &'static Mutex<SidecarCache> {
     static CACHE: OnceLock<Mutex<SidecarCache>> = OnceLock::new();
@@ -306,7 +309,7 @@ fn sidecar_cache() -> &'static Mutex<SidecarCache> {
 
 /// Every readable sidecar of a table, by version. Sidecars are parsed once
 /// per process (a worker looking up inputs unit after unit pays only a
-/// directory listing and a `stat` per sidecar).
+/// directory listing).
 pub fn read_all(table_dir: &Path) -> BTreeMap<u64, Arc<KeyFilter>> {
     read_sidecars(table_dir, None)
 }
@@ -329,11 +332,11 @@ fn read_sidecars(table_dir: &Path, column: Option<&str>) -> BTreeMap<u64, Arc<Ke
             continue;
         };
         let path = entry.path();
-        let Ok(meta) = entry.metadata() else { continue };
-        let stamp = (meta.len(), meta.modified().ok());
-        let cached = sidecar_cache().lock().ok().and_then(|c| {
-            c.get(&path).filter(|(len, at, _)| (*len, *at) == stamp).map(|e| e.2.clone())
-        });
+        let Some(stamp) = identity(&entry) else { continue };
+        let cached = sidecar_cache()
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&path).filter(|(at, _)| *at == stamp).map(|e| e.1.clone()));
         let filter = match cached {
             Some(filter) => filter,
             None => {
@@ -343,7 +346,7 @@ fn read_sidecars(table_dir: &Path, column: Option<&str>) -> BTreeMap<u64, Arc<Ke
                     tracing::warn!(path = %path.display(), "ignoring an unreadable key filter");
                 }
                 if let Ok(mut c) = sidecar_cache().lock() {
-                    c.insert(path.clone(), (stamp.0, stamp.1, parsed.clone()));
+                    c.insert(path.clone(), (stamp, parsed.clone()));
                 }
                 parsed
             }
@@ -353,6 +356,24 @@ fn read_sidecars(table_dir: &Path, column: Option<&str>) -> BTreeMap<u64, Arc<Ke
         }
     }
     out
+}
+
+/// What tells one sidecar file from another at the same path: its inode
+/// number, from the directory listing.
+#[cfg(unix)]
+fn identity(entry: &std::fs::DirEntry) -> Option<u64> {
+    Some(std::os::unix::fs::DirEntryExt::ino(entry))
+}
+
+/// What tells one sidecar file from another at the same path (no inode
+/// numbers here: a hash of size and modification time).
+#[cfg(not(unix))]
+fn identity(entry: &std::fs::DirEntry) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let meta = entry.metadata().ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (meta.len(), meta.modified().ok()).hash(&mut h);
+    Some(h.finish())
 }
 
 /// The data files a Delta version added, from its actions.
