@@ -9,7 +9,7 @@ use super::{Direction, LineageEdge, LineageGraph, LineageNode, Producer};
 use crate::artifact::ArtifactId;
 use crate::artifact::arrow_convert::read_value;
 use crate::error::{Error, Result};
-use crate::lake::key_filter::{self, Key};
+use crate::lake::key_filter::{self, Key, LookupPlan};
 use crate::lake::layout::{self, TableSpec};
 use crate::lake::lookup::Lookup;
 use crate::lake::scan;
@@ -69,23 +69,37 @@ pub(super) async fn walk(
     Ok(LineageGraph { root, nodes, edges, truncated })
 }
 
-/// The files of a table that may hold any of `ids` in `column`: those its
-/// lookup key filters answer "maybe" for, and those no filter covers.
-fn candidate_files(
-    lake: &Lake,
-    handle: &DeltaTable,
-    spec: &TableSpec,
-    column: &str,
-    ids: &[ArtifactId],
-) -> Result<Vec<String>> {
-    let active = table::active_files(handle, spec)?;
-    let filters = key_filter::read_column(&table::table_dir(lake.root(), spec), column);
-    let plan = key_filter::plan(&active, &filters, ids, |id| Key::from(id));
-    let mut files: BTreeSet<String> = plan.uncovered.into_iter().collect();
-    for (candidates, _) in plan.candidates {
-        files.extend(candidates);
+/// Which files of a table to read for ids in one column, from the table's
+/// active files and that column's key filters (both read once per table,
+/// not per chunk of ids).
+struct IdPlanner {
+    active: Vec<String>,
+    filters: BTreeMap<u64, std::sync::Arc<key_filter::KeyFilter>>,
+}
+
+impl IdPlanner {
+    fn new(lake: &Lake, handle: &DeltaTable, spec: &TableSpec, column: &str) -> Result<Self> {
+        Ok(IdPlanner {
+            active: table::active_files(handle, spec)?,
+            filters: key_filter::read_column(&table::table_dir(lake.root(), spec), column),
+        })
     }
-    Ok(files.into_iter().collect())
+
+    /// The files no filter covers (read for every id) and those whose
+    /// filter may hold some of `ids` (read for those only); `None` when no
+    /// file can hold any.
+    fn plan(&self, ids: &[ArtifactId]) -> Option<LookupPlan<String>> {
+        let plan = key_filter::plan(&self.active, &self.filters, ids, |id| Key::from(id));
+        let plan = LookupPlan {
+            uncovered: plan.uncovered,
+            candidates: plan
+                .candidates
+                .into_iter()
+                .map(|(files, hits)| (files, hits.iter().map(ArtifactId::to_hex).collect()))
+                .collect(),
+        };
+        (!plan.uncovered.is_empty() || !plan.candidates.is_empty()).then_some(plan)
+    }
 }
 
 /// Artifact edges whose target (`up`) or source is in `ids`.
@@ -98,12 +112,10 @@ async fn edges_touching(
 ) -> Result<Vec<LineageEdge>> {
     let column = if up { "target_artifact_id" } else { "source_artifact_id" };
     let ids: Vec<ArtifactId> = ids.iter().copied().collect();
+    let planner = IdPlanner::new(lake, handle, spec, column)?;
     let mut out = Vec::new();
     for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
-        let files = candidate_files(lake, handle, spec, column, chunk)?;
-        if files.is_empty() {
-            continue;
-        }
+        let Some(plan) = planner.plan(chunk) else { continue };
         let batches = Lookup::new(column, chunk.iter().map(ArtifactId::to_hex))
             .columns(&[
                 "source_artifact_id",
@@ -112,7 +124,7 @@ async fn edges_touching(
                 "source_role",
                 "target_role",
             ])
-            .read(handle, spec, &files)
+            .read_planned(handle, spec, &plan)
             .await?;
         for batch in &batches {
             let text = |i| scan::text_column(batch, i, &spec.name);
@@ -177,14 +189,12 @@ async fn producers(
     let spec = layout::execution_edges_table();
     let Some(handle) = lake.read_table(&spec, point).await? else { return Ok(BTreeMap::new()) };
     let mut runs: BTreeMap<ArtifactId, Vec<String>> = BTreeMap::new();
+    let planner = IdPlanner::new(lake, &handle, &spec, "artifact_id")?;
     for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
-        let files = candidate_files(lake, &handle, &spec, "artifact_id", chunk)?;
-        if files.is_empty() {
-            continue;
-        }
+        let Some(plan) = planner.plan(chunk) else { continue };
         let batches = Lookup::new("artifact_id", chunk.iter().map(ArtifactId::to_hex))
             .columns(&["artifact_id", "execution_run_id", "direction"])
-            .read(&handle, &spec, &files)
+            .read_planned(&handle, &spec, &plan)
             .await?;
         let output = crate::records::Direction::Output.as_str();
         for batch in &batches {
