@@ -89,9 +89,11 @@ impl Handles {
         self.kept.lock().ok().and_then(|kept| kept.get(name).cloned())
     }
 
-    /// Whether a handle of this table is kept (the table exists).
-    pub fn holds(&self, name: &str) -> bool {
-        self.kept.lock().is_ok_and(|kept| kept.contains_key(name))
+    /// Whether the table exists: a handle of it is kept, or its log holds a
+    /// commit ([`table::is_table`], which reads the log folder).
+    pub fn exists(&self, root: &Path, spec: &TableSpec) -> bool {
+        self.kept.lock().is_ok_and(|kept| kept.contains_key(&spec.name))
+            || table::is_table(&table::table_dir(root, spec))
     }
 
     /// The table at its latest version.
@@ -114,9 +116,7 @@ impl Handles {
                 self.keep(spec, leased);
                 Ok(Some(head))
             }
-            None if table::is_table(&table::table_dir(root, spec)) => {
-                table::latest_version(root, spec).await.map(Some)
-            }
+            None if self.exists(root, spec) => table::latest_version(root, spec).await.map(Some),
             None => Ok(None),
         }
     }

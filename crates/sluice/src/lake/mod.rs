@@ -185,8 +185,7 @@ impl Lake {
     /// The journal at its latest version, parsed once per version.
     async fn journal(&self) -> Result<Arc<journal::Journal>> {
         let spec = layout::commits_table();
-        if !self.handles.holds(&spec.name) && !table::is_table(&table::table_dir(&self.root, &spec))
-        {
+        if !self.handles.exists(&self.root, &spec) {
             return Ok(Arc::default());
         }
         let leased = self.handles.latest(&self.root, &spec).await?;

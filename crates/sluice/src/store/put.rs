@@ -81,9 +81,7 @@ impl Lake {
     /// The latest handle of a table a put writes to: the kept one brought up
     /// to date, or the table checked against its spec (and created) first.
     async fn put_handle(&self, spec: &TableSpec) -> Result<Leased> {
-        if !self.handles().holds(&spec.name)
-            && !table::is_table(&table::table_dir(self.root(), spec))
-        {
+        if !self.handles().exists(self.root(), spec) {
             table::ensure(self.root(), spec).await?;
         }
         self.handles().latest(self.root(), spec).await
