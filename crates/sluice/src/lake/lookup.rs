@@ -31,9 +31,10 @@ use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuil
 use parquet::file::metadata::ParquetMetaData;
 
 use super::file_reader::FileReader;
-use super::key_filter::LookupPlan;
+use super::key_filter::{self, Key, KeyFilter, LookupPlan};
 use super::layout::TableSpec;
 use super::table;
+use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 
 /// Files read at once.
@@ -65,6 +66,50 @@ struct FileSource {
     path: String,
     size: u64,
     partition: BTreeMap<String, ArrayRef>,
+}
+
+/// Which data files of one table may hold given artifact ids, by its key
+/// filters (files no filter covers included): a look-up by id reads the
+/// files of the commits that added those ids instead of every file (ids are
+/// random, so file statistics cannot prune). Active files and sidecars are
+/// read once, for every chunk of ids planned with them.
+pub(crate) struct IdFiles {
+    active: Vec<String>,
+    filters: BTreeMap<u64, Arc<KeyFilter>>,
+}
+
+impl IdFiles {
+    /// The table's active files and the sidecars of its lookup column
+    /// `column`, or of its de-duplication key when `None`.
+    pub(crate) fn new(
+        root: &std::path::Path,
+        handle: &DeltaTable,
+        spec: &TableSpec,
+        column: Option<&str>,
+    ) -> Result<Self> {
+        let dir = table::table_dir(root, spec);
+        let filters = match column {
+            Some(column) => key_filter::read_column(&dir, column),
+            None => key_filter::read_all(&dir),
+        };
+        Ok(IdFiles { active: table::active_files(handle, spec)?, filters })
+    }
+
+    /// The files no filter covers (read for every id) and those whose
+    /// filter may hold some of `ids` (read for those only, see
+    /// [`Lookup::read_planned`]); `None` when no file can hold any.
+    pub(crate) fn plan(&self, ids: &[ArtifactId]) -> Option<LookupPlan<String>> {
+        let plan = key_filter::plan(&self.active, &self.filters, ids, |id| Key::from(id));
+        let plan = LookupPlan {
+            uncovered: plan.uncovered,
+            candidates: plan
+                .candidates
+                .into_iter()
+                .map(|(files, hits)| (files, hits.iter().map(ArtifactId::to_hex).collect()))
+                .collect(),
+        };
+        (!plan.uncovered.is_empty() || !plan.candidates.is_empty()).then_some(plan)
+    }
 }
 
 impl Lookup {

@@ -9,9 +9,9 @@ use super::{Direction, LineageEdge, LineageGraph, LineageNode, Producer};
 use crate::artifact::ArtifactId;
 use crate::artifact::arrow_convert::read_value;
 use crate::error::{Error, Result};
-use crate::lake::key_filter::{self, Key, LookupPlan};
+use crate::lake::key_filter::{self, Key};
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::lookup::Lookup;
+use crate::lake::lookup::{IdFiles, Lookup};
 use crate::lake::scan;
 use crate::lake::table;
 use crate::lake::{Lake, snapshot::LakeSnapshot};
@@ -69,39 +69,6 @@ pub(super) async fn walk(
     Ok(LineageGraph { root, nodes, edges, truncated })
 }
 
-/// Which files of a table to read for ids in one column, from the table's
-/// active files and that column's key filters (both read once per table,
-/// not per chunk of ids).
-struct IdPlanner {
-    active: Vec<String>,
-    filters: BTreeMap<u64, std::sync::Arc<key_filter::KeyFilter>>,
-}
-
-impl IdPlanner {
-    fn new(lake: &Lake, handle: &DeltaTable, spec: &TableSpec, column: &str) -> Result<Self> {
-        Ok(IdPlanner {
-            active: table::active_files(handle, spec)?,
-            filters: key_filter::read_column(&table::table_dir(lake.root(), spec), column),
-        })
-    }
-
-    /// The files no filter covers (read for every id) and those whose
-    /// filter may hold some of `ids` (read for those only); `None` when no
-    /// file can hold any.
-    fn plan(&self, ids: &[ArtifactId]) -> Option<LookupPlan<String>> {
-        let plan = key_filter::plan(&self.active, &self.filters, ids, |id| Key::from(id));
-        let plan = LookupPlan {
-            uncovered: plan.uncovered,
-            candidates: plan
-                .candidates
-                .into_iter()
-                .map(|(files, hits)| (files, hits.iter().map(ArtifactId::to_hex).collect()))
-                .collect(),
-        };
-        (!plan.uncovered.is_empty() || !plan.candidates.is_empty()).then_some(plan)
-    }
-}
-
 /// Artifact edges whose target (`up`) or source is in `ids`.
 async fn edges_touching(
     lake: &Lake,
@@ -112,7 +79,7 @@ async fn edges_touching(
 ) -> Result<Vec<LineageEdge>> {
     let column = if up { "target_artifact_id" } else { "source_artifact_id" };
     let ids: Vec<ArtifactId> = ids.iter().copied().collect();
-    let planner = IdPlanner::new(lake, handle, spec, column)?;
+    let planner = IdFiles::new(lake.root(), handle, spec, Some(column))?;
     let mut out = Vec::new();
     for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
         let Some(plan) = planner.plan(chunk) else { continue };
@@ -189,7 +156,7 @@ async fn producers(
     let spec = layout::execution_edges_table();
     let Some(handle) = lake.read_table(&spec, point).await? else { return Ok(BTreeMap::new()) };
     let mut runs: BTreeMap<ArtifactId, Vec<String>> = BTreeMap::new();
-    let planner = IdPlanner::new(lake, &handle, &spec, "artifact_id")?;
+    let planner = IdFiles::new(lake.root(), &handle, &spec, Some("artifact_id"))?;
     for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
         let Some(plan) = planner.plan(chunk) else { continue };
         let batches = Lookup::new("artifact_id", chunk.iter().map(ArtifactId::to_hex))

@@ -7,10 +7,9 @@ use crate::artifact::{Artifact, ArtifactId};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::lookup::Lookup;
+use crate::lake::lookup::{IdFiles, Lookup};
 use crate::lake::scan::{self, Select};
 use crate::lake::snapshot::LakeSnapshot;
-use crate::lake::{key_filter, table};
 use crate::store::rows;
 
 /// Which artifacts [`Lake::list`] returns.
@@ -31,36 +30,6 @@ pub struct IndexEntry {
     pub origin_step_number: i32,
 }
 
-/// Which data files of one table may hold given ids, by its key filters
-/// (files no filter covers included). A lookup by id then reads the files of
-/// the commits that added those ids instead of every file: ids are random,
-/// so file statistics cannot prune. Active files and sidecars are read once
-/// per lookup, not per chunk of ids.
-struct IdFiles {
-    active: Vec<String>,
-    filters: BTreeMap<u64, std::sync::Arc<key_filter::KeyFilter>>,
-}
-
-impl IdFiles {
-    fn new(lake: &Lake, handle: &deltalake::DeltaTable, spec: &TableSpec) -> Result<Self> {
-        Ok(IdFiles {
-            active: table::active_files(handle, spec)?,
-            filters: key_filter::read_all(&table::table_dir(lake.root(), spec)),
-        })
-    }
-
-    /// The files to read for `ids`; `None` when no file can hold them.
-    fn files(&self, ids: &[ArtifactId]) -> Option<Vec<String>> {
-        let plan =
-            key_filter::plan(&self.active, &self.filters, ids, |id| key_filter::Key::from(id));
-        let mut files: std::collections::BTreeSet<String> = plan.uncovered.into_iter().collect();
-        for (candidates, _) in plan.candidates {
-            files.extend(candidates);
-        }
-        (!files.is_empty()).then(|| files.into_iter().collect())
-    }
-}
-
 impl Lake {
     /// Look up ids in the index.
     pub async fn locate(&self, ids: &[ArtifactId]) -> Result<BTreeMap<ArtifactId, IndexEntry>> {
@@ -76,13 +45,13 @@ impl Lake {
     ) -> Result<BTreeMap<ArtifactId, IndexEntry>> {
         let spec = layout::index_table();
         let Some(handle) = self.read_table(&spec, point).await? else { return Ok(BTreeMap::new()) };
-        let id_files = IdFiles::new(self, &handle, &spec)?;
+        let id_files = IdFiles::new(self.root(), &handle, &spec, None)?;
         let mut out = BTreeMap::new();
         for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
-            let Some(files) = id_files.files(chunk) else { continue };
+            let Some(plan) = id_files.plan(chunk) else { continue };
             let batches = Lookup::new("artifact_id", chunk.iter().map(ArtifactId::to_hex))
                 .columns(&["artifact_id", "artifact_type", layout::STEP_COLUMN])
-                .read(&handle, &spec, &files)
+                .read_planned(&handle, &spec, &plan)
                 .await?;
             for batch in &batches {
                 let ids = scan::text_column(batch, 0, &spec.name)?;
@@ -138,16 +107,16 @@ impl Lake {
         for (type_key, wanted) in by_type {
             let spec = TableSpec::content(self.registry().descriptor(type_key)?);
             let Some(handle) = self.read_table(&spec, point).await? else { continue };
-            let id_files = IdFiles::new(self, &handle, &spec)?;
+            let id_files = IdFiles::new(self.root(), &handle, &spec, None)?;
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
                 let chunk_ids: Vec<ArtifactId> = chunk.iter().map(|(id, _)| *id).collect();
-                let Some(files) = id_files.files(&chunk_ids) else { continue };
+                let Some(plan) = id_files.plan(&chunk_ids) else { continue };
                 // The index names each artifact's step: only the files of
                 // those step partitions can hold it.
                 let steps = chunk.iter().map(|(_, step)| i64::from(*step));
                 let batches = Lookup::new("artifact_id", chunk_ids.iter().map(ArtifactId::to_hex))
                     .in_partitions(layout::STEP_COLUMN, steps)
-                    .read(&handle, &spec, &files)
+                    .read_planned(&handle, &spec, &plan)
                     .await?;
                 for artifact in self.artifacts(&spec, type_key, &batches)? {
                     out.insert(artifact.id, artifact);
