@@ -24,7 +24,8 @@ run() {
   rm -rf "${WORK:?}/$name"
 }
 
-run commit    bench commit --executions "$(n 10000)" --artifacts-per-execution 3 --workers 2
+run commit    bench commit --executions "$(n 10000)" --artifacts-per-execution 3 --workers 2 --batch 100
+run commit1   bench commit --executions "$(n 10000)" --artifacts-per-execution 3 --workers 2
 run pipeline  bench pipeline --executions "$(n 2000)" --workers 2
 run lookup    bench lookup --artifacts "$(n 1000000)" --samples 50
 run put       bench put --count "$(n 1000)"

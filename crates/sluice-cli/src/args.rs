@@ -410,6 +410,10 @@ pub struct Workload {
     /// type `sample` if the lake has it); file_ref files are written here.
     #[arg(long)]
     pub mixed: Option<std::path::PathBuf>,
+    /// Executions per sealed staging directory: 1 stages each in its own
+    /// directory, more stage each worker's executions in batches this large.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: u64,
 }
 
 /// `sluice bench`.

@@ -185,6 +185,16 @@ pub enum Error {
         source: tokio::task::JoinError,
     },
 
+    /// An append gave its files up because what had to commit before it
+    /// did not.
+    #[error("table `{table}`: not committed: {reason}")]
+    NotCommitted {
+        /// The table.
+        table: String,
+        /// Why.
+        reason: String,
+    },
+
     /// A failure injected for testing (`SLUICE_FAILPOINT`).
     #[error("injected failure {point} (SLUICE_FAILPOINT is set)")]
     Injected {

@@ -22,6 +22,7 @@ fn spec(w: &Workload, seed: u64) -> SyntheticSpec {
         fail_fraction: w.fail_fraction,
         crash_fraction: w.crash_fraction,
         mixed: w.mixed.clone(),
+        batch: w.batch as usize,
     }
 }
 
@@ -72,6 +73,7 @@ pub(super) async fn stage(root: &Path, workload: &Workload, workers: u64) -> any
             .args(["--crash-fraction", &workload.crash_fraction.to_string()])
             .args(["--seed", &workload.seed.to_string()])
             .args(["--step", &workload.step.to_string()])
+            .args(["--batch", &workload.batch.to_string()])
             .args(["--from", &from.to_string(), "--to", &to.to_string()])
             .spawn()
             .context("starting a staging worker")?;
@@ -172,8 +174,12 @@ pub(crate) fn peak_rss_mib() -> f64 {
 }
 
 fn describe(w: &Workload, workers: u64) -> String {
+    let staged = match w.batch {
+        1 => "one staging directory per execution".to_owned(),
+        k => format!("staged in batches of {k} executions"),
+    };
     format!(
-        "{} executions x {} artifacts, {} worker processes, duplicate {:.2}, fail {:.2}, crash {:.2}",
+        "{} executions x {} artifacts, {} worker processes, duplicate {:.2}, fail {:.2}, crash {:.2}, {staged}",
         w.executions,
         w.artifacts_per_execution,
         workers,

@@ -91,7 +91,9 @@ pub(crate) fn dump_at(root: &Path, as_of: Option<sluice::query::AsOf>) -> (Vec<S
 }
 
 /// `sluice bench stage --mixed`: `executions` runs of 5 artifacts of every
-/// kind (20% duplicates), referenced files under `files`.
+/// kind (20% duplicates), referenced files under `files`, each in its own
+/// staging directory or in batches of `batch`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn stage_mixed(
     lake: &Lake,
     files: &Path,
@@ -100,10 +102,13 @@ pub(crate) fn stage_mixed(
     fail_fraction: f64,
     seed: u64,
     step: i32,
+    batch: u64,
 ) {
     lake.ok(&[
         "bench",
         "stage",
+        "--batch",
+        &batch.to_string(),
         "--executions",
         &executions.to_string(),
         "--workers",
@@ -203,11 +208,12 @@ pub(crate) fn kill_command_after(
 #[test]
 fn commit_killed_at_random_moments_recovers_exactly() {
     // One staging template: several steps, every kind of artifact (metric,
-    // config, data, file_ref, a declared type), duplicates and failures.
+    // config, data, file_ref, a declared type), duplicates and failures;
+    // step 3 staged in batches of 25 executions per directory.
     let template = new_lake();
     let files = template.root.join("referenced-files");
-    for (step, seed, n) in [(1, 42, 700), (2, 43, 700), (3, 44, 600)] {
-        stage_mixed(&template, &files, n, 2, 0.05, seed, step);
+    for (step, seed, n, batch) in [(1, 42, 700, 1), (2, 43, 700, 1), (3, 44, 600, 25)] {
+        stage_mixed(&template, &files, n, 2, 0.05, seed, step, batch);
     }
     let staging = template.root.join("_staging");
 

@@ -46,7 +46,7 @@ fn restore_killed_at_random_moments_then_recover_is_all_or_nothing() {
     let template = new_lake();
     let files = template.root.join("referenced-files");
     for (step, seed) in [(1, 42), (2, 43), (3, 44), (1, 45)] {
-        stage_mixed(&template, &files, 120, 1, 0.0, seed, step);
+        stage_mixed(&template, &files, 120, 1, 0.0, seed, step, 1);
         template.ok(&["commit"]);
     }
     let before = dump(&template.root);

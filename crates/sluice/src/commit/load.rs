@@ -11,7 +11,11 @@
 //!    and no nulls in required columns;
 //! 3. `executions.parquet` holds exactly one row, whose run id, step and
 //!    operation are those of the directory it sits in; every edge row names
-//!    the same run;
+//!    the same run. A batch directory's sentinel holds one row per execution,
+//!    each with a distinct valid run id and the directory's step and
+//!    operation; every edge names one of them, and every artifact is the
+//!    output of one of them (so a batch can be committed in part when some
+//!    of its runs are already in the lake);
 //! 4. every staged artifact is rebuilt as a draft from its staged columns and
 //!    finalized with the same rules as [`Draft::finalize`]: the rebuilt
 //!    columns (canonical JSON, derived shape, validated names) and id must
@@ -47,7 +51,8 @@ use crate::store::rows::artifacts_from_batch;
 /// The largest binary value a Delta (Arrow `Binary`) column holds.
 pub const MAX_BINARY_VALUE: usize = i32::MAX as usize;
 
-/// A validated run directory, its rows by table.
+/// A validated staging directory (one execution, or a batch), its rows by
+/// table.
 #[derive(Debug, Clone)]
 pub struct LoadedRun {
     /// Where it came from.
@@ -55,29 +60,83 @@ pub struct LoadedRun {
     /// Staged rows, by table short name, as read (binary columns as
     /// `LargeBinary`; the committer conforms them to the table).
     pub tables: BTreeMap<String, Vec<RecordBatch>>,
-    /// Artifacts this run produced, with their type keys.
+    /// Artifacts the directory's executions produced, with their type keys.
     pub artifacts: BTreeMap<String, String>,
     /// Artifact ids its edges refer to.
     pub referenced: BTreeSet<String>,
+    /// Its executions, in the sentinel's order.
+    pub executions: Vec<StagedRun>,
+}
+
+/// One execution of a loaded directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StagedRun {
+    /// Its run id.
+    pub run_id: String,
+    /// The unit spec it ran.
+    pub spec_id: String,
+    /// Whether it succeeded.
+    pub success: bool,
+    /// The artifacts its output edges name.
+    pub outputs: BTreeSet<String>,
 }
 
 impl LoadedRun {
-    /// The staged execution's spec id and whether it succeeded.
-    pub fn execution_spec(&self) -> (String, bool) {
-        let empty = Vec::new();
-        let exec = self.tables.get(&layout::executions_table().name).unwrap_or(&empty);
-        let spec = values(exec, "execution_spec_id").pop().unwrap_or_default();
-        let success = exec.iter().find(|b| b.num_rows() > 0).and_then(|b| {
-            let column = b.column_by_name("success")?;
-            read_value("executions", column.as_ref(), 0).ok()?.as_bool()
-        });
-        (spec, success == Some(true))
-    }
-
     /// Staged rows of one table.
     pub fn rows(&self, table: &str) -> u64 {
         self.tables.get(table).map_or(0, |b| b.iter().map(|b| b.num_rows() as u64).sum())
     }
+
+    /// Keep only the executions whose run ids `keep` names, with their
+    /// edges and the artifacts they output (content shared with a kept
+    /// execution stays). What a batch commits when some of its runs are
+    /// already in the lake: never content without its execution.
+    pub fn retain_runs(&mut self, keep: &BTreeSet<String>) -> crate::error::Result<()> {
+        self.executions.retain(|e| keep.contains(&e.run_id));
+        let outputs: BTreeSet<String> =
+            self.executions.iter().flat_map(|e| e.outputs.iter().cloned()).collect();
+        let run_tables = [
+            layout::executions_table().name,
+            layout::execution_edges_table().name,
+            layout::artifact_edges_table().name,
+        ];
+        for (table, batches) in &mut self.tables {
+            let (column, wanted) = if run_tables.contains(table) {
+                ("execution_run_id", keep)
+            } else {
+                ("artifact_id", &outputs)
+            };
+            for batch in batches.iter_mut() {
+                *batch = keep_rows(batch, table, column, wanted)?;
+            }
+        }
+        self.artifacts.retain(|id, _| outputs.contains(id));
+        self.referenced = BTreeSet::new();
+        for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
+            let Some(batches) = self.tables.get(&edges.name) else { continue };
+            for column in ["artifact_id", "source_artifact_id", "target_artifact_id"] {
+                self.referenced.extend(values(batches, column));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The rows of `batch` whose text column `column` is in `wanted` (a batch
+/// without the column keeps every row).
+fn keep_rows(
+    batch: &RecordBatch,
+    table: &str,
+    column: &str,
+    wanted: &BTreeSet<String>,
+) -> crate::error::Result<RecordBatch> {
+    use deltalake::arrow::array::BooleanArray;
+    let Ok(i) = batch.schema().index_of(column) else { return Ok(batch.clone()) };
+    let text = crate::lake::scan::text_column(batch, i, table)?;
+    let mask: BooleanArray =
+        (0..text.len()).map(|r| Some(text.is_valid(r) && wanted.contains(text.value(r)))).collect();
+    deltalake::arrow::compute::filter_record_batch(batch, &mask)
+        .map_err(|e| crate::error::Error::arrow(format!("staged rows of `{table}`"), e))
 }
 
 /// Why a run directory cannot be committed.
@@ -216,12 +275,14 @@ pub fn load_run(
         tables: read_files(tables, dir)?,
         artifacts: BTreeMap::new(),
         referenced: BTreeSet::new(),
+        executions: Vec::new(),
     };
-    let run_id = check_execution(&loaded)?;
-    loaded.referenced = check_edges(&loaded, &run_id)?;
+    loaded.executions = check_executions(&loaded)?;
+    loaded.referenced = check_edges(&mut loaded)?;
     let (artifacts, steps) = check_content(registry, &loaded)?;
     loaded.artifacts = artifacts;
     check_index(&loaded, &steps)?;
+    check_outputs(&loaded)?;
     Ok(loaded)
 }
 
@@ -264,63 +325,127 @@ fn read_files(
     Ok(out)
 }
 
-/// Check 3a: one execution row, naming this directory's run, step and
-/// operation. Returns the run id.
-fn check_execution(loaded: &LoadedRun) -> Result<String, Rejection> {
+/// Check 3a: one execution row naming this directory's run, step and
+/// operation — or, in a batch, one row per execution, each with a distinct
+/// valid run id and the directory's step and operation.
+fn check_executions(loaded: &LoadedRun) -> Result<Vec<StagedRun>, Rejection> {
     let dir = &loaded.dir;
     let executions = layout::executions_table();
     let Some(exec) = loaded.tables.get(&executions.name) else {
         return reject(Some(SENTINEL), "missing");
     };
     let rows = loaded.rows(&executions.name);
-    if rows != 1 {
+    if !dir.is_batch() && rows != 1 {
         return reject(
             Some(SENTINEL),
             format!("holds {rows} rows; a run directory holds one execution"),
         );
     }
-    let run_id = values(exec, "execution_run_id").remove(0);
-    let operation = values(exec, "operation_name").remove(0);
-    let step = exec
-        .iter()
-        .find(|b| b.num_rows() > 0)
-        .and_then(|b| b.column_by_name(STEP_COLUMN))
-        .and_then(|a| read_value(SENTINEL, a.as_ref(), 0).ok()?.as_int());
-    if run_id != dir.run_id {
-        return reject(
-            Some(SENTINEL),
-            format!("execution_run_id `{run_id}` does not match the directory `{}`", dir.run_id),
-        );
+    if rows == 0 {
+        return reject(Some(SENTINEL), "holds no execution");
     }
-    if step != Some(i64::from(dir.step)) || operation != dir.operation {
-        return reject(
-            Some(SENTINEL),
-            format!(
-                "step {step:?} / operation `{operation}` do not match the directory `{}_{}`",
-                dir.step, dir.operation
-            ),
-        );
+    let run_ids = values(exec, "execution_run_id");
+    let operations = values(exec, "operation_name");
+    let spec_ids = values(exec, "execution_spec_id");
+    let mut steps = Vec::new();
+    let mut successes = Vec::new();
+    for batch in exec {
+        let step = batch.column_by_name(STEP_COLUMN);
+        let success = batch.column_by_name("success");
+        for r in 0..batch.num_rows() {
+            steps.push(step.and_then(|a| read_value(SENTINEL, a.as_ref(), r).ok()?.as_int()));
+            successes.push(
+                success.and_then(|a| read_value(SENTINEL, a.as_ref(), r).ok()?.as_bool())
+                    == Some(true),
+            );
+        }
     }
-    Ok(run_id)
+    let mut out: Vec<StagedRun> = Vec::with_capacity(run_ids.len());
+    let mut seen = BTreeSet::new();
+    for (i, run_id) in run_ids.into_iter().enumerate() {
+        if !dir.is_batch() && run_id != dir.run_id {
+            return reject(
+                Some(SENTINEL),
+                format!(
+                    "execution_run_id `{run_id}` does not match the directory `{}`",
+                    dir.run_id
+                ),
+            );
+        }
+        if let Err(e) = crate::staging::paths::validate_run_id(&run_id) {
+            return reject(Some(SENTINEL), e.to_string());
+        }
+        if !seen.insert(run_id.clone()) {
+            return reject(Some(SENTINEL), format!("run `{run_id}` is listed twice"));
+        }
+        let (step, operation) = (steps.get(i).copied().flatten(), operations.get(i));
+        if step != Some(i64::from(dir.step)) || operation != Some(&dir.operation) {
+            return reject(
+                Some(SENTINEL),
+                format!(
+                    "run `{run_id}`: step {step:?} / operation `{}` do not match the directory `{}_{}`",
+                    operation.map_or("", String::as_str),
+                    dir.step,
+                    dir.operation
+                ),
+            );
+        }
+        out.push(StagedRun {
+            run_id,
+            spec_id: spec_ids.get(i).cloned().unwrap_or_default(),
+            success: successes.get(i).copied().unwrap_or(false),
+            outputs: BTreeSet::new(),
+        });
+    }
+    Ok(out)
 }
 
-/// Check 3b: every edge row names this run. Returns the artifact ids the
-/// edges refer to.
-fn check_edges(loaded: &LoadedRun, run_id: &str) -> Result<BTreeSet<String>, Rejection> {
+/// Check 3b: every edge row names one of the directory's runs. Records each
+/// run's outputs; returns the artifact ids the edges refer to.
+fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<String>, Rejection> {
     let mut referenced = BTreeSet::new();
+    let position: BTreeMap<String, usize> =
+        loaded.executions.iter().enumerate().map(|(i, e)| (e.run_id.clone(), i)).collect();
     for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
         let Some(batches) = loaded.tables.get(&edges.name) else { continue };
-        if let Some(other) = values(batches, "execution_run_id").into_iter().find(|r| r != run_id) {
+        let runs = values(batches, "execution_run_id");
+        if let Some(other) = runs.iter().find(|r| !position.contains_key(*r)) {
             return reject(
                 Some(&format!("{}.parquet", edges.name)),
                 format!("edge of another run `{other}`"),
             );
+        }
+        if edges.name == layout::execution_edges_table().name {
+            let directions = values(batches, "direction");
+            let artifacts = values(batches, "artifact_id");
+            for ((run, direction), artifact) in runs.iter().zip(&directions).zip(artifacts) {
+                if direction == crate::records::Direction::Output.as_str() {
+                    loaded.executions[position[run]].outputs.insert(artifact);
+                }
+            }
         }
         for column in ["artifact_id", "source_artifact_id", "target_artifact_id"] {
             referenced.extend(values(batches, column));
         }
     }
     Ok(referenced)
+}
+
+/// Check 3c (batches): every artifact is the output of one of the batch's
+/// executions, so that dropping an execution can drop its content.
+fn check_outputs(loaded: &LoadedRun) -> Result<(), Rejection> {
+    if !loaded.dir.is_batch() {
+        return Ok(());
+    }
+    let outputs: BTreeSet<&String> =
+        loaded.executions.iter().flat_map(|e| e.outputs.iter()).collect();
+    match loaded.artifacts.keys().find(|id| !outputs.contains(id)) {
+        Some(id) => reject(
+            Some("execution_edges.parquet"),
+            format!("artifact {id} is the output of no execution of the batch"),
+        ),
+        None => Ok(()),
+    }
 }
 
 /// Check 4: every staged artifact, rebuilt as a draft and finalized with the

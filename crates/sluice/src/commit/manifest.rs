@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::lake::layout::{self, MANIFEST_DIR};
 use crate::staging::RunDir;
-use crate::staging::paths::{parse_step_dir, validate_run_id};
+use crate::staging::paths::{parse_step_dir, validate_dir_name};
 
 /// The run directories of one sequence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,7 +57,7 @@ pub fn run_dir_from(root: &Path, relative: &Path) -> Option<RunDir> {
     }
     let [step_dir, shard1, shard2, run_id] = parts.as_slice() else { return None };
     let (step, operation) = parse_step_dir(step_dir)?;
-    validate_run_id(run_id).ok()?;
+    validate_dir_name(run_id).ok()?;
     if run_id.get(0..2)? != *shard1 || run_id.get(2..4)? != *shard2 {
         return None;
     }

@@ -48,7 +48,8 @@ pub const DEFAULT_CHUNK_BYTES: u64 = 256 << 20;
 /// What a commit did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommitReport {
-    /// Run directories committed (including recovered ones).
+    /// Executions committed, or found already committed, including
+    /// recovered ones (a batch directory counts each of its executions).
     pub runs_committed: usize,
     /// Run directories without a sentinel, left in place.
     pub unsealed: Vec<PathBuf>,
@@ -270,7 +271,7 @@ impl<'a> CommitBuilder<'a> {
             );
         }
         let sealed: Vec<RunDir> = match &self.runs {
-            Some(runs) => scan.sealed.into_iter().filter(|r| runs.contains(&r.run_id)).collect(),
+            Some(runs) => scan.sealed.into_iter().filter(|r| holds_any(r, runs)).collect(),
             None => scan.sealed,
         };
         let total = sealed.len();
@@ -293,6 +294,15 @@ impl<'a> CommitBuilder<'a> {
         }
         Ok(())
     }
+}
+
+/// Whether a sealed directory holds one of `runs` (a batch whose sentinel
+/// cannot be read is left to `recover`, which quarantines it).
+fn holds_any(dir: &RunDir, runs: &std::collections::HashSet<String>) -> bool {
+    if !dir.is_batch() {
+        return runs.contains(&dir.run_id);
+    }
+    dir.staged_run_ids().is_ok_and(|ids| ids.iter().any(|id| runs.contains(id)))
 }
 
 /// Cut sealed runs into chunks of at most `runs` directories and `bytes`

@@ -41,7 +41,7 @@ use super::quarantine::{quarantine, remove_run};
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
-use crate::lake::append::{Append, Dedup};
+use crate::lake::append::{Append, Appended, Dedup, Gate};
 use crate::lake::journal::{self, JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
 use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::table;
@@ -137,7 +137,7 @@ impl Loaded {
         let token = crate::host::unique_id();
         let owner = crate::host::owner();
         let tables_seq = ctx.tables_seq;
-        let run_count = self.runs.len() as i64;
+        let run_count = executions(&self.runs) as i64;
         let claimed = journal::append(root, |j| {
             check_journal(j.max_seq(), tables_seq)?;
             Ok(Some(JournalEntry {
@@ -177,6 +177,11 @@ impl Loaded {
     }
 }
 
+/// Executions in these loaded directories.
+fn executions(runs: &[LoadedRun]) -> usize {
+    runs.iter().map(|r| r.executions.len()).sum()
+}
+
 /// The journal must know every sequence the tables record.
 pub(super) fn check_journal(journal_seq: i64, tables_seq: i64) -> Result<()> {
     if tables_seq > journal_seq {
@@ -205,21 +210,108 @@ impl Claimed {
             total_ms = clock.elapsed().as_millis() as u64,
             "sequence finished"
         );
-        self.report.runs = self.runs.len();
+        self.report.runs = executions(&self.runs);
         Ok(self.report)
     }
 
     /// Commit every table of the sequence, in order. Returns the version of
     /// each table commit the sequence made (or found by its token).
+    ///
+    /// The order is the protocol: content tables → index → artifact_edges →
+    /// execution_edges → executions, each committed only after the one
+    /// before it. The last three need nothing from the others to prepare, so
+    /// they de-duplicate and write their files beside the content and index
+    /// commits and wait, each at a [`Gate`], for the table before it; a
+    /// failure closes every later gate, whose files are given up.
     async fn commit_tables(&mut self, ctx: &Context<'_>) -> Result<BTreeMap<String, u64>> {
         let lake = ctx.lake;
+        let specs: Vec<TableSpec> = lake
+            .table_specs()
+            .into_iter()
+            .filter(|s| !matches!(s.kind, TableKind::Steps | TableKind::Commits))
+            .collect();
+        let (tail, head): (Vec<TableSpec>, Vec<TableSpec>) = specs.into_iter().partition(|s| {
+            matches!(
+                s.kind,
+                TableKind::ArtifactEdges | TableKind::ExecutionEdges | TableKind::Executions
+            )
+        });
+        let (index_done, mut before) = tokio::sync::oneshot::channel::<bool>();
+        let mut tail_tasks = Vec::new();
+        for spec in tail {
+            let (done, next) = tokio::sync::oneshot::channel::<bool>();
+            let ready = futures::FutureExt::shared(before);
+            let gate = Gate::new({
+                let ready = ready.clone();
+                async move { ready.await == Ok(true) }
+            });
+            let batches: Vec<RecordBatch> = self
+                .runs
+                .iter()
+                .flat_map(|run| run.tables.get(&spec.name).into_iter().flatten().cloned())
+                .collect();
+            let root = lake.root().to_path_buf();
+            let failpoint = ctx.failpoint.clone();
+            let (seq, token) = (self.seq, self.token.clone());
+            let since = self.before.get(&spec.name).copied().unwrap_or_default();
+            tail_tasks.push(tokio::spawn(async move {
+                let result = async {
+                    failpoint_check(failpoint.as_deref(), &spec.name)?;
+                    let handle = table::open(&root, &spec).await?;
+                    let schema = table::arrow_schema(&handle, &spec)?;
+                    let mut conformed = Vec::new();
+                    for batch in &batches {
+                        conformed.extend(conform(batch, &schema, &spec.name)?);
+                    }
+                    append_one(&root, &spec, conformed, seq, token, since, Some(handle), Some(gate))
+                        .await
+                }
+                .await;
+                // Done only once the table before it is done too: an append
+                // that had nothing to commit must not let the next one pass
+                // ahead of the order.
+                let passed = ready.await == Ok(true);
+                let _ = done.send(passed && result.is_ok());
+                (spec.name.clone(), result)
+            }));
+            before = next;
+        }
+        drop(before);
+
         let mut commits = BTreeMap::new();
-        let mut content_present: Vec<(TableSpec, BTreeSet<String>)> = Vec::new();
-        for spec in lake.table_specs() {
-            if matches!(spec.kind, TableKind::Steps | TableKind::Commits) {
-                continue;
+        let head_result = self.commit_head(ctx, head, &mut commits).await;
+        let _ = index_done.send(head_result.is_ok());
+        let mut first_error = head_result.err();
+        for task in tail_tasks {
+            let (name, result) = task.await.map_err(|e| Error::task("committing a table", e))?;
+            match result {
+                Ok(appended) => self.record(&name, &appended, &mut commits),
+                // A later table that gave up because an earlier one failed
+                // is not the cause: report the first failure in the order.
+                Err(e) => {
+                    if first_error.is_none() {
+                        first_error = Some(e);
+                    }
+                }
             }
-            failpoint(ctx.failpoint.as_deref(), &spec.name)?;
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(commits),
+        }
+    }
+
+    /// Content tables, then the index, one after the other.
+    async fn commit_head(
+        &mut self,
+        ctx: &Context<'_>,
+        specs: Vec<TableSpec>,
+        commits: &mut BTreeMap<String, u64>,
+    ) -> Result<()> {
+        let lake = ctx.lake;
+        let mut content_present: Vec<(TableSpec, BTreeSet<String>)> = Vec::new();
+        for spec in specs {
+            failpoint_check(ctx.failpoint.as_deref(), &spec.name)?;
             let handle = table::open(lake.root(), &spec).await?;
             let schema = table::arrow_schema(&handle, &spec)?;
             let mut batches = Vec::new();
@@ -239,28 +331,32 @@ impl Claimed {
                 .await?;
             }
             let since = self.before.get(&spec.name).copied().unwrap_or_default();
-            let clock = std::time::Instant::now();
-            let appended = Append::new(lake.root(), &spec, batches)
-                .with_app_transaction(TXN_APP_ID, self.seq)
-                .with_metadata(SEQ_KEY, serde_json::json!(self.seq))
-                .with_token(self.token.clone(), since)
-                .execute()
-                .await?;
-            tracing::debug!(
-                seq = self.seq, table = %spec.name, rows = appended.rows_added,
-                skipped = appended.rows_skipped, ms = clock.elapsed().as_millis() as u64,
-                "table committed"
-            );
-            if let Some(version) = appended.committed {
-                commits.insert(spec.name.clone(), version);
-            }
-            self.report.rows_added.insert(spec.name.clone(), appended.rows_added);
-            self.report.rows_deduplicated.insert(spec.name.clone(), appended.rows_skipped);
+            let appended = append_one(
+                lake.root(),
+                &spec,
+                batches,
+                self.seq,
+                self.token.clone(),
+                since,
+                Some(handle),
+                None,
+            )
+            .await?;
+            self.record(&spec.name, &appended, commits);
             if matches!(spec.kind, TableKind::Content(_)) {
                 content_present.push((spec.clone(), appended.present_keys));
             }
         }
-        Ok(commits)
+        Ok(())
+    }
+
+    /// Note one table's append in the report and the commit versions.
+    fn record(&mut self, table: &str, appended: &Appended, commits: &mut BTreeMap<String, u64>) {
+        if let Some(version) = appended.committed {
+            commits.insert(table.to_owned(), version);
+        }
+        self.report.rows_added.insert(table.to_owned(), appended.rows_added);
+        self.report.rows_deduplicated.insert(table.to_owned(), appended.rows_skipped);
     }
 
     /// Record `completed` (once, whoever finishes the sequence).
@@ -270,7 +366,7 @@ impl Claimed {
         let entry = JournalEntry {
             seq: self.seq,
             phase: Some(Phase::Completed),
-            run_count: self.runs.len() as i64,
+            run_count: executions(&self.runs) as i64,
             table_versions: after,
             table_commits: commits,
             rows_added: self.report.rows_added.clone(),
@@ -307,7 +403,7 @@ async fn reject_run(
         tracing::info!(run = %dir.run_id, "a staged run vanished while loading (committed elsewhere)");
         return Ok(());
     }
-    if run_committed(ctx.lake, &dir.run_id).await? {
+    if runs_committed(ctx.lake, dir).await? {
         tracing::info!(run = %dir.run_id, "a staged run was committed meanwhile; removing it");
         return remove_run(ctx.staging_root, dir);
     }
@@ -333,24 +429,43 @@ async fn drop_committed(
     if runs.is_empty() || !table::is_table(&table::table_dir(ctx.lake.root(), &spec)) {
         return Ok(());
     }
+    let clock = std::time::Instant::now();
     let handle = table::open(ctx.lake.root(), &spec).await?;
-    let ids: BTreeSet<String> = runs.iter().map(|r| r.dir.run_id.clone()).collect();
+    let open_ms = clock.elapsed().as_millis() as u64;
+    let ids: BTreeSet<String> =
+        runs.iter().flat_map(|r| r.executions.iter().map(|e| e.run_id.clone())).collect();
     let committed =
         crate::lake::append::present_keys(ctx.lake.root(), &handle, &spec, Dedup::RunId, &ids)
             .await?;
-    let mut succeeded = succeeded_specs(&handle, &spec, runs).await?;
+    let runs_ms = clock.elapsed().as_millis() as u64 - open_ms;
+    let mut succeeded = succeeded_specs(ctx.lake, runs).await?;
+    tracing::debug!(
+        open_ms,
+        runs_ms,
+        specs_ms = clock.elapsed().as_millis() as u64 - open_ms - runs_ms,
+        "checked which staged runs are committed"
+    );
     let mut kept = Vec::with_capacity(runs.len());
-    for run in runs.drain(..) {
-        let (spec_id, success) = run.execution_spec();
-        let repeat = success && !succeeded.insert(spec_id.clone());
-        if committed.contains(&run.dir.run_id) || repeat {
-            tracing::info!(
-                run = %run.dir.run_id, spec = %spec_id, repeat,
-                "staged run already committed (or its spec already succeeded); its staging is removed"
-            );
+    for mut run in runs.drain(..) {
+        let mut keep = BTreeSet::new();
+        for e in &run.executions {
+            let repeat = e.success && !succeeded.insert(e.spec_id.clone());
+            if committed.contains(&e.run_id) || repeat {
+                tracing::info!(
+                    run = %e.run_id, dir = %run.dir.run_id, spec = %e.spec_id, repeat,
+                    "staged run already committed (or its spec already succeeded); not committed again"
+                );
+            } else {
+                keep.insert(e.run_id.clone());
+            }
+        }
+        report.already_committed += run.executions.len() - keep.len();
+        if keep.is_empty() {
             remove_run(ctx.staging_root, &run.dir)?;
-            report.already_committed += 1;
         } else {
+            if keep.len() < run.executions.len() {
+                run.retain_runs(&keep)?;
+            }
             kept.push(run);
         }
     }
@@ -359,43 +474,35 @@ async fn drop_committed(
 }
 
 /// Which specs of these runs' successful executions already succeeded in
-/// the lake (reads only the runs' step partitions).
-async fn succeeded_specs(
-    handle: &deltalake::DeltaTable,
-    spec: &TableSpec,
-    runs: &[LoadedRun],
-) -> Result<BTreeSet<String>> {
-    use crate::lake::scan::{self, Select};
-    let specs: BTreeSet<String> = runs
+/// the lake: the execution cache's look-up (key and bloom filters of
+/// `execution_spec_id`), so the cost follows these specs, not the table.
+async fn succeeded_specs(lake: &Lake, runs: &[LoadedRun]) -> Result<BTreeSet<String>> {
+    let specs: HashSet<String> = runs
         .iter()
-        .map(LoadedRun::execution_spec)
-        .filter(|(_, success)| *success)
-        .map(|(s, _)| s)
+        .flat_map(|r| r.executions.iter())
+        .filter(|e| e.success)
+        .map(|e| e.spec_id.clone())
         .collect();
-    let steps: BTreeSet<i32> = runs.iter().map(|r| r.dir.step).collect();
-    let mut out = BTreeSet::new();
-    let specs: Vec<String> = specs.into_iter().collect();
-    for chunk in specs.chunks(scan::IN_LIST_CHUNK) {
-        let filter = scan::in_list(layout::STEP_COLUMN, steps.iter().copied())
-            .and(scan::column("success"))
-            .and(scan::in_list("execution_spec_id", chunk.iter().map(String::as_str)));
-        let select = Select::columns(vec![scan::column("execution_spec_id")]).filter(filter);
-        out.extend(select.strings(handle, &spec.name).await?);
-    }
-    Ok(out)
+    Ok(crate::pipeline::cache::successful_runs(lake, &specs).await?.into_keys().collect())
 }
 
-async fn run_committed(lake: &Lake, run_id: &str) -> Result<bool> {
+/// Whether every execution of a staging directory is in the lake (a batch
+/// whose sentinel cannot be read is not).
+async fn runs_committed(lake: &Lake, dir: &RunDir) -> Result<bool> {
     let spec = layout::executions_table();
     if !table::is_table(&table::table_dir(lake.root(), &spec)) {
         return Ok(false);
     }
+    let Ok(wanted) = dir.staged_run_ids() else { return Ok(false) };
+    if wanted.is_empty() {
+        return Ok(false);
+    }
+    let wanted: BTreeSet<String> = wanted.into_iter().collect();
     let handle = table::open(lake.root(), &spec).await?;
-    let wanted = BTreeSet::from([run_id.to_owned()]);
     let found =
         crate::lake::append::present_keys(lake.root(), &handle, &spec, Dedup::RunId, &wanted)
             .await?;
-    Ok(!found.is_empty())
+    Ok(found.len() == wanted.len())
 }
 
 /// Edges must point at artifacts in this commit or in the lake. Removing a
@@ -509,10 +616,43 @@ fn slices(batch: &RecordBatch) -> Vec<(usize, usize)> {
     out
 }
 
+/// One table's de-duplicating append of a sequence, tagged with its number
+/// and token.
+#[allow(clippy::too_many_arguments)]
+async fn append_one(
+    root: &Path,
+    spec: &TableSpec,
+    batches: Vec<RecordBatch>,
+    seq: i64,
+    token: String,
+    since: u64,
+    handle: Option<deltalake::DeltaTable>,
+    gate: Option<Gate>,
+) -> Result<Appended> {
+    let clock = std::time::Instant::now();
+    let mut append = Append::new(root, spec, batches)
+        .with_app_transaction(TXN_APP_ID, seq)
+        .with_metadata(SEQ_KEY, serde_json::json!(seq))
+        .with_token(token, since);
+    if let Some(handle) = handle {
+        append = append.with_table(handle);
+    }
+    if let Some(gate) = gate {
+        append = append.with_gate(gate);
+    }
+    let appended = append.execute().await?;
+    tracing::debug!(
+        seq, table = %spec.name, rows = appended.rows_added,
+        skipped = appended.rows_skipped, ms = clock.elapsed().as_millis() as u64,
+        "table committed"
+    );
+    Ok(appended)
+}
+
 /// Fault injection for tests: with the failpoint `commit:<table>` the
-/// commit of that table fails, as a Delta error would, after every table
-/// before it in the order committed.
-fn failpoint(point: Option<&str>, table: &str) -> Result<()> {
+/// commit of that table fails, as a Delta error would, and so does every
+/// table after it in the order committed.
+fn failpoint_check(point: Option<&str>, table: &str) -> Result<()> {
     match point {
         Some(point) if point.strip_prefix("commit:") == Some(table) => {
             Err(Error::Injected { point: format!("committing table `{table}`") })

@@ -122,6 +122,36 @@ pub struct Append<'a> {
     since: u64,
     /// A handle to start from instead of opening the table.
     table: Option<DeltaTable>,
+    /// What the commit waits for (see [`Append::with_gate`]).
+    gate: Option<Gate>,
+}
+
+/// What an append waits for between writing its files and committing them:
+/// `true` to commit, `false` to give its files up (the table before it in a
+/// fixed order did not commit).
+/// (In a mutex only so that an append stays `Sync`; it is awaited once, by
+/// value.)
+pub struct Gate(std::sync::Mutex<futures::future::BoxFuture<'static, bool>>);
+
+impl Gate {
+    /// A gate that opens when `ready` resolves.
+    pub fn new(ready: impl std::future::Future<Output = bool> + Send + 'static) -> Self {
+        Gate(std::sync::Mutex::new(Box::pin(ready)))
+    }
+
+    /// Wait for the gate: whether to go on.
+    async fn open(self) -> bool {
+        match self.0.into_inner() {
+            Ok(ready) => ready.await,
+            Err(poisoned) => poisoned.into_inner().await,
+        }
+    }
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gate")
+    }
 }
 
 /// What goes into a commit besides its files.
@@ -196,7 +226,24 @@ pub struct Appended {
 impl<'a> Append<'a> {
     /// Append `batches` (in the table's schema) to the table of `spec`.
     pub fn new(root: &'a Path, spec: &'a TableSpec, batches: Vec<RecordBatch>) -> Self {
-        Append { root, spec, batches, commit: CommitSpec::default(), since: 0, table: None }
+        Append {
+            root,
+            spec,
+            batches,
+            commit: CommitSpec::default(),
+            since: 0,
+            table: None,
+            gate: None,
+        }
+    }
+
+    /// De-duplicate and write the files now, commit them only once `gate`
+    /// opens: tables committed in a fixed order can prepare their commits
+    /// side by side. A closed gate (`false`) gives the written files up and
+    /// fails the append.
+    pub fn with_gate(mut self, gate: Gate) -> Self {
+        self.gate = Some(gate);
+        self
     }
 
     /// Commit metadata (a top-level key of the commit's `commitInfo`).
@@ -289,6 +336,15 @@ impl<'a> Append<'a> {
             let adds =
                 write_files(&table, &spec.name, &batches, table::writer_properties_for(spec))
                     .await?;
+            if let Some(gate) = self.gate.take()
+                && !gate.open().await
+            {
+                remove_files(&table, &adds).await;
+                return Err(Error::NotCommitted {
+                    table: spec.name.clone(),
+                    reason: "a table before it in the commit order did not commit".into(),
+                });
+            }
             match self.commit_new_adds(&mut table, &adds, dedup, &batches).await? {
                 Some(version) => {
                     let keys = batch_keys(&batches, dedup, &spec.name)?;

@@ -9,6 +9,15 @@
 //!  committer ◀── scan (sealed only) ──┘
 //! ```
 //!
+//! A worker with many small units may stage a *batch* instead: one directory
+//! `{step}_{op}/{b[0:2]}/{b[2:4]}/{b}.batch/` with the same files, each holding
+//! the rows of all its executions, and one sentinel listing them all. A
+//! commit of N small executions then reads 5·N/K files instead of 5·N
+//! (opening and decoding a tiny Parquet file is most of what such a commit
+//! costs), and every guarantee stays: a batch is sealed by its sentinel
+//! like a run directory, validated and quarantined whole (one worker wrote
+//! it), and committed in part when some of its runs are already in the lake.
+//!
 //! Invariants:
 //! 1. A worker writes only inside its own run directory; names that could
 //!    escape it (`..`, `/`, NUL, absurd length) are rejected.

@@ -6,6 +6,10 @@
 //!
 //! The two shard levels keep any one directory to at most a few hundred
 //! entries even with millions of executions, which matters on NFS and Lustre.
+//!
+//! A directory holds one execution (named by its run id) or a *batch* of a
+//! worker's executions (named by a batch id, a unique id ending in
+//! [`BATCH_SUFFIX`]; run ids may not end so, so a name says which it is).
 
 use std::path::{Path, PathBuf};
 
@@ -55,7 +59,35 @@ pub fn validate_component(what: &str, name: &str) -> Result<()> {
 
 /// Check an execution run id for use in a staging path.
 pub fn validate_run_id(run_id: &str) -> Result<()> {
-    check_name("run id", run_id, MIN_RUN_ID_LEN)
+    check_name("run id", run_id, MIN_RUN_ID_LEN)?;
+    if is_batch_id(run_id) {
+        return Err(Error::InvalidInput(format!(
+            "run id {run_id:?} is rejected: names ending in `{BATCH_SUFFIX}` are batch directories"
+        )));
+    }
+    Ok(())
+}
+
+/// The end of every batch directory's name.
+pub const BATCH_SUFFIX: &str = ".batch";
+
+/// Whether a staging directory name is a batch id (else it is a run id).
+pub fn is_batch_id(name: &str) -> bool {
+    name.ends_with(BATCH_SUFFIX)
+}
+
+/// A fresh batch id: 32 unique hex characters (they shard the directory)
+/// and [`BATCH_SUFFIX`].
+pub fn new_batch_id() -> String {
+    format!("{}{BATCH_SUFFIX}", crate::host::unique_id())
+}
+
+/// Check the name of a staging directory: a run id or a batch id.
+pub fn validate_dir_name(name: &str) -> Result<()> {
+    match name.strip_suffix(BATCH_SUFFIX) {
+        Some(id) => check_name("batch id", id, MIN_RUN_ID_LEN),
+        None => validate_run_id(name),
+    }
 }
 
 /// The step directory name: `{step}_{operation}`.
@@ -70,11 +102,31 @@ pub fn step_dir_name(step: i32, operation: &str) -> Result<String> {
 /// The staging directory of one execution run.
 pub fn run_dir(staging_root: &Path, step: i32, operation: &str, run_id: &str) -> Result<PathBuf> {
     validate_run_id(run_id)?;
+    sharded(staging_root, step, operation, run_id)
+}
+
+/// The staging directory of a batch of executions of one step.
+pub fn batch_dir(
+    staging_root: &Path,
+    step: i32,
+    operation: &str,
+    batch_id: &str,
+) -> Result<PathBuf> {
+    if !is_batch_id(batch_id) {
+        return Err(Error::InvalidInput(format!(
+            "batch id {batch_id:?} is rejected: it does not end in `{BATCH_SUFFIX}`"
+        )));
+    }
+    validate_dir_name(batch_id)?;
+    sharded(staging_root, step, operation, batch_id)
+}
+
+fn sharded(staging_root: &Path, step: i32, operation: &str, name: &str) -> Result<PathBuf> {
     Ok(staging_root
         .join(step_dir_name(step, operation)?)
-        .join(&run_id[0..2])
-        .join(&run_id[2..4])
-        .join(run_id))
+        .join(&name[0..2])
+        .join(&name[2..4])
+        .join(name))
 }
 
 /// Parse a step directory name back into (step, operation).
@@ -108,5 +160,19 @@ mod tests {
         assert!(run_dir(Path::new("/s"), -1, "op", "abcd").is_err());
         let err = validate_run_id("ab/../../etc").unwrap_err().to_string();
         assert!(err.contains("run id") && err.contains("rejected"), "{err}");
+    }
+
+    #[test]
+    fn batch_ids_and_run_ids_never_share_a_name() {
+        let batch = new_batch_id();
+        assert!(is_batch_id(&batch) && validate_dir_name(&batch).is_ok());
+        assert!(validate_run_id(&batch).is_err(), "a run id may not look like a batch");
+        assert!(run_dir(Path::new("/s"), 1, "op", &batch).is_err());
+        let dir = batch_dir(Path::new("/s"), 1, "op", &batch).unwrap();
+        assert_eq!(dir, Path::new("/s/1_op").join(&batch[0..2]).join(&batch[2..4]).join(&batch));
+        assert!(batch_dir(Path::new("/s"), 1, "op", "abcdef").is_err(), "no suffix");
+        for bad in ["../x.batch", ".batch", "a/b.batch"] {
+            assert!(validate_dir_name(bad).is_err(), "{bad:?}");
+        }
     }
 }

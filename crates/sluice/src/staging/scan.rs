@@ -3,20 +3,64 @@
 use std::path::{Path, PathBuf};
 
 use super::SENTINEL;
-use super::paths::{parse_step_dir, validate_run_id};
+use super::paths::{is_batch_id, parse_step_dir, validate_dir_name};
 use crate::error::{Error, Result};
 
-/// One execution's staging directory found on disk.
+/// A staging directory found on disk: one execution's, or a batch of one
+/// worker's executions of a step.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RunDir {
     /// Step number from the step directory name.
     pub step: i32,
     /// Operation from the step directory name.
     pub operation: String,
-    /// The run id (the directory name).
+    /// The directory name: the run id of its one execution, or a batch id
+    /// (see [`RunDir::is_batch`]).
     pub run_id: String,
     /// Full path.
     pub path: PathBuf,
+}
+
+impl RunDir {
+    /// Whether the directory holds a batch of executions (its name is a
+    /// batch id), whose run ids only its sentinel knows.
+    pub fn is_batch(&self) -> bool {
+        is_batch_id(&self.run_id)
+    }
+
+    /// The run ids of the executions the directory holds: its name, or for a
+    /// batch the run ids its sentinel lists (an error names the sentinel
+    /// when it is missing or unreadable).
+    pub fn staged_run_ids(&self) -> Result<Vec<String>> {
+        if !self.is_batch() {
+            return Ok(vec![self.run_id.clone()]);
+        }
+        sentinel_run_ids(&self.path.join(SENTINEL))
+    }
+}
+
+/// The `execution_run_id` values of a sentinel file.
+fn sentinel_run_ids(path: &Path) -> Result<Vec<String>> {
+    use deltalake::arrow::array::Array;
+    use deltalake::parquet::arrow::ProjectionMask;
+    use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let bad = |e: &dyn std::fmt::Display| {
+        Error::InvalidInput(format!("{}: unreadable sentinel: {e}", path.display()))
+    };
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| bad(&e))?;
+    let column = builder
+        .schema()
+        .index_of("execution_run_id")
+        .map_err(|_| bad(&"no execution_run_id column"))?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [column]);
+    let mut out = Vec::new();
+    for batch in builder.with_projection(mask).build().map_err(|e| bad(&e))? {
+        let batch = batch.map_err(|e| bad(&e))?;
+        let text = crate::lake::scan::text_column(&batch, 0, "execution_run_id")?;
+        out.extend((0..text.len()).filter(|&r| text.is_valid(r)).map(|r| text.value(r).to_owned()));
+    }
+    Ok(out)
 }
 
 /// What a scan of a staging root found.
@@ -73,7 +117,7 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
                 }
                 for run in entries(&shard2)? {
                     let run_id = name(&run).to_owned();
-                    let fits = validate_run_id(&run_id).is_ok()
+                    let fits = validate_dir_name(&run_id).is_ok()
                         && run_id[0..2] == *name(&shard1)
                         && run_id[2..4] == *name(&shard2);
                     if !fits || !run.is_dir() {

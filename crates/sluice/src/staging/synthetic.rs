@@ -36,6 +36,11 @@ pub struct SyntheticSpec {
     /// file_ref (a small file written here) and the declared type `sample`
     /// (columns `label: string`, `value: float64`) when the lake has it.
     pub mixed: Option<std::path::PathBuf>,
+    /// Executions per staging directory: 1 stages each in its own, more
+    /// seals them in batches of this many ([`StagingWriter::write_batch`]);
+    /// a batch with a crashed execution is left unsealed whole, as a
+    /// worker that died before sealing it leaves it.
+    pub batch: usize,
 }
 
 impl Default for SyntheticSpec {
@@ -49,6 +54,7 @@ impl Default for SyntheticSpec {
             fail_fraction: 0.0,
             crash_fraction: 0.0,
             mixed: None,
+            batch: 1,
         }
     }
 }
@@ -193,7 +199,8 @@ fn mixed_draft(
     })
 }
 
-/// Stage executions `range` of a spec.
+/// Stage executions `range` of a spec, one directory per execution or in
+/// batches of `spec.batch`.
 pub fn stage_range(
     writer: &StagingWriter,
     spec: &SyntheticSpec,
@@ -201,19 +208,48 @@ pub fn stage_range(
     range: std::ops::Range<u64>,
 ) -> Result<SyntheticReport> {
     let mut report = SyntheticReport::default();
-    for index in range {
+    let mut batch = Vec::new();
+    let mut batch_crashed = false;
+    for index in range.clone() {
         let (staged, crashed) = execution(spec, registry, index)?;
-        if crashed {
+        if spec.batch > 1 {
+            batch_crashed |= crashed;
+            batch.push(staged);
+            if batch.len() == spec.batch || index + 1 == range.end {
+                stage_batch(writer, std::mem::take(&mut batch), batch_crashed, &mut report)?;
+                batch_crashed = false;
+            }
+        } else if crashed {
             writer.write_unsealed(&staged)?;
             report.crashed += 1;
         } else {
             writer.write(&staged)?;
-            if staged.execution.success {
-                report.succeeded += 1;
-            } else {
-                report.failed += 1;
-            }
+            count(&staged, &mut report);
         }
     }
     Ok(report)
+}
+
+fn stage_batch(
+    writer: &StagingWriter,
+    batch: Vec<StagedExecution>,
+    crashed: bool,
+    report: &mut SyntheticReport,
+) -> Result<()> {
+    if crashed {
+        writer.write_batch_unsealed(&batch)?;
+        report.crashed += batch.len();
+    } else {
+        writer.write_batch(&batch)?;
+        batch.iter().for_each(|staged| count(staged, report));
+    }
+    Ok(())
+}
+
+fn count(staged: &StagedExecution, report: &mut SyntheticReport) {
+    if staged.execution.success {
+        report.succeeded += 1;
+    } else {
+        report.failed += 1;
+    }
 }

@@ -7,6 +7,10 @@
 //! 3. `executions.parquet` **last**: the sentinel. A directory without it is a
 //!    crashed or unfinished worker and is never committed.
 //!
+//! A worker that runs many small units stages them as a *batch*
+//! ([`StagingWriter::write_batch`]): the same files, each holding the rows of
+//! all its executions, in one directory named by a batch id, sealed once.
+//!
 //! Each file is written to a hidden temporary name and renamed into place, so
 //! no reader ever sees half a file. On a shared filesystem each file is
 //! fsynced before its rename and the directory after it.
@@ -72,24 +76,68 @@ impl StagingWriter {
     /// Stage one execution. Returns its directory. A failed execution
     /// (`success == false`) may carry input edges and no artifacts.
     pub fn write(&self, staged: &StagedExecution) -> Result<PathBuf> {
-        self.write_inner(staged, true)
+        self.write_inner(std::slice::from_ref(staged), None, true)
     }
 
     /// Write everything but the sentinel: what a worker that dies just before
     /// sealing leaves behind. For crash tests and load generators.
     #[doc(hidden)]
     pub fn write_unsealed(&self, staged: &StagedExecution) -> Result<PathBuf> {
-        self.write_inner(staged, false)
+        self.write_inner(std::slice::from_ref(staged), None, false)
     }
 
-    fn write_inner(&self, staged: &StagedExecution, seal: bool) -> Result<PathBuf> {
-        let e = &staged.execution;
-        let dir = paths::run_dir(
-            &self.root,
-            e.origin_step_number,
-            &e.operation_name,
-            &e.execution_run_id,
-        )?;
+    /// Stage a batch of one step's executions in one directory: one file per
+    /// table for all of them, and one sentinel listing every execution. The
+    /// committer takes a batch whole or quarantines it whole; it costs five
+    /// files instead of five per execution, which is most of what a commit
+    /// of small executions spends. Returns the batch directory.
+    pub fn write_batch(&self, staged: &[StagedExecution]) -> Result<PathBuf> {
+        self.write_inner(staged, Some(paths::new_batch_id()), true)
+    }
+
+    /// A batch without its sentinel: a worker that died before sealing it.
+    #[doc(hidden)]
+    pub fn write_batch_unsealed(&self, staged: &[StagedExecution]) -> Result<PathBuf> {
+        self.write_inner(staged, Some(paths::new_batch_id()), false)
+    }
+
+    fn write_inner(
+        &self,
+        staged: &[StagedExecution],
+        batch: Option<String>,
+        seal: bool,
+    ) -> Result<PathBuf> {
+        let Some(first) = staged.first().map(|s| &s.execution) else {
+            return Err(Error::InvalidInput("a staged batch holds no execution".into()));
+        };
+        let mut run_ids = std::collections::BTreeSet::new();
+        for s in staged {
+            let e = &s.execution;
+            paths::validate_run_id(&e.execution_run_id)?;
+            if e.origin_step_number != first.origin_step_number
+                || e.operation_name != first.operation_name
+            {
+                return Err(Error::InvalidInput(format!(
+                    "run {}: a batch holds executions of one step; step {} `{}` differs from step {} `{}`",
+                    e.execution_run_id,
+                    e.origin_step_number,
+                    e.operation_name,
+                    first.origin_step_number,
+                    first.operation_name
+                )));
+            }
+            if !run_ids.insert(e.execution_run_id.as_str()) {
+                return Err(Error::InvalidInput(format!(
+                    "run {}: staged twice in one batch",
+                    e.execution_run_id
+                )));
+            }
+        }
+        let (step, operation) = (first.origin_step_number, &first.operation_name);
+        let dir = match &batch {
+            Some(id) => paths::batch_dir(&self.root, step, operation, id)?,
+            None => paths::run_dir(&self.root, step, operation, &first.execution_run_id)?,
+        };
         create_run_dir(&dir)?;
         if dir.join(SENTINEL).exists() {
             return Err(Error::InvalidInput(format!(
@@ -98,8 +146,12 @@ impl StagingWriter {
             )));
         }
 
+        // Content an execution of the batch shares with another is written once.
+        let mut seen = std::collections::HashSet::new();
+        let all: Vec<&Artifact> =
+            staged.iter().flat_map(|s| &s.artifacts).filter(|a| seen.insert(a.id)).collect();
         let mut by_type: BTreeMap<&str, Vec<&Artifact>> = BTreeMap::new();
-        for artifact in &staged.artifacts {
+        for artifact in &all {
             by_type.entry(artifact.type_key.as_str()).or_default().push(artifact);
         }
         for (type_key, artifacts) in &by_type {
@@ -108,20 +160,24 @@ impl StagingWriter {
             let batch = rows::content_batch(&spec.name, &schema, artifacts)?;
             self.write_file(&dir, &format!("{}.parquet", spec.name), &batch)?;
         }
-        let all: Vec<&Artifact> = staged.artifacts.iter().collect();
         let index = layout::index_table();
         self.write_file(&dir, "index.parquet", &rows::index_batch(&staging_schema(&index), &all)?)?;
+        let edges: Vec<ArtifactEdge> =
+            staged.iter().flat_map(|s| s.artifact_edges.iter().cloned()).collect();
         let spec = layout::artifact_edges_table();
-        let batch = records_batch(&spec, &staging_schema(&spec), &staged.artifact_edges)?;
+        let batch = records_batch(&spec, &staging_schema(&spec), &edges)?;
         self.write_file(&dir, "artifact_edges.parquet", &batch)?;
+        let edges: Vec<ExecutionEdge> =
+            staged.iter().flat_map(|s| s.execution_edges.iter().cloned()).collect();
         let spec = layout::execution_edges_table();
-        let batch = records_batch(&spec, &staging_schema(&spec), &staged.execution_edges)?;
+        let batch = records_batch(&spec, &staging_schema(&spec), &edges)?;
         self.write_file(&dir, "execution_edges.parquet", &batch)?;
         if !seal {
             return Ok(dir);
         }
+        let executions: Vec<ExecutionRecord> = staged.iter().map(|s| s.execution.clone()).collect();
         let spec = layout::executions_table();
-        let batch = records_batch(&spec, &staging_schema(&spec), std::slice::from_ref(e))?;
+        let batch = records_batch(&spec, &staging_schema(&spec), &executions)?;
         self.write_file(&dir, SENTINEL, &batch)?;
         if self.sync {
             sync_dir(&dir)?;

@@ -1,7 +1,8 @@
 //! Property tests of the committer against a simple model: whatever mix of
 //! sealed and unsealed runs, duplicated content and commit batches, the lake
 //! holds each sealed run once, each distinct content once, nothing unsealed,
-//! and committing again adds nothing.
+//! and committing again adds nothing — with runs staged one directory each
+//! or in batches, and batches that re-stage runs already committed.
 
 use std::collections::BTreeSet;
 
@@ -73,15 +74,31 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 8, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
-    fn lake_matches_the_model(runs in prop::collection::vec(run_strategy(), 1..10)) {
+    fn lake_matches_the_model(
+        runs in prop::collection::vec(run_strategy(), 1..10),
+        batched in prop::collection::vec(prop::bool::ANY, 3),
+        restage in prop::bool::ANY,
+    ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let (_dir, lake) = crate::common::lake().await;
             let w = writer(&lake);
-            for batch in 0..3 {
-                for (i, run) in runs.iter().enumerate().filter(|(_, r)| r.batch == batch) {
+            for (round, &batched) in batched.iter().enumerate() {
+                let mut batch = Vec::new();
+                for (i, run) in runs.iter().enumerate() {
                     let s = staged(&lake, i, run);
-                    if run.sealed { w.write(&s).unwrap(); } else { w.write_unsealed(&s).unwrap(); }
+                    if run.batch == round && !run.sealed {
+                        w.write_unsealed(&s).unwrap();
+                    } else if run.batch == round && !batched {
+                        w.write(&s).unwrap();
+                    } else if run.sealed && (run.batch == round || (restage && run.batch < round)) {
+                        // A batch: this round's runs, and maybe again the
+                        // runs earlier rounds committed.
+                        batch.push(s);
+                    }
+                }
+                if batched && !batch.is_empty() {
+                    w.write_batch(&batch).unwrap();
                 }
                 lake.commit().with_chunk_size(3).execute().await.unwrap();
             }

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod azure;
+mod batch;
 mod commit;
 mod commit_props;
 mod common;
