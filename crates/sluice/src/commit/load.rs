@@ -111,15 +111,21 @@ impl LoadedRun {
             }
         }
         self.artifacts.retain(|id, _| outputs.contains(id));
-        self.referenced = BTreeSet::new();
-        for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
-            let Some(batches) = self.tables.get(&edges.name) else { continue };
-            for column in ["artifact_id", "source_artifact_id", "target_artifact_id"] {
-                self.referenced.extend(values(batches, column));
-            }
-        }
+        self.referenced = referenced_ids(&self.tables);
         Ok(())
     }
+}
+
+/// The artifact ids the staged edge rows refer to.
+fn referenced_ids(tables: &BTreeMap<String, Vec<RecordBatch>>) -> BTreeSet<String> {
+    let mut referenced = BTreeSet::new();
+    for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
+        let Some(batches) = tables.get(&edges.name) else { continue };
+        for column in ["artifact_id", "source_artifact_id", "target_artifact_id"] {
+            referenced.extend(values(batches, column));
+        }
+    }
+    referenced
 }
 
 /// The rows of `batch` whose text column `column` is in `wanted` (a batch
@@ -403,7 +409,6 @@ fn check_executions(loaded: &LoadedRun) -> Result<Vec<StagedRun>, Rejection> {
 /// Check 3b: every edge row names one of the directory's runs. Records each
 /// run's outputs; returns the artifact ids the edges refer to.
 fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<String>, Rejection> {
-    let mut referenced = BTreeSet::new();
     let position: BTreeMap<String, usize> =
         loaded.executions.iter().enumerate().map(|(i, e)| (e.run_id.clone(), i)).collect();
     for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
@@ -424,11 +429,8 @@ fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<String>, Rejection> {
                 }
             }
         }
-        for column in ["artifact_id", "source_artifact_id", "target_artifact_id"] {
-            referenced.extend(values(batches, column));
-        }
     }
-    Ok(referenced)
+    Ok(referenced_ids(&loaded.tables))
 }
 
 /// Check 3c (batches): every artifact is the output of one of the batch's

@@ -257,12 +257,7 @@ impl Claimed {
             tail_tasks.push(tokio::spawn(async move {
                 let result = async {
                     failpoint_check(failpoint.as_deref(), &spec.name)?;
-                    let handle = table::open(&root, &spec).await?;
-                    let schema = table::arrow_schema(&handle, &spec)?;
-                    let mut conformed = Vec::new();
-                    for batch in &batches {
-                        conformed.extend(conform(batch, &schema, &spec.name)?);
-                    }
+                    let (handle, conformed) = open_conformed(&root, &spec, &batches).await?;
                     append_one(&root, &spec, conformed, seq, token, since, Some(handle), Some(gate))
                         .await
                 }
@@ -312,14 +307,8 @@ impl Claimed {
         let mut content_present: Vec<(TableSpec, BTreeSet<String>)> = Vec::new();
         for spec in specs {
             failpoint_check(ctx.failpoint.as_deref(), &spec.name)?;
-            let handle = table::open(lake.root(), &spec).await?;
-            let schema = table::arrow_schema(&handle, &spec)?;
-            let mut batches = Vec::new();
-            for run in &self.runs {
-                for batch in run.tables.get(&spec.name).into_iter().flatten() {
-                    batches.extend(conform(batch, &schema, &spec.name)?);
-                }
-            }
+            let staged = self.runs.iter().flat_map(|r| r.tables.get(&spec.name)).flatten();
+            let (handle, mut batches) = open_conformed(lake.root(), &spec, staged).await?;
             if spec.kind == TableKind::Index {
                 batches = crate::store::repoint_to_content(
                     lake,
@@ -558,6 +547,21 @@ fn load_parallel(
     runs: Vec<RunDir>,
 ) -> Vec<(std::result::Result<LoadedRun, Rejection>, RunDir)> {
     crate::host::on_cores(&runs, |dir| (load_run(registry, specs, dir), dir.clone()))
+}
+
+/// Open a table and give its staged rows exactly its schema ([`conform`]).
+async fn open_conformed<'b>(
+    root: &Path,
+    spec: &TableSpec,
+    staged: impl IntoIterator<Item = &'b RecordBatch>,
+) -> Result<(deltalake::DeltaTable, Vec<RecordBatch>)> {
+    let handle = table::open(root, spec).await?;
+    let schema = table::arrow_schema(&handle, spec)?;
+    let mut batches = Vec::new();
+    for batch in staged {
+        batches.extend(conform(batch, &schema, &spec.name)?);
+    }
+    Ok((handle, batches))
 }
 
 /// Bytes of binary values per written batch at most: a Delta binary column

@@ -20,6 +20,11 @@ fn executions(
     range.map(|i| synthetic::execution(spec, lake.registry(), i).unwrap().0).collect()
 }
 
+/// The sealed staging directories left in a lake's staging root.
+fn sealed(lake: &Lake) -> Vec<staging::RunDir> {
+    staging::scan(&staging::default_root(lake.root()), None).unwrap().sealed
+}
+
 /// Every committed key of the tables a commit writes, for comparing lakes.
 async fn keys(lake: &Lake) -> Vec<String> {
     let mut out = Vec::new();
@@ -59,10 +64,9 @@ async fn a_batch_commits_what_its_executions_staged_one_by_one_would() {
     )
     .unwrap();
     assert_eq!(staged.succeeded + staged.failed, 40);
-    let root = staging::default_root(batched.root());
-    let sealed = staging::scan(&root, None).unwrap().sealed;
-    assert_eq!(sealed.len(), 5, "five directories of eight executions");
-    assert!(sealed.iter().all(|d| d.is_batch() && d.staged_run_ids().unwrap().len() == 8));
+    let dirs = sealed(&batched);
+    assert_eq!(dirs.len(), 5, "five directories of eight executions");
+    assert!(dirs.iter().all(|d| d.is_batch() && d.staged_run_ids().unwrap().len() == 8));
 
     let report = batched.commit().with_chunk_size(2).execute().await.unwrap();
     assert_eq!(report.runs_committed, 40, "{report:?}");
@@ -70,7 +74,7 @@ async fn a_batch_commits_what_its_executions_staged_one_by_one_would() {
     assert!(report.quarantined.is_empty(), "{report:?}");
     assert_eq!(report.rows_added, one_by_one.rows_added);
     assert_eq!(keys(&batched).await, keys(&single).await);
-    assert!(staging::scan(&root, None).unwrap().sealed.is_empty(), "staging removed");
+    assert!(sealed(&batched).is_empty(), "staging removed");
     assert_eq!(
         scalar(&batched, "SELECT sum(run_count) FROM commits WHERE phase = 'completed'").await,
         "40",
@@ -134,7 +138,7 @@ async fn a_batch_restaging_committed_runs_commits_only_the_new_ones() {
         .await,
         "0"
     );
-    assert!(staging::scan(&staging::default_root(lake.root()), None).unwrap().sealed.is_empty());
+    assert!(sealed(&lake).is_empty(), "staging removed");
 }
 
 #[tokio::test]
@@ -195,7 +199,7 @@ async fn the_writer_refuses_batches_that_are_not_one_steps_distinct_runs() {
     runs[2].execution.execution_run_id = "abcdef.batch".into();
     let err = w.write_batch(&runs[2..]).unwrap_err().to_string();
     assert!(err.contains("batch directories"), "{err}");
-    assert!(staging::scan(&staging::default_root(lake.root()), None).unwrap().sealed.is_empty());
+    assert!(sealed(&lake).is_empty(), "staging removed");
 }
 
 #[tokio::test]
@@ -247,7 +251,7 @@ async fn a_batch_commit_interrupted_between_tables_recovers_exactly_once() {
         assert_eq!(rows, distinct, "{table}: duplicate keys");
     }
     assert_eq!(counts["executions"].0, "33");
-    assert!(staging::scan(&staging::default_root(lake.root()), None).unwrap().sealed.is_empty());
+    assert!(sealed(&lake).is_empty(), "staging removed");
     let again = lake.recover().execute().await.unwrap();
     assert!(again.rows_added.values().all(|n| *n == 0), "{again:?}");
     assert_eq!(table_counts(&lake).await, counts);
