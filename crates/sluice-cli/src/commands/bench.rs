@@ -320,9 +320,11 @@ pub(super) fn workload(line: &str) -> &str {
     line.strip_prefix("workload: ").unwrap_or(line)
 }
 
-/// End-to-end overhead of the pipeline engine: `executions` trivial units in
-/// two steps (generate_data of 1-row tables, then compute_metrics of each),
-/// on the local backend; then the same pipeline again, fully cached.
+/// End-to-end overhead of the pipeline engine, issue 11's goal 2 workload:
+/// generate_data of `executions / 2` tables of 10 rows (one unit each),
+/// compute_metrics of each table (one unit each), then one `filter` unit that
+/// keeps the tables whose metric passes a predicate; on the local backend;
+/// then the same pipeline again, fully cached.
 async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Result<Vec<Figure>> {
     let lake = Lake::open(root).await?;
     if super::scalar(&lake, "SELECT count(*) FROM executions").await? != "0" {
@@ -330,15 +332,17 @@ async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Resul
     }
     let half = (executions / 2).max(1);
     let text = format!(
-        "name = \"bench\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\nparams = {{ tables = {half}, rows = 1 }}\n\
-         [[step]]\nname = \"stats\"\noperation = \"compute_metrics\"\ninputs = {{ t = \"gen.data\" }}\n"
+        "name = \"bench\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\nparams = {{ tables = {half}, rows = 10 }}\n\
+         [[step]]\nname = \"stats\"\noperation = \"compute_metrics\"\ninputs = {{ t = \"gen.data\" }}\n\
+         [[step]]\nname = \"keep\"\noperation = \"filter\"\ninputs = {{ candidates = \"gen.data\" }}\n\
+         params = {{ metric = \"stats.metrics\", where = \"mean > 0.5\" }}\n"
     );
     let file = root.join("bench-pipeline.toml");
     std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
     let operations = sluice::pipeline::Operations::linked()?;
     let mut lines = vec![format!(
-        "workload: 2 steps, {} trivial executions ({half} generate_data units of a 1-row table, {half} compute_metrics units), {workers} local worker processes",
-        2 * half
+        "workload: 3 steps, {} executions ({half} generate_data units of a 10-row table, {half} compute_metrics units, 1 filter unit), {workers} local worker processes",
+        2 * half + 1
     )];
     let mut cold = None;
     let mut figures = Vec::new();

@@ -739,7 +739,8 @@ async fn added_any(
 }
 
 /// Write the batches as Parquet data files of the table (uncommitted), with
-/// `properties` ([`table::writer_properties_for`] for lake tables).
+/// `properties` ([`table::writer_properties_for`] for lake tables), small
+/// columns uncompressed ([`table::compress_where_it_pays`]).
 pub(crate) async fn write_files(
     table: &DeltaTable,
     name: &str,
@@ -748,7 +749,7 @@ pub(crate) async fn write_files(
 ) -> Result<Vec<Add>> {
     let mut writer = RecordBatchWriter::for_table(table)
         .map_err(|e| Error::delta(name, e))?
-        .with_writer_properties(properties);
+        .with_writer_properties(table::compress_where_it_pays(properties, batches));
     for batch in batches.iter().filter(|b| b.num_rows() > 0) {
         writer.write(batch.clone()).await.map_err(|e| Error::delta(name, e))?;
     }

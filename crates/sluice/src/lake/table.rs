@@ -22,6 +22,10 @@ use crate::error::{Error, Result};
 /// The zstd level of every Parquet file sluice writes.
 pub const ZSTD_LEVEL: i32 = 3;
 
+/// A column with less data than this in a file is written uncompressed
+/// (see [`compress_where_it_pays`]).
+pub const ZSTD_MIN_COLUMN_BYTES: usize = 16 * 1024;
+
 /// Rows per row group in the data files of tables looked up by id: the
 /// most rows a look-up decodes per id once the row group's bloom filter
 /// says "maybe", whatever the size of the file or of the lake.
@@ -67,6 +71,50 @@ pub fn writer_properties_for(spec: &TableSpec) -> WriterProperties {
             .set_column_bloom_filter_enabled(path.clone(), true)
             .set_column_bloom_filter_fpp(path.clone(), BLOOM_FPP)
             .set_column_bloom_filter_max_ndv(path, LOOKUP_ROW_GROUP_ROWS as u64);
+    }
+    builder.build()
+}
+
+/// `properties` for a write of `batches`: a column whose data there is under
+/// [`ZSTD_MIN_COLUMN_BYTES`] is written uncompressed, every other column
+/// keeps the properties' compression (zstd). Sizes are those of the whole
+/// write (a partitioned table splits it into files per partition, each
+/// compressed as the whole).
+///
+/// Why: parquet-rs builds a zstd compressor *and* decompressor (a context of
+/// ~100 KiB each, zeroed) for every column chunk it writes or reads. Staged
+/// files and small commits hold a handful of rows per column, which zstd
+/// cannot shrink (its frame costs about what it saves), yet creating those
+/// contexts was 30% of the CPU of a pipeline of small units (`perf`,
+/// `sluice bench pipeline`). Large columns — payloads, and every column of
+/// a compacted file — are zstd as before; nested columns keep it always.
+pub fn compress_where_it_pays(
+    properties: WriterProperties,
+    batches: &[RecordBatch],
+) -> WriterProperties {
+    let Some(first) = batches.first() else { return properties };
+    let schema = first.schema();
+    let small: Vec<&str> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, field)| !field.data_type().is_nested())
+        .filter(|(i, _)| {
+            let bytes: usize = batches
+                .iter()
+                .filter_map(|b| b.columns().get(*i))
+                .map(|c| c.get_buffer_memory_size())
+                .sum();
+            bytes < ZSTD_MIN_COLUMN_BYTES
+        })
+        .map(|(_, field)| field.name().as_str())
+        .collect();
+    if small.is_empty() {
+        return properties;
+    }
+    let mut builder = properties.into_builder();
+    for name in small {
+        builder = builder.set_column_compression(ColumnPath::from(name), Compression::UNCOMPRESSED);
     }
     builder.build()
 }
@@ -424,6 +472,50 @@ pub fn active_files(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<String>>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use deltalake::arrow::array::{ArrayRef, Int64Array, ListArray, StringArray};
+    use deltalake::arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use std::sync::Arc;
+
+    #[test]
+    fn small_columns_are_plain_large_and_nested_ones_zstd() {
+        let rows = 3000;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, false),
+            Field::new("text", DataType::Utf8, false),
+            Field::new("tag", DataType::Utf8, false),
+            Field::new("list", DataType::new_list(DataType::Int64, true), true),
+        ]));
+        let batch = |rows: usize| {
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(Int64Array::from_iter_values(0..rows as i64)),
+                Arc::new(StringArray::from_iter_values((0..rows).map(|i| format!("row {i:08}")))),
+                Arc::new(StringArray::from_iter_values((0..rows).map(|_| "a"))),
+                Arc::new(ListArray::from_iter_primitive::<Int64Type, _, _>(
+                    (0..rows).map(|i| Some(vec![Some(i as i64)])),
+                )),
+            ];
+            RecordBatch::try_new(schema.clone(), columns).expect("batch")
+        };
+        let zstd_of = |p: &WriterProperties, c: &str| {
+            matches!(p.compression(&ColumnPath::from(c)), Compression::ZSTD(_))
+        };
+        // 3000 rows: 24 KB of i64 and 36 KB of text pay; 3000 one-byte tags
+        // (3 KB of values, 12 KB of offsets) do not.
+        let large = compress_where_it_pays(writer_properties(), &[batch(rows)]);
+        assert!(zstd_of(&large, "n") && zstd_of(&large, "text"));
+        assert_eq!(large.compression(&ColumnPath::from("tag")), Compression::UNCOMPRESSED);
+        // The same columns summed over several batches of one file.
+        let split = compress_where_it_pays(writer_properties(), &[batch(1500), batch(1500)]);
+        assert!(zstd_of(&split, "n") && zstd_of(&split, "text"));
+        // One row: nothing pays but nested columns keep zstd.
+        let tiny = compress_where_it_pays(writer_properties(), &[batch(1)]);
+        for c in ["n", "text", "tag"] {
+            assert_eq!(tiny.compression(&ColumnPath::from(c)), Compression::UNCOMPRESSED, "{c}");
+        }
+        assert!(zstd_of(&tiny, "list"));
+        // Nothing to write: the properties as given.
+        assert!(zstd_of(&compress_where_it_pays(writer_properties(), &[]), "n"));
+    }
 
     #[test]
     fn a_log_folder_without_a_commit_is_no_table() {

@@ -29,7 +29,7 @@ use super::paths;
 use crate::artifact::Artifact;
 use crate::error::{Error, Result};
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::table::writer_properties;
+use crate::lake::table::{compress_where_it_pays, writer_properties};
 use crate::records::{ArtifactEdge, ExecutionEdge, ExecutionRecord, records_batch};
 use crate::registry::TypeRegistry;
 use crate::store::rows;
@@ -189,7 +189,8 @@ impl StagingWriter {
         let path = dir.join(name);
         let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
         let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(writer_properties()))
+        let properties = compress_where_it_pays(writer_properties(), std::slice::from_ref(batch));
+        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties))
             .map_err(|e| Error::parquet(tmp.display().to_string(), e))?;
         writer.write(batch).map_err(|e| Error::parquet(tmp.display().to_string(), e))?;
         let mut file =
