@@ -308,16 +308,26 @@ impl<'a> Append<'a> {
         }
         let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut batches = unique_rows(&self.batches, spec)?;
-        let mut all_keys = BTreeSet::new();
-        for batch in &batches {
-            all_keys.extend(key_texts(batch, dedup, &spec.name)?);
-        }
-        let present_of = |batches: &[RecordBatch]| -> Result<BTreeSet<String>> {
-            let mut left = BTreeSet::new();
-            for batch in batches {
-                left.extend(key_texts(batch, dedup, &spec.name)?);
+        let unique = batches.clone();
+        let unique_rows_count: u64 = unique.iter().map(|b| b.num_rows() as u64).sum();
+        // The keys dropped as present: those of the unique rows that are not
+        // left (nothing to compute when no row was dropped, the usual case).
+        let present_of = |left: &[RecordBatch]| -> Result<BTreeSet<String>> {
+            let rows_left: u64 = left.iter().map(|b| b.num_rows() as u64).sum();
+            if rows_left == unique_rows_count {
+                return Ok(BTreeSet::new());
             }
-            Ok(all_keys.difference(&left).cloned().collect())
+            let mut kept = BTreeSet::new();
+            for batch in left {
+                kept.extend(key_texts(batch, dedup, &spec.name)?);
+            }
+            let mut present = BTreeSet::new();
+            for batch in &unique {
+                present.extend(
+                    key_texts(batch, dedup, &spec.name)?.into_iter().filter(|k| !kept.contains(k)),
+                );
+            }
+            Ok(present)
         };
         let mut checked_at = None;
         for _ in 0..MAX_ATTEMPTS {
