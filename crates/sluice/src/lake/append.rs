@@ -309,26 +309,7 @@ impl<'a> Append<'a> {
         let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut batches = unique_rows(&self.batches, spec)?;
         let unique = batches.clone();
-        let unique_rows_count: u64 = unique.iter().map(|b| b.num_rows() as u64).sum();
-        // The keys dropped as present: those of the unique rows that are not
-        // left (nothing to compute when no row was dropped, the usual case).
-        let present_of = |left: &[RecordBatch]| -> Result<BTreeSet<String>> {
-            let rows_left: u64 = left.iter().map(|b| b.num_rows() as u64).sum();
-            if rows_left == unique_rows_count {
-                return Ok(BTreeSet::new());
-            }
-            let mut kept = BTreeSet::new();
-            for batch in left {
-                kept.extend(key_texts(batch, dedup, &spec.name)?);
-            }
-            let mut present = BTreeSet::new();
-            for batch in &unique {
-                present.extend(
-                    key_texts(batch, dedup, &spec.name)?.into_iter().filter(|k| !kept.contains(k)),
-                );
-            }
-            Ok(present)
-        };
+        let present_of = |left: &[RecordBatch]| skipped_keys(&unique, left, dedup, &spec.name);
         let mut checked_at = None;
         for _ in 0..MAX_ATTEMPTS {
             let head = table.version().unwrap_or_default();
@@ -710,6 +691,29 @@ async fn keys_in_files(
         out.extend(select.strings(table, &spec.name).await?);
     }
     Ok(out)
+}
+
+/// The keys of `unique` rows that are not in `left` (dropped as present).
+/// Nothing to compute when no row was dropped, the usual case.
+fn skipped_keys(
+    unique: &[RecordBatch],
+    left: &[RecordBatch],
+    dedup: Dedup,
+    table: &str,
+) -> Result<BTreeSet<String>> {
+    let rows = |batches: &[RecordBatch]| batches.iter().map(|b| b.num_rows()).sum::<usize>();
+    if rows(left) == rows(unique) {
+        return Ok(BTreeSet::new());
+    }
+    let mut kept = BTreeSet::new();
+    for batch in left {
+        kept.extend(key_texts(batch, dedup, table)?);
+    }
+    let mut present = BTreeSet::new();
+    for batch in unique {
+        present.extend(key_texts(batch, dedup, table)?.into_iter().filter(|k| !kept.contains(k)));
+    }
+    Ok(present)
 }
 
 /// Which of `wanted` the commits `after+1 ..= head` added.
