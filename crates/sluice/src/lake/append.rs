@@ -308,18 +308,21 @@ impl<'a> Append<'a> {
         }
         let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut batches = unique_rows(&self.batches, spec)?;
-        let unique = batches.clone();
-        let present_of = |left: &[RecordBatch]| skipped_keys(&unique, left, dedup, &spec.name);
+        // Keys dropped because the table holds them, over every attempt.
+        let mut skipped = BTreeSet::new();
         let mut checked_at = None;
         for _ in 0..MAX_ATTEMPTS {
             let head = table.version().unwrap_or_default();
-            batches = drop_present(self.root, &table, spec, dedup, batches, checked_at).await?;
+            let (left, present) =
+                drop_present(self.root, &table, spec, dedup, batches, checked_at).await?;
+            batches = left;
+            skipped.extend(present);
             let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
             if rows == 0 {
                 let appended = Appended {
                     version: head,
                     rows_skipped: staged,
-                    present_keys: present_of(&batches)?,
+                    present_keys: skipped,
                     ..Appended::default()
                 };
                 return Ok((appended, table));
@@ -359,7 +362,7 @@ impl<'a> Append<'a> {
                         rows_added: rows,
                         rows_skipped: staged - rows,
                         already_committed: false,
-                        present_keys: present_of(&batches)?,
+                        present_keys: skipped,
                     };
                     return Ok((appended, table));
                 }
@@ -600,8 +603,9 @@ fn batch_keys(batches: &[RecordBatch], dedup: Dedup, table: &str) -> Result<Vec<
     Ok(keys.into_iter().collect())
 }
 
-/// Drop the rows whose key the table holds at its current version. With
-/// `since`, only versions after it are searched (the rest were checked).
+/// Drop the rows whose key the table holds at its current version; also
+/// return those keys. With `since`, only versions after it are searched
+/// (the rest were checked).
 async fn drop_present(
     root: &Path,
     table: &DeltaTable,
@@ -609,9 +613,9 @@ async fn drop_present(
     dedup: Dedup,
     batches: Vec<RecordBatch>,
     since: Option<u64>,
-) -> Result<Vec<RecordBatch>> {
+) -> Result<(Vec<RecordBatch>, BTreeSet<String>)> {
     if dedup == Dedup::Nothing {
-        return Ok(batches);
+        return Ok((batches, BTreeSet::new()));
     }
     let mut wanted = BTreeSet::new();
     for batch in &batches {
@@ -625,7 +629,7 @@ async fn drop_present(
         }
     };
     if present.is_empty() {
-        return Ok(batches);
+        return Ok((batches, present));
     }
     let mut out = Vec::with_capacity(batches.len());
     for batch in &batches {
@@ -633,7 +637,7 @@ async fn drop_present(
             key_texts(batch, dedup, &spec.name)?.iter().map(|k| !present.contains(k)).collect();
         out.push(keep(batch, mask, &spec.name)?);
     }
-    Ok(out)
+    Ok((out, present))
 }
 
 /// Which of `wanted` the table holds, reading only the files its key
@@ -691,29 +695,6 @@ async fn keys_in_files(
         out.extend(select.strings(table, &spec.name).await?);
     }
     Ok(out)
-}
-
-/// The keys of `unique` rows that are not in `left` (dropped as present).
-/// Nothing to compute when no row was dropped, the usual case.
-fn skipped_keys(
-    unique: &[RecordBatch],
-    left: &[RecordBatch],
-    dedup: Dedup,
-    table: &str,
-) -> Result<BTreeSet<String>> {
-    let rows = |batches: &[RecordBatch]| batches.iter().map(|b| b.num_rows()).sum::<usize>();
-    if rows(left) == rows(unique) {
-        return Ok(BTreeSet::new());
-    }
-    let mut kept = BTreeSet::new();
-    for batch in left {
-        kept.extend(key_texts(batch, dedup, table)?);
-    }
-    let mut present = BTreeSet::new();
-    for batch in unique {
-        present.extend(key_texts(batch, dedup, table)?.into_iter().filter(|k| !kept.contains(k)));
-    }
-    Ok(present)
 }
 
 /// Which of `wanted` the commits `after+1 ..= head` added.
