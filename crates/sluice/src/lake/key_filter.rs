@@ -32,12 +32,20 @@ use crate::error::{Error, Result};
 /// Sidecar directory inside a table.
 pub const KEYS_DIR: &str = "_sluice_keys";
 
-/// Format tags. A sidecar's tag says how its probes are placed: `SLKEYS04`
-/// (written now) by a multiply-shift of each probe hash, `SLKEYS03` (read
-/// still) by a 64-bit modulo, several times slower to probe. Older tags
+/// Format tags. A sidecar's tag says how its probes are placed: `SLKEYS05`
+/// (written now) by a multiply-shift of each probe hash *mixed*;
+/// `SLKEYS04` (read still) by a multiply-shift of the plain probe hash
+/// `h1 + i·h2`, `SLKEYS03` (read still) by its 64-bit modulo. Unmixed, the
+/// probes of a key form an arithmetic progression over the filter's bits,
+/// which for a small filter (a commit of one key: 64 bits) folds onto a
+/// few bits for about one key in a hundred: such a key looked "maybe
+/// present" in about one small sidecar in 2,500, so a run of single-row
+/// commits read files for nothing on most of its look-ups. Mixed probes
+/// are independent: 1 in 10¹¹ for a one-key sidecar. Older tags
 /// (`SLKEYS01`: 10 bits, 7 probes; `SLKEYS02`: no checksum) read as
 /// unreadable: their files count as uncovered, slower but never wrong.
-const MAGIC: &[u8; 8] = b"SLKEYS04";
+const MAGIC: &[u8; 8] = b"SLKEYS05";
+const MAGIC_V4: &[u8; 8] = b"SLKEYS04";
 const MAGIC_V3: &[u8; 8] = b"SLKEYS03";
 
 /// Bytes of the BLAKE3 checksum that ends every sidecar.
@@ -63,6 +71,16 @@ enum Scheme {
     Modulo,
     /// `SLKEYS04`: the high 64 bits of `(h1 + i·h2) × m`, 22 probes.
     MultiplyShift,
+    /// `SLKEYS05`: the high 64 bits of `mix(h1 + i·h2) × m`, 22 probes.
+    Mixed,
+}
+
+/// A bijective 64-bit finalizer (SplitMix64's): every input bit affects
+/// every output bit, so consecutive probe hashes land independently.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 /// The 16 bytes a key filter hashes: an artifact id as it is (ids are
@@ -82,7 +100,7 @@ impl Key {
 
     /// The two 64-bit hashes a filter's probes are made of (keys are
     /// uniform hashes: their halves, the second made odd).
-    fn hashes(&self) -> (u64, u64) {
+    pub(crate) fn hashes(&self) -> (u64, u64) {
         let mut a = [0u8; 8];
         let mut b = [0u8; 8];
         a.copy_from_slice(&self.0[..8]);
@@ -122,7 +140,7 @@ pub struct KeyFilter {
 impl KeyFilter {
     /// A filter of `keys` for `files`.
     pub fn new<K: Into<Key> + Copy>(files: Vec<String>, keys: &[K]) -> Self {
-        Self::build(files, keys, Scheme::MultiplyShift)
+        Self::build(files, keys, Scheme::Mixed)
     }
 
     fn build<K: Into<Key> + Copy>(files: Vec<String>, keys: &[K], scheme: Scheme) -> Self {
@@ -141,7 +159,7 @@ impl KeyFilter {
     fn probes(&self) -> u32 {
         match self.scheme {
             Scheme::Modulo => PROBES_V3,
-            Scheme::MultiplyShift => PROBES,
+            Scheme::MultiplyShift | Scheme::Mixed => PROBES,
         }
     }
 
@@ -153,6 +171,7 @@ impl KeyFilter {
             Scheme::Modulo => (h % m) as usize,
             // Maps a uniform 64-bit hash onto 0..m without a division.
             Scheme::MultiplyShift => ((u128::from(h) * u128::from(m)) >> 64) as usize,
+            Scheme::Mixed => ((u128::from(mix(h)) * u128::from(m)) >> 64) as usize,
         }
     }
 
@@ -196,7 +215,8 @@ impl KeyFilter {
         let mut out = Vec::with_capacity(16 + self.bits.len() * 8 + CHECKSUM_LEN);
         out.extend_from_slice(match self.scheme {
             Scheme::Modulo => MAGIC_V3,
-            Scheme::MultiplyShift => MAGIC,
+            Scheme::MultiplyShift => MAGIC_V4,
+            Scheme::Mixed => MAGIC,
         });
         out.extend_from_slice(&(self.files.len() as u32).to_le_bytes());
         for f in &self.files {
@@ -219,9 +239,12 @@ impl KeyFilter {
         if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *checksum {
             return None;
         }
-        let (scheme, mut rest) = match body.strip_prefix(MAGIC) {
-            Some(rest) => (Scheme::MultiplyShift, rest),
-            None => (Scheme::Modulo, body.strip_prefix(MAGIC_V3)?),
+        let (scheme, mut rest) = if let Some(rest) = body.strip_prefix(MAGIC) {
+            (Scheme::Mixed, rest)
+        } else if let Some(rest) = body.strip_prefix(MAGIC_V4) {
+            (Scheme::MultiplyShift, rest)
+        } else {
+            (Scheme::Modulo, body.strip_prefix(MAGIC_V3)?)
         };
         let mut take = |n: usize| -> Option<&[u8]> {
             if rest.len() < n {
@@ -312,6 +335,13 @@ fn sidecar_cache() -> &'static Mutex<SidecarCache> {
 /// directory listing).
 pub fn read_all(table_dir: &Path) -> BTreeMap<u64, Arc<KeyFilter>> {
     read_sidecars(table_dir, None)
+}
+
+/// The sidecar of the table's key column for one version, `None` when it
+/// is absent or unreadable (its files then count as uncovered).
+pub fn read_one(table_dir: &Path, version: u64) -> Option<Arc<KeyFilter>> {
+    let path = keys_dir(table_dir).join(sidecar_name(version, None));
+    std::fs::read(path).ok().and_then(|b| KeyFilter::decode(&b)).map(Arc::new)
 }
 
 /// Every readable sidecar of one lookup column of a table, by version.
@@ -455,17 +485,37 @@ mod tests {
     }
 
     #[test]
-    fn sidecars_of_the_previous_format_still_answer() {
+    fn sidecars_of_the_previous_formats_still_answer() {
         let ids: Vec<_> = (0..2000).map(id).collect();
-        let old = KeyFilter::build(vec!["a.parquet".into()], &ids, Scheme::Modulo);
-        let bytes = old.encode();
-        assert!(bytes.starts_with(MAGIC_V3));
-        let read = KeyFilter::decode(&bytes).unwrap();
-        assert_eq!(read, old);
-        assert!(ids.iter().all(|i| read.may_contain(i)));
         let new = KeyFilter::new(vec!["a.parquet".into()], &ids);
         assert!(new.encode().starts_with(MAGIC));
-        assert_ne!(new.bits, old.bits, "the two schemes place probes differently");
+        for (scheme, magic) in [(Scheme::Modulo, MAGIC_V3), (Scheme::MultiplyShift, MAGIC_V4)] {
+            let old = KeyFilter::build(vec!["a.parquet".into()], &ids, scheme);
+            let bytes = old.encode();
+            assert!(bytes.starts_with(magic));
+            let read = KeyFilter::decode(&bytes).unwrap();
+            assert_eq!(read, old);
+            assert!(ids.iter().all(|i| read.may_contain(i)));
+            assert_ne!(new.bits, old.bits, "the schemes place probes differently");
+        }
+    }
+
+    #[test]
+    fn one_key_sidecars_almost_never_answer_maybe_for_another_key() {
+        // A run of single-row commits leaves one 64-bit sidecar per commit;
+        // every look-up probes all of them. 2,000 sidecars × 2,000 absent
+        // keys: about 10⁻⁷ false positives expected with mixed probes; the
+        // unmixed `SLKEYS04` placement gave about one per 2,500 probes.
+        let count = |scheme: Scheme| {
+            let filters: Vec<KeyFilter> =
+                (0..2000).map(|i| KeyFilter::build(vec!["f".into()], &[id(i)], scheme)).collect();
+            let absent: Vec<Key> = (2000..4000).map(|i| Key::from(id(i))).collect();
+            filters.iter().map(|f| absent.iter().filter(|k| f.may_contain(**k)).count()).sum()
+        };
+        let mixed: usize = count(Scheme::Mixed);
+        assert!(mixed <= 1, "{mixed} false positives in 4,000,000 probes");
+        let unmixed: usize = count(Scheme::MultiplyShift);
+        assert!(unmixed > 100, "the old placement's weakness: {unmixed}");
     }
 
     #[test]
