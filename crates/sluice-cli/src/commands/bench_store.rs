@@ -96,6 +96,7 @@ pub async fn put(root: &Path, count: u64) -> anyhow::Result<Vec<Figure>> {
         lake.put(&[artifact]).await?;
         ms.push(clock.elapsed().as_secs_f64() * 1e3);
     }
+    lake.settle().await;
     let tenth = (ms.len() / 10).max(1);
     let (first, _) = median_p99(ms[..tenth].to_vec());
     let (last, _) = median_p99(ms[ms.len() - tenth..].to_vec());

@@ -328,6 +328,7 @@ async fn put(
             .push(draft.with_step(step).with_metadata(metadata.clone()).finalize(lake.registry())?);
     }
     let report = lake.put(&artifacts).await?;
+    lake.settle().await;
     let ids: Vec<String> = artifacts.iter().map(|a| a.id.to_hex()).collect();
     print(&ids.join("\n"))?;
     if report.already_present + report.duplicates_in_call > 0 {

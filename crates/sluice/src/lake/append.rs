@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use deltalake::DeltaTable;
 use deltalake::DeltaTableError;
@@ -47,6 +48,7 @@ use super::key_filter::{self, Key, KeyFilter};
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
 use super::scan::{self, Select};
 use super::table;
+use super::tip::Tip;
 use crate::error::{Error, Result};
 
 /// How many times an append starts over after losing a version to another
@@ -183,6 +185,20 @@ impl CommitSpec {
         properties.with_metadata(metadata)
     }
 
+    /// The commit's metadata (with the token) and app transactions, for a
+    /// commit written without delta-rs's commit builder.
+    pub(crate) fn parts(
+        &self,
+    ) -> (std::collections::HashMap<String, serde_json::Value>, Vec<Transaction>) {
+        let mut metadata: std::collections::HashMap<String, serde_json::Value> =
+            self.metadata.iter().cloned().collect();
+        if let Some(token) = &self.token {
+            metadata.insert(TOKEN_KEY.into(), serde_json::Value::String(token.clone()));
+        }
+        let txns = self.txn.iter().map(|(app, v)| Transaction::new(app.clone(), *v)).collect();
+        (metadata, txns)
+    }
+
     /// [`CommitSpec::properties`] for a commit of the version after
     /// `table`'s. delta-rs looks for expired log files after every commit
     /// unless told otherwise, and looking lists the whole log: a cost that
@@ -221,6 +237,21 @@ pub struct Appended {
     pub already_committed: bool,
     /// Keys of rows not written because the table held them already.
     pub present_keys: BTreeSet<String>,
+}
+
+impl Appended {
+    /// An append that committed `rows` of its `staged` rows as `version`;
+    /// `present` are the keys it skipped because the table held them.
+    fn new_commit(version: u64, rows: u64, staged: u64, present: BTreeSet<String>) -> Self {
+        Appended {
+            committed: Some(version),
+            version,
+            rows_added: rows,
+            rows_skipped: staged - rows,
+            already_committed: false,
+            present_keys: present,
+        }
+    }
 }
 
 impl<'a> Append<'a> {
@@ -356,15 +387,7 @@ impl<'a> Append<'a> {
                             &keys,
                         );
                     }
-                    let appended = Appended {
-                        committed: Some(version),
-                        version,
-                        rows_added: rows,
-                        rows_skipped: staged - rows,
-                        already_committed: false,
-                        present_keys: skipped,
-                    };
-                    return Ok((appended, table));
+                    return Ok((Appended::new_commit(version, rows, staged, skipped), table));
                 }
                 None => {
                     // Some of our keys were added by another writer, or our
@@ -436,6 +459,119 @@ impl<'a> Append<'a> {
     }
 }
 
+impl Append<'_> {
+    /// Run the append on a writer's [`Tip`] of the table: keys are checked
+    /// against the tip's key filters (a table is opened at the tip's head
+    /// only when they cannot rule every key out) and the files are
+    /// committed as exactly the tip's next version. The same guarantees as
+    /// [`Append::execute_keeping`]; an append on a tip carries no token and
+    /// no gate (those are the committer's, which commits through handles).
+    pub async fn execute_on_tip(self, tip: &mut Tip) -> Result<Appended> {
+        let spec = self.spec;
+        if self.commit.token.is_some() || self.gate.is_some() {
+            return Err(Error::Internal(format!(
+                "table `{}`: an append on a tip takes no token and no gate",
+                spec.name
+            )));
+        }
+        let dedup = Dedup::of(&spec.kind);
+        let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
+        let mut batches = unique_rows(&self.batches, spec)?;
+        let mut skipped = BTreeSet::new();
+        for _ in 0..MAX_ATTEMPTS {
+            tip.advance(self.root, spec).await?;
+            let (left, present) = drop_present_on_tip(self.root, tip, spec, dedup, batches).await?;
+            batches = left;
+            skipped.extend(present);
+            let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+            if rows == 0 {
+                let version = tip.head();
+                let present_keys = skipped;
+                return Ok(Appended {
+                    version,
+                    rows_skipped: staged,
+                    present_keys,
+                    ..Default::default()
+                });
+            }
+            let properties = table::writer_properties_for(spec);
+            let adds = write_files(tip.table(), &spec.name, &batches, properties).await?;
+            let actions = adds.iter().cloned().map(Action::Add).collect();
+            let operation = append_operation(&spec.partition_columns);
+            // Not committed (lost version or failure): the files are nobody's.
+            let (metadata, txns) = self.commit.parts();
+            let version = match tip.commit(actions, operation, metadata, txns).await {
+                Ok(Some(version)) => version,
+                Ok(None) => {
+                    remove_files(tip.table(), &adds).await;
+                    continue;
+                }
+                Err(e) => {
+                    remove_files(tip.table(), &adds).await;
+                    return Err(e);
+                }
+            };
+            self.record_filters_on_tip(tip, version, &adds, &batches)?;
+            return Ok(Appended::new_commit(version, rows, staged, skipped));
+        }
+        Err(Error::Contention { table: spec.name.clone(), attempts: MAX_ATTEMPTS })
+    }
+
+    /// Write the key filters of a version committed on a tip, and give the
+    /// tip the key column's.
+    fn record_filters_on_tip(
+        &self,
+        tip: &mut Tip,
+        version: u64,
+        adds: &[Add],
+        batches: &[RecordBatch],
+    ) -> Result<()> {
+        let spec = self.spec;
+        let keys = batch_keys(batches, Dedup::of(&spec.kind), &spec.name)?;
+        if !keys.is_empty() {
+            let files = adds.iter().map(|a| a.path.clone()).collect();
+            let filter = Arc::new(KeyFilter::new(files, &keys));
+            let dir = table::table_dir(self.root, spec);
+            match key_filter::write_for(&dir, version, None, &filter) {
+                Ok(()) => tip.learn(version, filter),
+                Err(e) => {
+                    tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter")
+                }
+            }
+        }
+        for column in spec.lookup_columns() {
+            let keys = column_keys(batches, column, &spec.name)?;
+            table::record_key_filter(self.root, spec, version, adds, Some(column), &keys);
+        }
+        Ok(())
+    }
+}
+
+/// [`drop_present`] through a tip: from its key filters when they rule
+/// every key out, else from the table opened at the tip's head.
+async fn drop_present_on_tip(
+    root: &Path,
+    tip: &Tip,
+    spec: &TableSpec,
+    dedup: Dedup,
+    batches: Vec<RecordBatch>,
+) -> Result<(Vec<RecordBatch>, BTreeSet<String>)> {
+    if dedup == Dedup::Nothing {
+        return Ok((batches, BTreeSet::new()));
+    }
+    let mut keys = Vec::new();
+    for batch in &batches {
+        for text in key_texts(batch, dedup, &spec.name)? {
+            keys.push(key_of(dedup, &text)?);
+        }
+    }
+    if tip.holds_none(&keys) {
+        return Ok((batches, BTreeSet::new()));
+    }
+    let at_head = table::open_at(root, spec, tip.head()).await?;
+    drop_present(root, &at_head, spec, dedup, batches, None).await
+}
+
 /// The first version in `from..=head` whose commit carries `token`.
 pub async fn find_token(
     table: &DeltaTable,
@@ -473,13 +609,18 @@ pub(crate) async fn try_commit_next(
     adds: &[Add],
     commit: &CommitSpec,
 ) -> Result<Option<u64>> {
-    let operation = DeltaOperation::Write {
-        mode: SaveMode::Append,
-        partition_by: (!partition_columns.is_empty()).then(|| partition_columns.to_vec()),
-        predicate: None,
-    };
     let actions = adds.iter().cloned().map(Action::Add).collect();
-    try_commit_actions_next(table, name, actions, operation, commit, adds).await
+    try_commit_actions_next(table, name, actions, append_operation(partition_columns), commit, adds)
+        .await
+}
+
+/// The Delta operation of an append to a table partitioned by `columns`.
+fn append_operation(columns: &[String]) -> DeltaOperation {
+    DeltaOperation::Write {
+        mode: SaveMode::Append,
+        partition_by: (!columns.is_empty()).then(|| columns.to_vec()),
+        predicate: None,
+    }
 }
 
 /// Commit `actions` as exactly `table.version() + 1` (see
@@ -790,7 +931,7 @@ pub fn repoint_steps(
             .map(|(row, id)| content_steps.get(id).copied().or(Some(steps.value(row))))
             .collect();
         let mut columns = batch.columns().to_vec();
-        columns[i] = std::sync::Arc::new(fixed);
+        columns[i] = Arc::new(fixed);
         out.push(
             RecordBatch::try_new(batch.schema(), columns).map_err(|e| Error::arrow(table, e))?,
         );

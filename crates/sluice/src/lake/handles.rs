@@ -27,6 +27,7 @@ use deltalake::DeltaTable;
 
 use super::layout::TableSpec;
 use super::table;
+use super::tip::Tip;
 use crate::error::{Error, Result};
 
 /// Versions a handle may move past its opening before it is reopened.
@@ -82,6 +83,9 @@ impl Leased {
 #[derive(Debug, Default)]
 pub struct Handles {
     kept: Mutex<HashMap<String, Leased>>,
+    /// Writers' tips (see [`Tip`]), lent out whole: a tip is moved by
+    /// its writer's commits, not shared.
+    tips: Mutex<HashMap<String, Tip>>,
 }
 
 impl Handles {
@@ -89,10 +93,11 @@ impl Handles {
         self.kept.lock().ok().and_then(|kept| kept.get(name).cloned())
     }
 
-    /// Whether the table exists: a handle of it is kept, or its log holds a
+    /// Whether the table exists: a handle or tip of it is kept, or its log holds a
     /// commit ([`table::is_table`], which reads the log folder).
     pub fn exists(&self, root: &Path, spec: &TableSpec) -> bool {
         self.kept.lock().is_ok_and(|kept| kept.contains_key(&spec.name))
+            || self.tips.lock().is_ok_and(|tips| tips.contains_key(&spec.name))
             || table::is_table(&table::table_dir(root, spec))
     }
 
@@ -134,6 +139,34 @@ impl Handles {
         }
         let table = table::open_at(root, spec, at).await?;
         Ok(Leased { opened_at: at, table })
+    }
+
+    /// The kept tip of the table, or a new one (the table must exist).
+    pub async fn take_tip(&self, root: &Path, spec: &TableSpec) -> Result<Tip> {
+        let kept = self.tips.lock().ok().and_then(|mut tips| tips.remove(&spec.name));
+        match kept {
+            Some(tip) => Ok(tip),
+            None => Tip::open(root, spec).await,
+        }
+    }
+
+    /// Keep a tip for the table's next writer.
+    pub fn keep_tip(&self, spec: &TableSpec, tip: Tip) {
+        if let Ok(mut tips) = self.tips.lock() {
+            tips.insert(spec.name.clone(), tip);
+        }
+    }
+
+    /// Wait for the checkpoints the kept tips are writing.
+    pub async fn settle(&self) {
+        let tips: Vec<(String, Tip)> =
+            self.tips.lock().map(|mut tips| tips.drain().collect()).unwrap_or_default();
+        for (name, mut tip) in tips {
+            tip.settle().await;
+            if let Ok(mut kept) = self.tips.lock() {
+                kept.entry(name).or_insert(tip);
+            }
+        }
     }
 
     /// Keep `leased` if it is newer than the handle kept for its table.

@@ -21,6 +21,7 @@ pub mod restore;
 pub mod scan;
 pub mod snapshot;
 pub mod table;
+pub mod tip;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

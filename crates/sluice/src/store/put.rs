@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::artifact::{Artifact, ArtifactId};
 use crate::error::Result;
 use crate::lake::append::{self, Append, Dedup};
-use crate::lake::handles::Leased;
 use crate::lake::layout::{self, TableSpec};
+use crate::lake::tip::Tip;
 use crate::lake::{Lake, WriterLock, table};
 use crate::store::rows;
 
@@ -48,43 +48,48 @@ impl Lake {
         for key in keys {
             let Some(batch) = by_type.get(key.as_str()) else { continue };
             let spec = TableSpec::content(self.registry().descriptor(&key)?);
-            let leased = self.put_handle(&spec).await?;
-            let rows = rows::content_batch(
-                &spec.name,
-                &table::arrow_schema(&leased.table, &spec)?,
-                batch,
-            )?;
-            let (appended, moved) = Append::new(self.root(), &spec, vec![rows])
-                .with_table(leased.table.clone())
-                .execute_keeping()
-                .await?;
-            self.handles().keep(&spec, leased.moved(moved));
+            let mut tip = self.put_tip(&spec).await?;
+            let schema = table::arrow_schema(tip.table(), &spec)?;
+            let rows = rows::content_batch(&spec.name, &schema, batch)?;
+            let appended =
+                Append::new(self.root(), &spec, vec![rows]).execute_on_tip(&mut tip).await?;
+            self.handles().keep_tip(&spec, tip);
             report.already_present += appended.rows_skipped as usize;
             report.rows_added.insert(spec.name.clone(), appended.rows_added as usize);
             content_present.push((spec, appended.present_keys));
             indexed.extend(batch.iter().copied());
         }
         let index = layout::index_table();
-        let leased = self.put_handle(&index).await?;
-        let handle = &leased.table;
-        let rows = rows::index_batch(&table::arrow_schema(handle, &index)?, &indexed)?;
-        let rows = repoint_to_content(self, handle, &index, vec![rows], &content_present).await?;
-        let (appended, moved) = Append::new(self.root(), &index, rows)
-            .with_table(handle.clone())
-            .execute_keeping()
-            .await?;
-        self.handles().keep(&index, leased.moved(moved));
+        let mut tip = self.put_tip(&index).await?;
+        let rows = rows::index_batch(&table::arrow_schema(tip.table(), &index)?, &indexed)?;
+        let rows = if content_present.iter().all(|(_, ids)| ids.is_empty()) {
+            vec![rows]
+        } else {
+            tip.advance(self.root(), &index).await?;
+            let at_head = table::open_at(self.root(), &index, tip.head()).await?;
+            repoint_to_content(self, &at_head, &index, vec![rows], &content_present).await?
+        };
+        let appended = Append::new(self.root(), &index, rows).execute_on_tip(&mut tip).await?;
+        self.handles().keep_tip(&index, tip);
         report.rows_added.insert(index.name.clone(), appended.rows_added as usize);
         Ok(report)
     }
 
-    /// The latest handle of a table a put writes to: the kept one brought up
-    /// to date, or the table checked against its spec (and created) first.
-    async fn put_handle(&self, spec: &TableSpec) -> Result<Leased> {
+    /// Wait for what puts left running in the background: the checkpoints
+    /// Delta writes every 100 versions (see [`Tip`]). A process that puts
+    /// and exits calls this last; skipping it only leaves a checkpoint to a
+    /// later commit.
+    pub async fn settle(&self) {
+        self.handles().settle().await;
+    }
+
+    /// The tip of a table a put writes to: the kept one, or the table
+    /// checked against its spec (and created) first, then opened.
+    async fn put_tip(&self, spec: &TableSpec) -> Result<Tip> {
         if !self.handles().exists(self.root(), spec) {
             table::ensure(self.root(), spec).await?;
         }
-        self.handles().latest(self.root(), spec).await
+        self.handles().take_tip(self.root(), spec).await
     }
 
     /// Append artifacts to their content tables and the index with no

@@ -202,3 +202,25 @@ async fn lookups_read_bloom_filtered_row_groups_and_fill_partition_values() {
     assert_eq!(got.len(), 3);
     assert_eq!(got[&big[19_999].id], big[19_999]);
 }
+
+#[tokio::test]
+async fn a_run_of_puts_checkpoints_every_hundred_versions() {
+    // Puts commit straight to the log from a kept tip; Delta's checkpoint
+    // every 100 versions is written in the background, and `settle` waits
+    // for it.
+    let (_dir, lake) = lake().await;
+    let index = lake.root().join("artifacts/index/_delta_log");
+    let before = std::fs::read_dir(&index).unwrap().count();
+    for (i, a) in metrics(&lake, 1, 120).into_iter().enumerate() {
+        let report = lake.put(&[a]).await.unwrap();
+        assert_eq!(report.rows_added.get("index"), Some(&1), "put {i}");
+    }
+    lake.settle().await;
+    let hint = std::fs::read_to_string(index.join("_last_checkpoint")).unwrap();
+    let hint: serde_json::Value = serde_json::from_str(&hint).unwrap();
+    assert_eq!(hint["version"].as_u64().map(|v| (v + 1) % 100), Some(0), "{hint}");
+    assert!(std::fs::read_dir(&index).unwrap().count() > before + 120);
+    // The table reads whole through the checkpoint.
+    let fresh = sluice::Lake::open(lake.root()).await.unwrap();
+    assert_eq!(crate::commit::scalar(&fresh, "SELECT count(*) FROM index").await, "120");
+}
