@@ -205,6 +205,23 @@ impl KeyFilter {
         }
     }
 
+    /// The filter's bits when it is one word placed by the current scheme
+    /// (a commit of one or two keys): such filters are all probed at the
+    /// same bits for a key (see [`KeyFilter::one_word_mask`]).
+    pub(crate) fn one_word(&self) -> Option<u64> {
+        match (self.scheme, self.bits.as_slice()) {
+            (Scheme::Mixed, [word]) => Some(*word),
+            _ => None,
+        }
+    }
+
+    /// The bits a key sets in a one-word filter of the current scheme: such
+    /// a filter may hold the key only if all of them are set.
+    pub(crate) fn one_word_mask(key: &Key) -> u64 {
+        let one = KeyFilter { files: Vec::new(), bits: vec![0], scheme: Scheme::Mixed };
+        one.positions(key).fold(0, |mask, bit| mask | 1 << bit)
+    }
+
     /// Whether the key may be in the filter (false: certainly not).
     pub fn may_contain(&self, key: impl Into<Key>) -> bool {
         let key = key.into();
@@ -498,6 +515,20 @@ mod tests {
             assert!(ids.iter().all(|i| read.may_contain(i)));
             assert_ne!(new.bits, old.bits, "the schemes place probes differently");
         }
+    }
+
+    #[test]
+    fn a_one_word_mask_answers_as_the_probes_do() {
+        for i in 0..500 {
+            let f = KeyFilter::new(vec!["f".into()], &[id(i), id(i + 7)]);
+            let word = f.one_word().expect("two keys fit one word");
+            for k in [id(i), id(i + 7), id(i + 1), id(i + 1000)] {
+                let mask = KeyFilter::one_word_mask(&Key::from(k));
+                assert_eq!(word & mask == mask, f.may_contain(k));
+            }
+        }
+        let large = KeyFilter::new(vec!["f".into()], &(0..10).map(id).collect::<Vec<_>>());
+        assert_eq!(large.one_word(), None);
     }
 
     #[test]

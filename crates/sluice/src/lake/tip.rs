@@ -68,6 +68,12 @@ pub struct Tip {
     live: HashMap<String, Option<u64>>,
     uncovered: usize,
     filters: BTreeMap<u64, Arc<KeyFilter>>,
+    /// The one-word filters among them (commits of one or two keys, what a
+    /// run of puts leaves), by version: a key is tested against all of them
+    /// with one mask over contiguous words.
+    one_word: HashMap<u64, u64>,
+    /// The others, probed one by one.
+    larger: BTreeMap<u64, Arc<KeyFilter>>,
     /// Versions that added files before their sidecar could be read.
     pending: BTreeSet<u64>,
     /// The checkpoint being written, off the commit path.
@@ -89,6 +95,8 @@ impl Tip {
             listed: Instant::now(),
             live,
             filters: BTreeMap::new(),
+            one_word: HashMap::new(),
+            larger: BTreeMap::new(),
             pending: BTreeSet::new(),
             checkpointing: None,
             dir,
@@ -146,9 +154,13 @@ impl Tip {
         if self.uncovered > 0 {
             return false;
         }
+        let masks: Vec<u64> = keys.iter().map(KeyFilter::one_word_mask).collect();
+        if self.one_word.values().any(|word| masks.iter().any(|mask| word & mask == *mask)) {
+            return false;
+        }
         let hashes: Vec<(u64, u64)> = keys.iter().map(Key::hashes).collect();
         let mut alive = Vec::with_capacity(keys.len());
-        self.filters.values().all(|filter| {
+        self.larger.values().all(|filter| {
             alive.clear();
             alive.extend(0..keys.len() as u32);
             filter.retain_candidates(&hashes, &mut alive);
@@ -248,6 +260,10 @@ impl Tip {
             self.live.insert(file.clone(), Some(version));
         }
         self.uncovered -= filter.files.len();
+        match filter.one_word() {
+            Some(word) => self.one_word.insert(version, word).map(drop),
+            None => self.larger.insert(version, filter.clone()).map(drop),
+        };
         self.filters.insert(version, filter);
         true
     }
@@ -256,6 +272,8 @@ impl Tip {
     /// files are uncovered again.
     fn uncover(&mut self, version: u64) {
         let Some(filter) = self.filters.remove(&version) else { return };
+        self.one_word.remove(&version);
+        self.larger.remove(&version);
         for file in &filter.files {
             if let Some(by) = self.live.get_mut(file)
                 && *by == Some(version)
@@ -289,15 +307,19 @@ impl Tip {
     }
 
     /// Start writing a checkpoint after every `delta.checkpointInterval`-th
-    /// version (dropping expired log files, as the table's settings say).
-    /// It is written in the background: reading the whole table to write it
-    /// costs a hundred small commits' time, which would otherwise fall on
-    /// one commit. A checkpoint only speeds up reading the log, so one that
-    /// is still being written when the next is due is not doubled (the next
-    /// one skips), and a failure is logged, not returned.
+    /// version. It is written in the background: reading the whole table
+    /// to write it costs many small commits' time, which would otherwise
+    /// fall on one commit. It is written from the Delta kernel's snapshot of
+    /// that version (what delta-rs's own post-commit checkpoint does, minus
+    /// delta-rs loading the file list first). A checkpoint only speeds up
+    /// reading the log, so one still being written when the next is due is
+    /// not doubled (the next skips), and a failure is logged, not returned.
+    /// Expired log files (as the table's settings say) are looked for with
+    /// every [`CLEANUP_EVERY`]-th checkpoint: looking lists the whole log.
     async fn checkpoint_if_due(&mut self, version: u64) {
         let Ok(snapshot) = self.table.snapshot() else { return };
-        let interval = snapshot.table_config().checkpoint_interval().get();
+        let config = snapshot.table_config();
+        let interval = config.checkpoint_interval().get();
         if !(version + 1).is_multiple_of(interval) {
             return;
         }
@@ -305,14 +327,15 @@ impl Tip {
             tracing::debug!(table = %self.name, version, "a checkpoint is still being written");
             return;
         }
-        let url = self.table.table_url().clone();
+        let cleanup = config.enable_expired_log_cleanup()
+            && ((version + 1) / interval).is_multiple_of(CLEANUP_EVERY);
+        let retention = config.log_retention_duration();
+        let log_store = self.table.log_store();
         let name = self.name.clone();
         self.checkpointing = Some(tokio::spawn(async move {
-            let done = deltalake::checkpoints::create_checkpoint_from_table_url_and_cleanup(
-                url, version, None, None,
-            )
-            .await;
-            if let Err(e) = done {
+            if let Err(e) =
+                write_checkpoint(&log_store, version, cleanup.then_some(retention)).await
+            {
                 tracing::warn!(table = %name, version, error = %e, "could not write a checkpoint");
             }
         }));
@@ -326,6 +349,37 @@ impl Tip {
             tracing::warn!(table = %self.name, error = %e, "a checkpoint task failed");
         }
     }
+}
+
+/// Checkpoints between two looks for expired log files.
+const CLEANUP_EVERY: u64 = 10;
+
+/// Write the checkpoint of `version` from the kernel's snapshot; with a
+/// retention, then drop log files older than it behind a checkpoint.
+async fn write_checkpoint(
+    log_store: &deltalake::logstore::LogStoreRef,
+    version: u64,
+    retention: Option<Duration>,
+) -> std::result::Result<(), String> {
+    let root = log_store.root_url().clone();
+    let engine = log_store.engine(None);
+    tokio::task::spawn_blocking(move || {
+        let snapshot = delta_kernel::Snapshot::builder_for(root.as_str())
+            .at_version(version)
+            .build(engine.as_ref())
+            .map_err(|e| e.to_string())?;
+        snapshot.checkpoint(engine.as_ref(), None).map(drop).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    if let Some(retention) = retention {
+        let cutoff = chrono::Utc::now().timestamp_millis()
+            - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        deltalake::checkpoints::cleanup_expired_logs_for(version, log_store.as_ref(), cutoff, None)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Whether a version changes what a tip took from the table's opening.
@@ -381,6 +435,21 @@ mod tests {
         tip.apply(8, &[remove("b"), remove("c")]);
         assert_eq!(tip.uncovered(), 0);
         assert!(tip.live.is_empty() && tip.filters.is_empty());
+        assert!(tip.one_word.is_empty() && tip.larger.is_empty());
+    }
+
+    #[tokio::test]
+    async fn one_word_and_larger_filters_both_answer() {
+        let (_dir, mut tip) = tip_of_a_new_table().await;
+        let many: Vec<Key> = (0..10).map(|i| Key::of_text(&format!("k{i}"))).collect();
+        tip.apply(1, &[add("small")]);
+        tip.learn(1, filter(&["small"]));
+        tip.apply(2, &[add("large")]);
+        tip.learn(2, Arc::new(KeyFilter::new(vec!["large".into()], &many)));
+        assert_eq!((tip.one_word.len(), tip.larger.len()), (1, 1));
+        assert!(!tip.holds_none(&[Key::of_text("x")]), "in the one-word filter");
+        assert!(!tip.holds_none(&[Key::of_text("nope"), many[3]]), "in the larger one");
+        assert!(tip.holds_none(&[Key::of_text("nope"), Key::of_text("neither")]));
     }
 
     #[tokio::test]
@@ -393,6 +462,32 @@ mod tests {
         tip.retry_pending();
         assert_eq!(tip.uncovered(), 0);
         assert!(tip.pending.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_with_no_retention_drops_the_log_behind_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
+        for i in 0..30 {
+            let a = crate::Draft::metric(serde_json::json!({"i": i}))
+                .unwrap()
+                .finalize(lake.registry())
+                .unwrap();
+            lake.put(&[a]).await.unwrap();
+        }
+        let spec = super::super::layout::index_table();
+        let tip = Tip::open(lake.root(), &spec).await.unwrap();
+        let log = tip.dir.join("_delta_log");
+        assert!(log.join(format!("{:020}.json", 0)).exists());
+        write_checkpoint(&tip.table.log_store(), tip.head(), Some(Duration::ZERO)).await.unwrap();
+        let hint = std::fs::read_to_string(log.join("_last_checkpoint")).unwrap();
+        assert!(hint.contains(&format!("\"version\":{}", tip.head())), "{hint}");
+        assert!(!log.join(format!("{:020}.json", 0)).exists(), "expired and behind a checkpoint");
+        // The table reads whole from the checkpoint.
+        let reopened = Tip::open(lake.root(), &spec).await.unwrap();
+        assert_eq!(reopened.head(), tip.head());
+        assert_eq!(reopened.live.len(), tip.live.len());
+        assert_eq!(reopened.uncovered(), 0);
     }
 
     #[test]
