@@ -22,7 +22,9 @@
 //! writer is reported, never retried on top of it (see [`super::append`]).
 //!
 //! What a tip cannot follow makes it reopen from the log: a version that
-//! changes the table's protocol or metadata (schema, properties), and age —
+//! changes the table's protocol or metadata (schema, properties), a head
+//! whose own log entry is gone (the table was made again at its path), and
+//! age —
 //! a tip that has not listed the log for [`RELIST_AFTER`] (or half the log
 //! retention, when shorter) reopens, so a version that log clean-up removed
 //! after the tip last looked can never be mistaken for a free one.
@@ -126,6 +128,13 @@ impl Tip {
     /// Bring the tip to the table's latest version.
     pub async fn advance(&mut self, root: &Path, spec: &TableSpec) -> Result<()> {
         if self.listed.elapsed() >= self.relist_after() {
+            *self = Tip::open(root, spec).await?;
+            return Ok(());
+        }
+        // The head's own entry must still be there: a table made again at
+        // the same path (or a log cleaned past the head) starts over.
+        let own = self.dir.join("_delta_log").join(format!("{:020}.json", self.head));
+        if !own.exists() {
             *self = Tip::open(root, spec).await?;
             return Ok(());
         }
@@ -488,6 +497,30 @@ mod tests {
         assert_eq!(reopened.head(), tip.head());
         assert_eq!(reopened.live.len(), tip.live.len());
         assert_eq!(reopened.uncovered(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_table_made_again_at_the_same_path_reopens_the_tip() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |lake: &crate::Lake, i: i32| {
+            crate::Draft::metric(serde_json::json!({"i": i}))
+                .unwrap()
+                .finalize(lake.registry())
+                .unwrap()
+        };
+        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
+        for i in 0..3 {
+            lake.put(&[put(&lake, i)]).await.unwrap();
+        }
+        let spec = super::super::layout::index_table();
+        let mut tip = Tip::open(lake.root(), &spec).await.unwrap();
+        let old_head = tip.head();
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        let (again, _) = crate::Lake::init(dir.path()).await.unwrap();
+        again.put(&[put(&again, 9)]).await.unwrap();
+        tip.advance(again.root(), &spec).await.unwrap();
+        assert!(tip.head() < old_head, "{} is the new table's head", tip.head());
+        assert_eq!(tip.live.len(), 1);
     }
 
     #[test]
