@@ -237,7 +237,12 @@ impl Tip {
                     added = true;
                     match self.live.insert(add.path.clone(), None) {
                         None => self.uncovered += 1,
-                        Some(Some(by)) => self.uncover(by),
+                        // Added again while covered: now uncovered, and so
+                        // are the other files of its filter.
+                        Some(Some(by)) => {
+                            self.uncovered += 1;
+                            self.uncover(by);
+                        }
                         Some(None) => {}
                     }
                 }
@@ -265,10 +270,13 @@ impl Tip {
         if !usable {
             return false;
         }
+        // (A file named twice in a sidecar is covered once.)
         for file in &filter.files {
-            self.live.insert(file.clone(), Some(version));
+            if let Some(by @ None) = self.live.get_mut(file) {
+                *by = Some(version);
+                self.uncovered -= 1;
+            }
         }
-        self.uncovered -= filter.files.len();
         match filter.one_word() {
             Some(word) => self.one_word.insert(version, word).map(drop),
             None => self.larger.insert(version, filter.clone()).map(drop),
@@ -459,6 +467,56 @@ mod tests {
         assert!(!tip.holds_none(&[Key::of_text("x")]), "in the one-word filter");
         assert!(!tip.holds_none(&[Key::of_text("nope"), many[3]]), "in the larger one");
         assert!(tip.holds_none(&[Key::of_text("nope"), Key::of_text("neither")]));
+    }
+
+    /// What the bookkeeping must always say, recomputed from scratch.
+    fn assert_consistent(tip: &Tip) {
+        let uncovered = tip.live.values().filter(|by| by.is_none()).count();
+        assert_eq!(tip.uncovered, uncovered, "uncovered count");
+        for (version, filter) in &tip.filters {
+            for file in &filter.files {
+                assert_eq!(tip.live.get(file), Some(&Some(*version)), "{file} of {version}");
+            }
+        }
+        for by in tip.live.values().flatten() {
+            assert!(tip.filters.contains_key(by), "a file covered by a dropped filter {by}");
+        }
+        assert_eq!(tip.one_word.len() + tip.larger.len(), tip.filters.len());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+        #[test]
+        fn coverage_stays_consistent_under_any_adds_removes_and_filters(
+            ops in proptest::collection::vec((0u8..3, 0usize..6, 0usize..6), 1..60)
+        ) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let (_dir, mut tip) = rt.block_on(tip_of_a_new_table());
+            let name = |i: usize| format!("f{i}");
+            for (step, (op, a, b)) in ops.into_iter().enumerate() {
+                let version = 100 + step as u64;
+                match op {
+                    0 => tip.apply(version, &[add(&name(a)), add(&name(b))]),
+                    1 => tip.apply(version, &[remove(&name(a))]),
+                    _ => {
+                        let files: Vec<String> = vec![name(a), name(b)];
+                        let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+                        tip.cover(version, filter(&refs));
+                    }
+                }
+                assert_consistent(&tip);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_added_again_while_covered_is_uncovered() {
+        let (_dir, mut tip) = tip_of_a_new_table().await;
+        tip.apply(1, &[add("a"), add("b")]);
+        tip.learn(1, filter(&["a", "b"]));
+        tip.apply(2, &[add("a")]);
+        assert_eq!(tip.uncovered(), 2);
+        assert_consistent(&tip);
     }
 
     #[tokio::test]
