@@ -474,6 +474,13 @@ impl Append<'_> {
                 spec.name
             )));
         }
+        if let Err(feature) = tip.commits_directly() {
+            tracing::debug!(table = %spec.name, feature, "appending through delta-rs's commit");
+            let root = self.root;
+            let appended = self.execute().await?;
+            tip.advance(root, spec).await?;
+            return Ok(appended);
+        }
         let dedup = Dedup::of(&spec.kind);
         let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut batches = unique_rows(&self.batches, spec)?;

@@ -80,6 +80,9 @@ pub struct Tip {
     pending: BTreeSet<u64>,
     /// The checkpoint being written, off the commit path.
     checkpointing: Option<tokio::task::JoinHandle<()>>,
+    /// Why this table's appends need more than add actions (a writer
+    /// feature a direct commit does not write), if they do.
+    needs_delta_rs: Option<String>,
 }
 
 impl Tip {
@@ -101,8 +104,10 @@ impl Tip {
             larger: BTreeMap::new(),
             pending: BTreeSet::new(),
             checkpointing: None,
+            needs_delta_rs: None,
             dir,
         };
+        tip.needs_delta_rs = beyond_plain_appends(&tip.table);
         tip.uncovered = tip.live.len();
         for (version, filter) in key_filter::read_all(&tip.dir) {
             tip.cover(version, filter);
@@ -118,6 +123,13 @@ impl Tip {
     /// The table's version as far as this tip knows.
     pub fn head(&self) -> u64 {
         self.head
+    }
+
+    /// Whether this tip commits itself: `Err` with the writer feature that
+    /// needs delta-rs's commit (whose appends are then made through a
+    /// table handle; the tip follows them).
+    pub fn commits_directly(&self) -> std::result::Result<(), &str> {
+        self.needs_delta_rs.as_deref().map_or(Ok(()), Err)
     }
 
     /// Live data files no key filter covers.
@@ -368,6 +380,40 @@ impl Tip {
     }
 }
 
+/// Writer features under which an append is add actions and a commit
+/// info, what a direct commit writes. Others (in-commit timestamps, row
+/// tracking, identity columns, domain metadata, …) need delta-rs's commit.
+const PLAIN_APPEND_FEATURES: &[&str] = &[
+    "appendOnly",
+    "invariants",
+    "checkConstraints",
+    "changeDataFeed",
+    "generatedColumns",
+    "columnMapping",
+    "timestampNtz",
+    "deletionVectors",
+    "v2Checkpoint",
+    "vacuumProtocolCheck",
+];
+
+/// The writer feature of `table`'s protocol that a direct commit does not
+/// honour, if any (by the protocol's own JSON: writer version 6 implies
+/// identity columns, 7 lists its features).
+fn beyond_plain_appends(table: &DeltaTable) -> Option<String> {
+    let protocol = table.snapshot().ok()?.protocol().clone();
+    let json = serde_json::to_value(&protocol).ok()?;
+    let version = json.get("minWriterVersion").and_then(serde_json::Value::as_i64)?;
+    if version == 6 {
+        return Some("identityColumns (writer version 6)".into());
+    }
+    let features = json.get("writerFeatures").and_then(serde_json::Value::as_array)?;
+    features
+        .iter()
+        .filter_map(serde_json::Value::as_str)
+        .find(|f| !PLAIN_APPEND_FEATURES.contains(f))
+        .map(str::to_owned)
+}
+
 /// Checkpoints between two looks for expired log files.
 const CLEANUP_EVERY: u64 = 10;
 
@@ -579,6 +625,32 @@ mod tests {
         tip.advance(again.root(), &spec).await.unwrap();
         assert!(tip.head() < old_head, "{} is the new table's head", tip.head());
         assert_eq!(tip.live.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn writer_features_beyond_plain_appends_leave_commits_to_delta_rs() {
+        let (dir, tip) = tip_of_a_new_table().await;
+        assert_eq!(tip.commits_directly(), Ok(()), "sluice's tables: writer version 4");
+        let spec = super::super::layout::index_table();
+        let log = tip.dir.join("_delta_log");
+        let upgrade = |version: u64, features: &[&str]| {
+            let protocol = serde_json::json!({"protocol": {
+                "minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": features}});
+            let info = r#"{"commitInfo":{"timestamp":1764547200000,"operation":"UPGRADE"}}"#;
+            std::fs::write(
+                log.join(format!("{version:020}.json")),
+                format!("{info}\n{protocol}\n"),
+            )
+            .unwrap();
+        };
+        let plain = ["appendOnly", "invariants", "checkConstraints", "changeDataFeed"];
+        upgrade(tip.head() + 1, &plain);
+        let root = dir.path();
+        assert_eq!(Tip::open(root, &spec).await.unwrap().commits_directly(), Ok(()));
+        let more = [&plain[..], &["domainMetadata"]].concat();
+        upgrade(tip.head() + 2, &more);
+        let reopened = Tip::open(root, &spec).await.unwrap();
+        assert_eq!(reopened.commits_directly(), Err("domainMetadata"));
     }
 
     #[test]
