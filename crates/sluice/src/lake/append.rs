@@ -173,20 +173,14 @@ impl CommitSpec {
     /// this spec's app transaction, metadata and token. Every commit that
     /// must not race another (appends, rewrites, transform merges) uses them.
     pub(crate) fn properties(&self) -> CommitProperties {
-        let mut properties = CommitProperties::default().with_max_retries(0);
-        if let Some((app, version)) = &self.txn {
-            properties =
-                properties.with_application_transaction(Transaction::new(app.clone(), *version));
-        }
-        let mut metadata = self.metadata.clone();
-        if let Some(token) = &self.token {
-            metadata.push((TOKEN_KEY.into(), serde_json::Value::String(token.clone())));
-        }
-        properties.with_metadata(metadata)
+        let (metadata, txns) = self.parts();
+        CommitProperties::default()
+            .with_max_retries(0)
+            .with_application_transactions(txns)
+            .with_metadata(metadata)
     }
 
-    /// The commit's metadata (with the token) and app transactions, for a
-    /// commit written without delta-rs's commit builder.
+    /// The commit's metadata (with the token) and app transactions.
     pub(crate) fn parts(
         &self,
     ) -> (std::collections::HashMap<String, serde_json::Value>, Vec<Transaction>) {
@@ -372,21 +366,7 @@ impl<'a> Append<'a> {
             }
             match self.commit_new_adds(&mut table, &adds, dedup, &batches).await? {
                 Some(version) => {
-                    let keys = batch_keys(&batches, dedup, &spec.name)?;
-                    if !keys.is_empty() {
-                        table::record_key_filter(self.root, spec, version, &adds, None, &keys);
-                    }
-                    for column in spec.lookup_columns() {
-                        let keys = column_keys(&batches, column, &spec.name)?;
-                        table::record_key_filter(
-                            self.root,
-                            spec,
-                            version,
-                            &adds,
-                            Some(column),
-                            &keys,
-                        );
-                    }
+                    self.record_key_filters(version, &adds, &batches)?;
                     return Ok((Appended::new_commit(version, rows, staged, skipped), table));
                 }
                 None => {
@@ -492,8 +472,7 @@ impl Append<'_> {
             skipped.extend(present);
             let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
             if rows == 0 {
-                let version = tip.head();
-                let present_keys = skipped;
+                let (version, present_keys) = (tip.head(), skipped);
                 return Ok(Appended {
                     version,
                     rows_skipped: staged,
@@ -505,8 +484,8 @@ impl Append<'_> {
             let adds = write_files(tip.table(), &spec.name, &batches, properties).await?;
             let actions = adds.iter().cloned().map(Action::Add).collect();
             let operation = append_operation(&spec.partition_columns);
-            // Not committed (lost version or failure): the files are nobody's.
             let (metadata, txns) = self.commit.parts();
+            // Not committed (lost version or failure): the files are nobody's.
             let version = match tip.commit(actions, operation, metadata, txns).await {
                 Ok(Some(version)) => version,
                 Ok(None) => {
@@ -518,39 +497,35 @@ impl Append<'_> {
                     return Err(e);
                 }
             };
-            self.record_filters_on_tip(tip, version, &adds, &batches)?;
+            if let Some(filter) = self.record_key_filters(version, &adds, &batches)? {
+                tip.learn(version, filter);
+            }
             return Ok(Appended::new_commit(version, rows, staged, skipped));
         }
         Err(Error::Contention { table: spec.name.clone(), attempts: MAX_ATTEMPTS })
     }
 
-    /// Write the key filters of a version committed on a tip, and give the
-    /// tip the key column's.
-    fn record_filters_on_tip(
+    /// Write the key filters (key column, lookup columns) of the version
+    /// this append committed; the key column's comes back when it was
+    /// written.
+    fn record_key_filters(
         &self,
-        tip: &mut Tip,
         version: u64,
         adds: &[Add],
         batches: &[RecordBatch],
-    ) -> Result<()> {
+    ) -> Result<Option<Arc<KeyFilter>>> {
         let spec = self.spec;
         let keys = batch_keys(batches, Dedup::of(&spec.kind), &spec.name)?;
-        if !keys.is_empty() {
-            let files = adds.iter().map(|a| a.path.clone()).collect();
-            let filter = Arc::new(KeyFilter::new(files, &keys));
-            let dir = table::table_dir(self.root, spec);
-            match key_filter::write_for(&dir, version, None, &filter) {
-                Ok(()) => tip.learn(version, filter),
-                Err(e) => {
-                    tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter")
-                }
-            }
-        }
+        let recorded = if keys.is_empty() {
+            None
+        } else {
+            table::record_key_filter(self.root, spec, version, adds, None, &keys)
+        };
         for column in spec.lookup_columns() {
             let keys = column_keys(batches, column, &spec.name)?;
             table::record_key_filter(self.root, spec, version, adds, Some(column), &keys);
         }
-        Ok(())
+        Ok(recorded)
     }
 }
 
@@ -566,13 +541,7 @@ async fn drop_present_on_tip(
     if dedup == Dedup::Nothing {
         return Ok((batches, BTreeSet::new()));
     }
-    let mut keys = Vec::new();
-    for batch in &batches {
-        for text in key_texts(batch, dedup, &spec.name)? {
-            keys.push(key_of(dedup, &text)?);
-        }
-    }
-    if tip.holds_none(&keys) {
+    if tip.holds_none(&batch_keys(&batches, dedup, &spec.name)?) {
         return Ok((batches, BTreeSet::new()));
     }
     let at_head = table::open_at(root, spec, tip.head()).await?;

@@ -441,11 +441,15 @@ pub fn record_key_filter(
     adds: &[deltalake::kernel::Add],
     column: Option<&str>,
     keys: &[super::key_filter::Key],
-) {
+) -> Option<std::sync::Arc<super::key_filter::KeyFilter>> {
     let files = adds.iter().map(|a| a.path.clone()).collect();
     let filter = super::key_filter::KeyFilter::new(files, keys);
-    if let Err(e) = super::key_filter::write_for(&table_dir(root, spec), version, column, &filter) {
-        tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
+    match super::key_filter::write_for(&table_dir(root, spec), version, column, &filter) {
+        Ok(()) => Some(std::sync::Arc::new(filter)),
+        Err(e) => {
+            tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
+            None
+        }
     }
 }
 

@@ -459,6 +459,11 @@ mod tests {
         Arc::new(KeyFilter::new(files.iter().map(|f| f.to_string()).collect(), &keys))
     }
 
+    fn metric(lake: &crate::Lake, i: i32) -> crate::Artifact {
+        let draft = crate::Draft::metric(serde_json::json!({"i": i})).unwrap();
+        draft.finalize(lake.registry()).unwrap()
+    }
+
     fn add(path: &str) -> Action {
         Action::Add(deltalake::kernel::Add { path: path.into(), ..Default::default() })
     }
@@ -582,11 +587,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
         for i in 0..30 {
-            let a = crate::Draft::metric(serde_json::json!({"i": i}))
-                .unwrap()
-                .finalize(lake.registry())
-                .unwrap();
-            lake.put(&[a]).await.unwrap();
+            lake.put(&[metric(&lake, i)]).await.unwrap();
         }
         let spec = super::super::layout::index_table();
         let tip = Tip::open(lake.root(), &spec).await.unwrap();
@@ -606,22 +607,16 @@ mod tests {
     #[tokio::test]
     async fn a_table_made_again_at_the_same_path_reopens_the_tip() {
         let dir = tempfile::tempdir().unwrap();
-        let put = |lake: &crate::Lake, i: i32| {
-            crate::Draft::metric(serde_json::json!({"i": i}))
-                .unwrap()
-                .finalize(lake.registry())
-                .unwrap()
-        };
         let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
         for i in 0..3 {
-            lake.put(&[put(&lake, i)]).await.unwrap();
+            lake.put(&[metric(&lake, i)]).await.unwrap();
         }
         let spec = super::super::layout::index_table();
         let mut tip = Tip::open(lake.root(), &spec).await.unwrap();
         let old_head = tip.head();
         std::fs::remove_dir_all(dir.path()).unwrap();
         let (again, _) = crate::Lake::init(dir.path()).await.unwrap();
-        again.put(&[put(&again, 9)]).await.unwrap();
+        again.put(&[metric(&again, 9)]).await.unwrap();
         tip.advance(again.root(), &spec).await.unwrap();
         assert!(tip.head() < old_head, "{} is the new table's head", tip.head());
         assert_eq!(tip.live.len(), 1);
