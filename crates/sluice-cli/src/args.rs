@@ -531,6 +531,17 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1000)]
         count: u64,
     },
+    /// Small step commits: --count consecutive commits, each of one staged
+    /// execution of --artifacts metrics, through the library's committer
+    /// (what a pipeline step of one unit commits); median, p99, flatness.
+    StepCommit {
+        /// Commits measured.
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
+        /// Metrics per staged execution.
+        #[arg(long, default_value_t = 1)]
+        artifacts: usize,
+    },
     /// Commit and a partition-pruned query into a lake filled by many small
     /// commits, before and after `sluice compact`.
     Maintenance {

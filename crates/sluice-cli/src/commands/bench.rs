@@ -221,6 +221,9 @@ pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
             super::bench_store::lookup(root, artifacts, samples).await?
         }
         BenchCommand::Put { count } => super::bench_store::put(root, count).await?,
+        BenchCommand::StepCommit { count, artifacts } => {
+            super::bench_store::step_commit(root, count, artifacts).await?
+        }
         BenchCommand::Cache { executions, specs } => {
             super::bench_store::cache(root, executions, specs).await?
         }

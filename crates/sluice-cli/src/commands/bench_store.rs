@@ -97,26 +97,75 @@ pub async fn put(root: &Path, count: u64) -> anyhow::Result<Vec<Figure>> {
         ms.push(clock.elapsed().as_secs_f64() * 1e3);
     }
     lake.settle().await;
+    let what = format!("{count} consecutive puts of one metric, library API, one process");
+    small_commit_figures("put", "put of one metric", &what, ms)
+}
+
+/// `sluice bench step-commit`: what a pipeline step of one unit commits,
+/// staged as its worker stages it, committed by the library's committer.
+pub async fn step_commit(root: &Path, count: u64, artifacts: usize) -> anyhow::Result<Vec<Figure>> {
+    use sluice::staging::synthetic::{self, SyntheticSpec};
+    use sluice::staging::{StagingWriter, SyncPolicy};
+    let lake = Lake::open(root).await?;
+    let writer = StagingWriter::new(
+        sluice::staging::default_root(lake.root()),
+        lake.registry().clone(),
+        SyncPolicy::Detect,
+    );
+    let seed = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default() as u64;
+    let spec = SyntheticSpec {
+        seed,
+        operation: "bench_step".into(),
+        artifacts_per_execution: artifacts,
+        ..SyntheticSpec::default()
+    };
+    let mut ms = Vec::with_capacity(count as usize);
+    for i in 0..count.max(1) {
+        let (staged, _) = synthetic::execution(&spec, lake.registry(), i)?;
+        writer.write(&staged)?;
+        let runs = std::collections::HashSet::from([staged.execution.execution_run_id.clone()]);
+        let clock = Instant::now();
+        let report =
+            lake.commit().with_step(Some(spec.step)).with_runs(Some(runs)).execute().await?;
+        ms.push(clock.elapsed().as_secs_f64() * 1e3);
+        if report.runs_committed != 1 {
+            bail!("commit {i} committed {} executions, not 1", report.runs_committed);
+        }
+    }
+    lake.settle().await;
+    let what = format!(
+        "{count} consecutive commits of one staged execution of {artifacts} metric(s), \
+         library API, one process"
+    );
+    small_commit_figures("step-commit", "step commit of one execution", &what, ms)
+}
+
+/// Median, p99 and flatness of a run of small commits (goal 6).
+fn small_commit_figures(
+    bench: &'static str,
+    figure: &str,
+    what: &str,
+    ms: Vec<f64>,
+) -> anyhow::Result<Vec<Figure>> {
     let tenth = (ms.len() / 10).max(1);
     let (first, _) = median_p99(ms[..tenth].to_vec());
     let (last, _) = median_p99(ms[ms.len() - tenth..].to_vec());
     let (median, p99) = median_p99(ms);
-    let what = format!("{count} consecutive puts of one metric, library API, one process");
     print(&format!(
-        "workload: {what}\nput: median {median:.1} ms, p99 {p99:.1} ms (p99/median {:.1})\n\
+        "workload: {what}\n{bench}: median {median:.1} ms, p99 {p99:.1} ms (p99/median {:.1})\n\
          flatness: median of the last tenth / the first tenth = {:.2}\n\
          goal (issue 11, goal 6): median ≤ 6 ms, p99 ≤ 3× median",
         p99 / median.max(1e-9),
         last / first.max(1e-9)
     ))?;
     Ok(vec![
-        Figure::new("put", &what, "put of one metric, median", median, "ms")
+        Figure::new(bench, what, &format!("{figure}, median"), median, "ms")
             .against("goal: 6 ms", median / 6.0)
             .goal("6"),
-        Figure::new("put", &what, "put of one metric, p99", p99, "ms")
+        Figure::new(bench, what, &format!("{figure}, p99"), p99, "ms")
             .against("the median (goal ≤ 3)", p99 / median.max(1e-9))
             .goal("6"),
-        Figure::new("put", &what, "put, last tenth median", last, "ms")
+        Figure::new(bench, what, &format!("{bench}, last tenth median"), last, "ms")
             .against("the first tenth's median", last / first.max(1e-9)),
     ])
 }

@@ -225,6 +225,7 @@ impl<'a> CommitBuilder<'a> {
         let root = self.staging_root.clone();
         std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         let _lock = WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?;
+        let locked_ms = started.elapsed().as_secs_f64() * 1e3;
         let specs = self.lake.table_specs();
         // `Lake::open` reconciled the tables that exist; create the missing
         // ones (e.g. the journal of a lake made before it existed). The
@@ -234,25 +235,51 @@ impl<'a> CommitBuilder<'a> {
                 table::ensure(self.lake.root(), spec).await?;
             }
         }
-        let tables_seq =
-            journal::highest_table_seq(self.lake.root(), &specs).await?.map_or(0, |(seq, _)| seq);
-        let existing = journal::read(self.lake.root(), None).await?;
-        sequence::check_journal(existing.max_seq(), tables_seq)?;
+        // The tables' heads, then the journal (the order readers use): a
+        // journal behind the tables means it lost rows.
+        let (_, highest) = self.lake.handles().tip_heads(self.lake.root(), &specs).await?;
+        let tables_seq = highest.map_or(0, |(seq, _)| seq);
+        let mut kept = self.lake.take_journal_tip().await?;
+        let journal = kept.advance(self.lake.root()).await?;
+        sequence::check_journal(journal.max_seq(), tables_seq)?;
+        let manifests = manifest::read_all(&root)?;
+        // Only a crash leaves something to recover: most commits skip it
+        // (and the copy of the journal it reads).
+        let existing =
+            (!manifests.is_empty() || !journal.unfinished().is_empty()).then(|| journal.clone());
         let ctx = sequence::Context {
             lake: self.lake,
             staging_root: &root,
             sync: self.sync.should_sync(&root),
             tables_seq,
             failpoint: self.failpoint.clone(),
+            journal: tokio::sync::Mutex::new(kept),
         };
         let mut report = CommitReport::default();
-        recovery::recover(&ctx, &existing, self.stale_after, &mut report).await?;
+        let checked_ms = started.elapsed().as_secs_f64() * 1e3;
+        if let Some(existing) = existing {
+            recovery::recover(&ctx, &existing, manifests, self.stale_after, &mut report).await?;
+        }
+        let recovered_ms = started.elapsed().as_secs_f64() * 1e3;
         self.commit_sealed(&ctx, &mut report).await?;
+        let committed_ms = started.elapsed().as_secs_f64() * 1e3;
+        let kept = ctx.journal.into_inner();
         // Best effort: a journal left fragmented only costs speed.
-        if let Err(e) = journal::compact_if_fragmented(self.lake.root()).await {
+        if kept.files() > journal::MAX_JOURNAL_FILES
+            && let Err(e) = journal::compact_if_fragmented(self.lake.root()).await
+        {
             tracing::warn!(error = %e, "could not compact the commit journal");
         }
+        self.lake.keep_journal_tip(kept);
         report.duration = started.elapsed();
+        tracing::debug!(
+            locked_ms,
+            checked_ms,
+            recovered_ms,
+            committed_ms,
+            total_ms = report.duration.as_secs_f64() * 1e3,
+            "commit phases (ms since the start)"
+        );
         Ok(report)
     }
 
@@ -278,10 +305,14 @@ impl<'a> CommitBuilder<'a> {
         let mut done = 0;
         for chunk in chunks(sealed, self.chunk, self.chunk_bytes) {
             let size = chunk.len();
+            let clock = Instant::now();
             let loaded = sequence::Loaded::load(ctx, chunk).await?;
             if !loaded.is_empty() {
+                let loaded_ms = clock.elapsed().as_secs_f64() * 1e3;
                 let claimed = loaded.claim(ctx).await?;
                 let seq = claimed.seq();
+                let claimed_ms = clock.elapsed().as_secs_f64() * 1e3;
+                tracing::debug!(seq, loaded_ms, claimed_ms, "sequence claimed");
                 report.absorb(claimed.finish(ctx).await?);
                 report.sequences.push(seq);
             } else {

@@ -29,7 +29,7 @@ use super::manifest;
 use super::quarantine::remove_run;
 use super::sequence::{Context, Loaded};
 use crate::error::{Error, Result};
-use crate::lake::journal::{self, Journal, JournalEntry, Phase};
+use crate::lake::journal::{Journal, JournalEntry, Phase};
 use crate::lake::restore;
 
 /// Default age after which a started sequence of another host is abandoned.
@@ -39,10 +39,10 @@ pub(super) const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(3600);
 pub(super) async fn recover(
     ctx: &Context<'_>,
     journal: &Journal,
+    manifests: Vec<manifest::Manifest>,
     stale_after: Duration,
     report: &mut CommitReport,
 ) -> Result<()> {
-    let manifests = manifest::read_all(ctx.staging_root)?;
     for manifest in &manifests {
         let (dirs, bad) = manifest.run_dirs(ctx.staging_root);
         for path in &bad {
@@ -154,10 +154,13 @@ async fn abandon(ctx: &Context<'_>, open: &JournalEntry, reason: &str) -> Result
         ..JournalEntry::default()
     };
     tracing::warn!(seq = open.seq, %reason, "recording an unfinished commit sequence as abandoned");
-    journal::append(ctx.lake.root(), |j| {
-        let ended = j.has(&open.token, Phase::Completed) || j.has(&open.token, Phase::Abandoned);
-        Ok((!ended).then(|| entry.clone()))
-    })
-    .await?;
+    let mut journal = ctx.journal.lock().await;
+    journal
+        .append(ctx.lake.root(), |j| {
+            let ended =
+                j.has(&open.token, Phase::Completed) || j.has(&open.token, Phase::Abandoned);
+            Ok((!ended).then(|| entry.clone()))
+        })
+        .await?;
     Ok(())
 }

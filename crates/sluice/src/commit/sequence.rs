@@ -42,9 +42,12 @@ use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::append::{Append, Appended, Dedup, Gate};
-use crate::lake::journal::{self, JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
+use crate::lake::journal::{JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
+use crate::lake::journal_tip::JournalTip;
+use crate::lake::key_filter::Key;
 use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::table;
+use crate::lake::tip::Tip;
 use crate::staging::RunDir;
 
 /// What every sequence of one commit shares.
@@ -57,6 +60,8 @@ pub(super) struct Context<'a> {
     pub tables_seq: i64,
     /// `commit:<table>`: fail that table's commit (tests).
     pub failpoint: Option<String>,
+    /// The journal, kept at its head between this commit's appends.
+    pub journal: tokio::sync::Mutex<JournalTip>,
 }
 
 /// What one sequence did.
@@ -133,25 +138,29 @@ impl Loaded {
     pub(super) async fn claim(self, ctx: &Context<'_>) -> Result<Claimed> {
         let root = ctx.lake.root();
         let specs = ctx.lake.table_specs();
-        let before = journal::versions(root, &specs).await?;
+        let (before, _) = ctx.lake.handles().tip_heads(root, &specs).await?;
         let token = crate::host::unique_id();
         let owner = crate::host::owner();
         let tables_seq = ctx.tables_seq;
         let run_count = executions(&self.runs) as i64;
-        let claimed = journal::append(root, |j| {
-            check_journal(j.max_seq(), tables_seq)?;
-            Ok(Some(JournalEntry {
-                seq: j.max_seq().max(tables_seq) + 1,
-                phase: Some(Phase::Started),
-                run_count,
-                table_versions: before.clone(),
-                token: token.clone(),
-                owner: owner.clone(),
-                ..JournalEntry::default()
-            }))
-        })
-        .await?
-        .ok_or_else(|| Error::Internal("the journal claim wrote nothing".into()))?;
+        let claimed = ctx
+            .journal
+            .lock()
+            .await
+            .append(root, |j| {
+                check_journal(j.max_seq(), tables_seq)?;
+                Ok(Some(JournalEntry {
+                    seq: j.max_seq().max(tables_seq) + 1,
+                    phase: Some(Phase::Started),
+                    run_count,
+                    table_versions: before.clone(),
+                    token: token.clone(),
+                    owner: owner.clone(),
+                    ..JournalEntry::default()
+                }))
+            })
+            .await?
+            .ok_or_else(|| Error::Internal("the journal claim wrote nothing".into()))?;
         let manifest = Manifest {
             seq: claimed.seq,
             token: token.clone(),
@@ -200,14 +209,16 @@ impl Claimed {
     pub(super) async fn finish(mut self, ctx: &Context<'_>) -> Result<SequenceReport> {
         let clock = std::time::Instant::now();
         let commits = self.commit_tables(ctx).await?;
-        let tables_ms = clock.elapsed().as_millis() as u64;
+        let tables_ms = clock.elapsed().as_secs_f64() * 1e3;
         self.complete(ctx, commits).await?;
+        let completed_ms = clock.elapsed().as_secs_f64() * 1e3;
         self.clean(ctx)?;
         tracing::debug!(
             seq = self.seq,
             runs = self.runs.len(),
             tables_ms,
-            total_ms = clock.elapsed().as_millis() as u64,
+            completed_ms,
+            total_ms = clock.elapsed().as_secs_f64() * 1e3,
             "sequence finished"
         );
         self.report.runs = executions(&self.runs);
@@ -250,16 +261,25 @@ impl Claimed {
                 .iter()
                 .flat_map(|run| run.tables.get(&spec.name).into_iter().flatten().cloned())
                 .collect();
-            let root = lake.root().to_path_buf();
+            let lake = lake.clone();
             let failpoint = ctx.failpoint.clone();
             let (seq, token) = (self.seq, self.token.clone());
             let since = self.before.get(&spec.name).copied().unwrap_or_default();
             tail_tasks.push(tokio::spawn(async move {
                 let result = async {
                     failpoint_check(failpoint.as_deref(), &spec.name)?;
-                    let (handle, conformed) = open_conformed(&root, &spec, &batches).await?;
-                    append_one(&root, &spec, conformed, seq, token, since, Some(handle), Some(gate))
-                        .await
+                    let (mut tip, conformed) = conformed_on_tip(&lake, &spec, &batches).await?;
+                    let appended = append_one(
+                        lake.root(),
+                        &spec,
+                        conformed,
+                        (seq, token, since),
+                        &mut tip,
+                        Some(gate),
+                    )
+                    .await;
+                    lake.handles().keep_tip(&spec, tip);
+                    appended
                 }
                 .await;
                 // Done only once the table before it is done too: an append
@@ -308,8 +328,11 @@ impl Claimed {
         for spec in specs {
             failpoint_check(ctx.failpoint.as_deref(), &spec.name)?;
             let staged = self.runs.iter().flat_map(|r| r.tables.get(&spec.name)).flatten();
-            let (handle, mut batches) = open_conformed(lake.root(), &spec, staged).await?;
-            if spec.kind == TableKind::Index {
+            let (mut tip, mut batches) = conformed_on_tip(lake, &spec, staged).await?;
+            if spec.kind == TableKind::Index
+                && content_present.iter().any(|(_, ids)| !ids.is_empty())
+            {
+                let handle = table::open_at(lake.root(), &spec, tip.head()).await?;
                 batches = crate::store::repoint_to_content(
                     lake,
                     &handle,
@@ -320,17 +343,10 @@ impl Claimed {
                 .await?;
             }
             let since = self.before.get(&spec.name).copied().unwrap_or_default();
-            let appended = append_one(
-                lake.root(),
-                &spec,
-                batches,
-                self.seq,
-                self.token.clone(),
-                since,
-                Some(handle),
-                None,
-            )
-            .await?;
+            let sequence = (self.seq, self.token.clone(), since);
+            let appended = append_one(lake.root(), &spec, batches, sequence, &mut tip, None).await;
+            lake.handles().keep_tip(&spec, tip);
+            let appended = appended?;
             self.record(&spec.name, &appended, commits);
             if matches!(spec.kind, TableKind::Content(_)) {
                 content_present.push((spec.clone(), appended.present_keys));
@@ -351,7 +367,7 @@ impl Claimed {
     /// Record `completed` (once, whoever finishes the sequence).
     async fn complete(&self, ctx: &Context<'_>, commits: BTreeMap<String, u64>) -> Result<()> {
         let specs = ctx.lake.table_specs();
-        let after = journal::versions(ctx.lake.root(), &specs).await?;
+        let (after, _) = ctx.lake.handles().tip_heads(ctx.lake.root(), &specs).await?;
         let entry = JournalEntry {
             seq: self.seq,
             phase: Some(Phase::Completed),
@@ -363,10 +379,12 @@ impl Claimed {
             owner: crate::host::owner(),
             ..JournalEntry::default()
         };
-        journal::append(ctx.lake.root(), |j| {
-            Ok((!j.has(&self.token, Phase::Completed)).then(|| entry.clone()))
-        })
-        .await?;
+        let mut journal = ctx.journal.lock().await;
+        journal
+            .append(ctx.lake.root(), |j| {
+                Ok((!j.has(&self.token, Phase::Completed)).then(|| entry.clone()))
+            })
+            .await?;
         Ok(())
     }
 
@@ -419,15 +437,22 @@ async fn drop_committed(
         return Ok(());
     }
     let clock = std::time::Instant::now();
-    let handle = table::open(ctx.lake.root(), &spec).await?;
+    let lake = ctx.lake;
+    let tip = lake.handles().latest_tip(lake.root(), &spec).await?;
     let open_ms = clock.elapsed().as_millis() as u64;
     let ids: BTreeSet<String> =
         runs.iter().flat_map(|r| r.executions.iter().map(|e| e.run_id.clone())).collect();
-    let committed =
-        crate::lake::append::present_keys(ctx.lake.root(), &handle, &spec, Dedup::RunId, &ids)
-            .await?;
+    let keys: Vec<Key> = ids.iter().map(|id| Key::of_text(id)).collect();
+    let committed = if tip.holds_none(&keys) {
+        BTreeSet::new()
+    } else {
+        let handle = table::open_at(lake.root(), &spec, tip.head()).await?;
+        crate::lake::append::present_keys(lake.root(), &handle, &spec, Dedup::RunId, &ids).await?
+    };
     let runs_ms = clock.elapsed().as_millis() as u64 - open_ms;
-    let mut succeeded = succeeded_specs(ctx.lake, runs).await?;
+    let succeeded = succeeded_specs(lake, &tip, runs).await;
+    lake.handles().keep_tip(&spec, tip);
+    let mut succeeded = succeeded?;
     tracing::debug!(
         open_ms,
         runs_ms,
@@ -463,15 +488,20 @@ async fn drop_committed(
 }
 
 /// Which specs of these runs' successful executions already succeeded in
-/// the lake: the execution cache's look-up (key and bloom filters of
-/// `execution_spec_id`), so the cost follows these specs, not the table.
-async fn succeeded_specs(lake: &Lake, runs: &[LoadedRun]) -> Result<BTreeSet<String>> {
+/// the lake: none when the executions' tip rules them all out from its
+/// `execution_spec_id` key filters, else the execution cache's look-up
+/// (key and bloom filters), so the cost follows these specs, not the table.
+async fn succeeded_specs(lake: &Lake, tip: &Tip, runs: &[LoadedRun]) -> Result<BTreeSet<String>> {
     let specs: HashSet<String> = runs
         .iter()
         .flat_map(|r| r.executions.iter())
         .filter(|e| e.success)
         .map(|e| e.spec_id.clone())
         .collect();
+    let keys: Vec<Key> = specs.iter().map(|s| Key::of_value(s)).collect();
+    if specs.is_empty() || tip.holds_none_in("execution_spec_id", &keys) {
+        return Ok(BTreeSet::new());
+    }
     Ok(crate::pipeline::cache::successful_runs(lake, &specs).await?.into_keys().collect())
 }
 
@@ -549,19 +579,26 @@ fn load_parallel(
     crate::host::on_cores(&runs, |dir| (load_run(registry, specs, dir), dir.clone()))
 }
 
-/// Open a table and give its staged rows exactly its schema ([`conform`]).
-async fn open_conformed<'b>(
-    root: &Path,
+/// The kept tip of a table at its latest version, and its staged rows in
+/// exactly its schema ([`conform`]).
+async fn conformed_on_tip<'b>(
+    lake: &Lake,
     spec: &TableSpec,
     staged: impl IntoIterator<Item = &'b RecordBatch>,
-) -> Result<(deltalake::DeltaTable, Vec<RecordBatch>)> {
-    let handle = table::open(root, spec).await?;
-    let schema = table::arrow_schema(&handle, spec)?;
+) -> Result<(Tip, Vec<RecordBatch>)> {
+    let tip = lake.handles().latest_tip(lake.root(), spec).await?;
+    let schema = table::arrow_schema(tip.table(), spec)?;
     let mut batches = Vec::new();
     for batch in staged {
-        batches.extend(conform(batch, &schema, &spec.name)?);
+        match conform(batch, &schema, &spec.name) {
+            Ok(conformed) => batches.extend(conformed),
+            Err(e) => {
+                lake.handles().keep_tip(spec, tip);
+                return Err(e);
+            }
+        }
     }
-    Ok((handle, batches))
+    Ok((tip, batches))
 }
 
 /// Bytes of binary values per written batch at most: a Delta binary column
@@ -620,17 +657,15 @@ fn slices(batch: &RecordBatch) -> Vec<(usize, usize)> {
     out
 }
 
-/// One table's de-duplicating append of a sequence, tagged with its number
-/// and token.
-#[allow(clippy::too_many_arguments)]
+/// One table's de-duplicating append of a sequence (number, token, the
+/// table's version before it), tagged with its number and token, on the
+/// table's tip.
 async fn append_one(
     root: &Path,
     spec: &TableSpec,
     batches: Vec<RecordBatch>,
-    seq: i64,
-    token: String,
-    since: u64,
-    handle: Option<deltalake::DeltaTable>,
+    (seq, token, since): (i64, String, u64),
+    tip: &mut Tip,
     gate: Option<Gate>,
 ) -> Result<Appended> {
     let clock = std::time::Instant::now();
@@ -638,13 +673,10 @@ async fn append_one(
         .with_app_transaction(TXN_APP_ID, seq)
         .with_metadata(SEQ_KEY, serde_json::json!(seq))
         .with_token(token, since);
-    if let Some(handle) = handle {
-        append = append.with_table(handle);
-    }
     if let Some(gate) = gate {
         append = append.with_gate(gate);
     }
-    let appended = append.execute().await?;
+    let appended = append.execute_on_tip(tip).await?;
     tracing::debug!(
         seq, table = %spec.name, rows = appended.rows_added,
         skipped = appended.rows_skipped, ms = clock.elapsed().as_millis() as u64,

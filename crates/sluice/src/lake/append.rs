@@ -234,6 +234,17 @@ pub struct Appended {
 }
 
 impl Appended {
+    /// An append that found its token committed at `found`; the table is
+    /// at `head`.
+    fn found_token(found: u64, head: u64) -> Self {
+        Appended {
+            committed: Some(found),
+            version: head,
+            already_committed: true,
+            ..Appended::default()
+        }
+    }
+
     /// An append that committed `rows` of its `staged` rows as `version`;
     /// `present` are the keys it skipped because the table held them.
     fn new_commit(version: u64, rows: u64, staged: u64, present: BTreeSet<String>) -> Self {
@@ -443,32 +454,40 @@ impl Append<'_> {
     /// Run the append on a writer's [`Tip`] of the table: keys are checked
     /// against the tip's key filters (a table is opened at the tip's head
     /// only when they cannot rule every key out) and the files are
-    /// committed as exactly the tip's next version. The same guarantees as
-    /// [`Append::execute_keeping`]; an append on a tip carries no token and
-    /// no gate (those are the committer's, which commits through handles).
-    pub async fn execute_on_tip(self, tip: &mut Tip) -> Result<Appended> {
-        let spec = self.spec;
-        if self.commit.token.is_some() || self.gate.is_some() {
-            return Err(Error::Internal(format!(
-                "table `{}`: an append on a tip takes no token and no gate",
-                spec.name
-            )));
-        }
+    /// committed as exactly the tip's next version, with the same
+    /// guarantees as [`Append::execute_keeping`]: the token is looked for
+    /// in every version after `since` first, and again in the versions of
+    /// whoever took ours; the gate is waited for once, after the files are
+    /// written. Files written for a lost version are committed on top of
+    /// the new head when it holds none of their keys, else given up.
+    pub async fn execute_on_tip(mut self, tip: &mut Tip) -> Result<Appended> {
+        let (root, spec) = (self.root, self.spec);
         if let Err(feature) = tip.commits_directly() {
             tracing::debug!(table = %spec.name, feature, "appending through delta-rs's commit");
-            let root = self.root;
             let appended = self.execute().await?;
             tip.advance(root, spec).await?;
             return Ok(appended);
         }
         let dedup = Dedup::of(&spec.kind);
+        tip.advance(root, spec).await?;
+        // The last version searched for the token.
+        let mut searched = self.since;
+        if let Some(found) = self.token_on_tip(tip, &mut searched).await? {
+            return Ok(Appended::found_token(found, tip.head()));
+        }
         let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut batches = unique_rows(&self.batches, spec)?;
         let mut skipped = BTreeSet::new();
+        // Files written for a version another writer took.
+        let mut written: Option<Vec<Add>> = None;
         for _ in 0..MAX_ATTEMPTS {
-            tip.advance(self.root, spec).await?;
-            let (left, present) = drop_present_on_tip(self.root, tip, spec, dedup, batches).await?;
+            let (left, present) = drop_present_on_tip(root, tip, spec, dedup, batches).await?;
             batches = left;
+            if !present.is_empty()
+                && let Some(adds) = written.take()
+            {
+                remove_files(tip.table(), &adds).await;
+            }
             skipped.extend(present);
             let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
             if rows == 0 {
@@ -480,50 +499,100 @@ impl Append<'_> {
                     ..Default::default()
                 });
             }
-            let properties = table::writer_properties_for(spec);
-            let adds = write_files(tip.table(), &spec.name, &batches, properties).await?;
+            let adds = match written.take() {
+                Some(adds) => adds,
+                None => {
+                    let properties = table::writer_properties_for(spec);
+                    write_files(tip.table(), &spec.name, &batches, properties).await?
+                }
+            };
+            if let Some(gate) = self.gate.take()
+                && !gate.open().await
+            {
+                remove_files(tip.table(), &adds).await;
+                return Err(Error::NotCommitted {
+                    table: spec.name.clone(),
+                    reason: "a table before it in the commit order did not commit".into(),
+                });
+            }
             let actions = adds.iter().cloned().map(Action::Add).collect();
             let operation = append_operation(&spec.partition_columns);
             let (metadata, txns) = self.commit.parts();
-            // Not committed (lost version or failure): the files are nobody's.
-            let version = match tip.commit(actions, operation, metadata, txns).await {
-                Ok(Some(version)) => version,
+            match tip.commit(actions, operation, metadata, txns).await {
+                Ok(Some(version)) => {
+                    for (column, filter) in self.record_key_filters(version, &adds, &batches)? {
+                        tip.learn(version, column, filter);
+                    }
+                    return Ok(Appended::new_commit(version, rows, staged, skipped));
+                }
                 Ok(None) => {
-                    remove_files(tip.table(), &adds).await;
-                    continue;
+                    tracing::debug!(table = %spec.name, "lost the version to another writer");
+                    // Another writer took the version: follow it, and look
+                    // for our token (a retry of ours may have been first).
+                    let moved = tip.advance(root, spec).await;
+                    let found = match moved {
+                        Ok(()) => self.token_on_tip(tip, &mut searched).await,
+                        Err(e) => Err(e),
+                    };
+                    match found {
+                        Ok(None) => written = Some(adds),
+                        Ok(Some(found)) => {
+                            remove_files(tip.table(), &adds).await;
+                            return Ok(Appended::found_token(found, tip.head()));
+                        }
+                        Err(e) => {
+                            remove_files(tip.table(), &adds).await;
+                            return Err(e);
+                        }
+                    }
                 }
                 Err(e) => {
                     remove_files(tip.table(), &adds).await;
                     return Err(e);
                 }
-            };
-            if let Some(filter) = self.record_key_filters(version, &adds, &batches)? {
-                tip.learn(version, filter);
             }
-            return Ok(Appended::new_commit(version, rows, staged, skipped));
+        }
+        if let Some(adds) = written {
+            remove_files(tip.table(), &adds).await;
         }
         Err(Error::Contention { table: spec.name.clone(), attempts: MAX_ATTEMPTS })
     }
 
+    /// The version in `searched+1 ..= head` of the tip whose commit carries
+    /// this append's token; `searched` moves to the head.
+    async fn token_on_tip(&self, tip: &Tip, searched: &mut u64) -> Result<Option<u64>> {
+        let Some(token) = &self.commit.token else { return Ok(None) };
+        let (from, head) = (*searched + 1, tip.head());
+        let found = find_token(tip.table(), &self.spec.name, token, from, head).await?;
+        *searched = head.max(*searched);
+        Ok(found)
+    }
+
     /// Write the key filters (key column, lookup columns) of the version
-    /// this append committed; the key column's comes back when it was
-    /// written.
+    /// this append committed; those written come back, by column (`None`:
+    /// the key column).
     fn record_key_filters(
         &self,
         version: u64,
         adds: &[Add],
         batches: &[RecordBatch],
-    ) -> Result<Option<Arc<KeyFilter>>> {
+    ) -> Result<Vec<(Option<&'static str>, Arc<KeyFilter>)>> {
         let spec = self.spec;
+        let mut recorded = Vec::new();
         let keys = batch_keys(batches, Dedup::of(&spec.kind), &spec.name)?;
-        let recorded = if keys.is_empty() {
-            None
-        } else {
-            table::record_key_filter(self.root, spec, version, adds, None, &keys)
-        };
-        for column in spec.lookup_columns() {
+        if !keys.is_empty()
+            && let Some(filter) =
+                table::record_key_filter(self.root, spec, version, adds, None, &keys)
+        {
+            recorded.push((None, filter));
+        }
+        for &column in spec.lookup_columns() {
             let keys = column_keys(batches, column, &spec.name)?;
-            table::record_key_filter(self.root, spec, version, adds, Some(column), &keys);
+            if let Some(filter) =
+                table::record_key_filter(self.root, spec, version, adds, Some(column), &keys)
+            {
+                recorded.push((Some(column), filter));
+            }
         }
         Ok(recorded)
     }
@@ -591,7 +660,7 @@ pub(crate) async fn try_commit_next(
 }
 
 /// The Delta operation of an append to a table partitioned by `columns`.
-fn append_operation(columns: &[String]) -> DeltaOperation {
+pub(crate) fn append_operation(columns: &[String]) -> DeltaOperation {
     DeltaOperation::Write {
         mode: SaveMode::Append,
         partition_by: (!columns.is_empty()).then(|| columns.to_vec()),

@@ -19,13 +19,13 @@
 //! `../shared/notes/deltalake-1x.md`), so a handle is reopened from scratch
 //! once it has moved [`REOPEN_AFTER`] versions past where it was opened.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use deltalake::DeltaTable;
 
-use super::layout::TableSpec;
+use super::layout::{TableKind, TableSpec};
 use super::table;
 use super::tip::Tip;
 use crate::error::{Error, Result};
@@ -148,6 +148,41 @@ impl Handles {
             Some(tip) => Ok(tip),
             None => Tip::open(root, spec).await,
         }
+    }
+
+    /// The kept tip of the table (or a new one), brought to the table's
+    /// latest version. Give it back with [`Handles::keep_tip`].
+    pub async fn latest_tip(&self, root: &Path, spec: &TableSpec) -> Result<Tip> {
+        let mut tip = self.take_tip(root, spec).await?;
+        tip.advance(root, spec).await?;
+        Ok(tip)
+    }
+
+    /// The latest version of each existing table of `specs` (the journal
+    /// excepted), through the kept tips, read in reverse commit order (see
+    /// [`super::journal::versions`]); with the highest commit sequence any
+    /// of them records, and where.
+    pub async fn tip_heads(
+        &self,
+        root: &Path,
+        specs: &[TableSpec],
+    ) -> Result<(BTreeMap<String, u64>, Option<(i64, String)>)> {
+        let mut heads = BTreeMap::new();
+        let mut highest: Option<(i64, String)> = None;
+        for spec in specs.iter().rev().filter(|s| s.kind != TableKind::Commits) {
+            if !self.exists(root, spec) {
+                continue;
+            }
+            let tip = self.latest_tip(root, spec).await?;
+            heads.insert(spec.name.clone(), tip.head());
+            if let Some(seq) = tip.seq()
+                && highest.as_ref().is_none_or(|(h, _)| seq > *h)
+            {
+                highest = Some((seq, spec.name.clone()));
+            }
+            self.keep_tip(spec, tip);
+        }
+        Ok((heads, highest))
     }
 
     /// Keep a tip for the table's next writer.

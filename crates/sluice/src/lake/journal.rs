@@ -37,15 +37,11 @@ use crate::artifact::arrow_convert::{build_array, read_value};
 use crate::artifact::value::FieldValue;
 use crate::error::{Error, Result};
 
-/// The Delta application-transaction id of commit sequences.
-pub const TXN_APP_ID: &str = "sluice-commit";
-
-/// The commit-metadata key holding a table commit's sequence number.
-pub const SEQ_KEY: &str = "sluice_commit_seq";
+pub use super::layout::{SEQ_KEY, TXN_APP_ID};
 
 /// How many times a journal append re-reads the journal after losing its
 /// version to another writer.
-const MAX_ATTEMPTS: usize = 100;
+pub(super) const MAX_ATTEMPTS: usize = 100;
 
 /// Phase of a journal row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -146,13 +142,18 @@ impl Journal {
     }
 
     /// `started` rows with neither a `completed` nor an `abandoned` row.
+    /// (One pass over the rows: a journal of many sequences is asked this
+    /// by every commit.)
     pub fn unfinished(&self) -> Vec<&JournalEntry> {
+        let ended: std::collections::HashSet<&str> = self
+            .entries
+            .iter()
+            .filter(|e| matches!(e.phase(), Phase::Completed | Phase::Abandoned))
+            .map(|e| e.token.as_str())
+            .collect();
         self.entries
             .iter()
-            .filter(|e| e.phase() == Phase::Started)
-            .filter(|e| {
-                !self.has(&e.token, Phase::Completed) && !self.has(&e.token, Phase::Abandoned)
-            })
+            .filter(|e| e.phase() == Phase::Started && !ended.contains(e.token.as_str()))
             .collect()
     }
 
@@ -192,7 +193,7 @@ pub async fn read_table(handle: &deltalake::DeltaTable, spec: &TableSpec) -> Res
     Ok(Journal { entries, version: handle.version() })
 }
 
-const COLUMNS: [&str; 12] = [
+pub(super) const COLUMNS: [&str; 12] = [
     "commit_seq",
     "phase",
     "run_count",
@@ -210,7 +211,7 @@ const COLUMNS: [&str; 12] = [
 /// One journal row. A row sluice cannot read (unknown phase, malformed
 /// version map) is an error naming it: the journal decides what recovery and
 /// readers do, so it is never guessed.
-fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<JournalEntry> {
+pub(super) fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<JournalEntry> {
     let values = (0..batch.num_columns())
         .map(|i| read_value(table, batch.column(i).as_ref(), row))
         .collect::<Result<Vec<_>>>()?;
@@ -347,7 +348,7 @@ pub async fn append(
     Err(Error::Contention { table: spec.name.clone(), attempts: MAX_ATTEMPTS })
 }
 
-fn row_batch(
+pub(super) fn row_batch(
     entry: &JournalEntry,
     schema: &deltalake::arrow::datatypes::SchemaRef,
     spec: &TableSpec,

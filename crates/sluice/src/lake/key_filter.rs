@@ -354,10 +354,11 @@ pub fn read_all(table_dir: &Path) -> BTreeMap<u64, Arc<KeyFilter>> {
     read_sidecars(table_dir, None)
 }
 
-/// The sidecar of the table's key column for one version, `None` when it
-/// is absent or unreadable (its files then count as uncovered).
-pub fn read_one(table_dir: &Path, version: u64) -> Option<Arc<KeyFilter>> {
-    let path = keys_dir(table_dir).join(sidecar_name(version, None));
+/// The sidecar of one version, of the table's key column (`None`) or of a
+/// lookup column; `None` when it is absent or unreadable (its files then
+/// count as uncovered).
+pub fn read_one(table_dir: &Path, version: u64, column: Option<&str>) -> Option<Arc<KeyFilter>> {
+    let path = keys_dir(table_dir).join(sidecar_name(version, column));
     std::fs::read(path).ok().and_then(|b| KeyFilter::decode(&b)).map(Arc::new)
 }
 

@@ -26,6 +26,13 @@ use crate::artifact::value::{ColumnSpec, ColumnType};
 pub use crate::registry::{COMMON_COLUMNS, RESERVED_TABLE_NAMES};
 use crate::registry::{TypeDescriptor, TypeRegistry};
 
+/// The Delta application-transaction id of commit sequences: every table
+/// commit of sequence `n` carries the app transaction (`sluice-commit`, n).
+pub const TXN_APP_ID: &str = "sluice-commit";
+
+/// The commit-metadata key holding a table commit's sequence number.
+pub const SEQ_KEY: &str = "sluice_commit_seq";
+
 /// The staging folder under the lake root: workers' sealed results, commit
 /// manifests, quarantine and the writer lock.
 pub const STAGING_DIR: &str = "_staging";

@@ -10,9 +10,11 @@
 
 pub mod append;
 pub mod config;
+mod coverage;
 mod file_reader;
 pub(crate) mod handles;
 pub mod journal;
+pub mod journal_tip;
 pub mod key_filter;
 pub mod layout;
 mod lock;
@@ -61,6 +63,8 @@ pub struct Lake {
     handles: Arc<handles::Handles>,
     /// The journal as last parsed (see [`Lake::snapshot`]).
     journal: Arc<std::sync::Mutex<Option<Arc<journal::Journal>>>>,
+    /// The committer's journal, kept between commits (see [`journal_tip`]).
+    journal_tip: Arc<std::sync::Mutex<Option<journal_tip::JournalTip>>>,
 }
 
 /// What [`Lake::init`] or [`Lake::open`] did to each table.
@@ -139,6 +143,7 @@ impl Lake {
             snapshots: None,
             handles: Arc::default(),
             journal: Arc::default(),
+            journal_tip: Arc::default(),
         })
     }
 
@@ -244,6 +249,24 @@ impl Lake {
     /// The kept handles of this lake's tables.
     pub(crate) fn handles(&self) -> &handles::Handles {
         &self.handles
+    }
+
+    /// The kept journal of the last commit (or the journal opened now), at
+    /// the version it was left at. Give it back with
+    /// [`Lake::keep_journal_tip`].
+    pub(crate) async fn take_journal_tip(&self) -> Result<journal_tip::JournalTip> {
+        let kept = self.journal_tip.lock().ok().and_then(|mut kept| kept.take());
+        match kept {
+            Some(journal) => Ok(journal),
+            None => journal_tip::JournalTip::open(&self.root).await,
+        }
+    }
+
+    /// Keep the journal for the next commit.
+    pub(crate) fn keep_journal_tip(&self, journal: journal_tip::JournalTip) {
+        if let Ok(mut kept) = self.journal_tip.lock() {
+            *kept = Some(journal);
+        }
     }
 
     /// The lake's root folder (absolute).

@@ -659,3 +659,135 @@ async fn puts_on_a_kept_tip_see_other_writers_and_compaction() {
     }
     assert_eq!(scalar(&lake, "SELECT count(*) FROM index").await, "25");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committers_on_kept_tips_follow_each_other_and_racing_puts() {
+    // Two lake objects commit in turn, each keeping its tips and its journal
+    // between commits, while a third puts the same artifacts one by one
+    // (taking table versions from under the committers). Nothing may be
+    // lost, duplicated or numbered twice, and the journal they kept must
+    // read as the journal read whole.
+    let (dir, a) = lake().await;
+    let b = Lake::open(dir.path()).await.unwrap();
+    let putter = Lake::open(dir.path()).await.unwrap();
+    let spec = SyntheticSpec { seed: 77, duplicate_fraction: 0.3, ..SyntheticSpec::default() };
+    let artifacts: Vec<Artifact> = (0..40)
+        .flat_map(|i| synthetic::execution(&spec, putter.registry(), i).unwrap().0.artifacts)
+        .collect();
+    let puts = tokio::spawn(async move {
+        for artifact in artifacts {
+            putter.put(&[artifact]).await.unwrap();
+        }
+    });
+    for round in 0..8u64 {
+        let committer = if round % 2 == 0 { &a } else { &b };
+        synthetic::stage_range(&writer(committer), &spec, a.registry(), round * 5..round * 5 + 5)
+            .unwrap();
+        let report = committer.commit().execute().await.unwrap();
+        assert_eq!(report.sequences, vec![round as i64 + 1], "round {round}");
+        assert_eq!(report.runs_committed, 5);
+        if round == 4 {
+            let options = sluice::maintenance::compact::CompactOptions::default();
+            sluice::maintenance::compact::compact(&a, &options).await.unwrap();
+        }
+    }
+    puts.await.unwrap();
+    let counts = table_counts(&a).await;
+    assert_eq!(counts["executions"].0, "40");
+    for (table, (rows, distinct)) in &counts {
+        assert_eq!(rows, distinct, "{table}: duplicate keys");
+    }
+    assert_eq!(counts["index"], counts["metrics"], "every artifact indexed once");
+    let journal = journal::read(a.root(), None).await.unwrap();
+    assert_eq!(journal.max_seq(), 8);
+    assert!(journal.unfinished().is_empty());
+    assert_eq!((1..=8).filter(|s| journal.completed(*s).is_some()).count(), 8);
+    let tables = journal::highest_table_seq(a.root(), &a.table_specs()).await.unwrap();
+    assert_eq!(tables.map(|(seq, _)| seq), Some(8));
+    // A fresh committer (nothing kept) agrees there is nothing to do.
+    let fresh = Lake::open(dir.path()).await.unwrap();
+    let report = fresh.commit().execute().await.unwrap();
+    assert!(report.sequences.is_empty() && report.recovered.is_empty(), "{report:?}");
+}
+
+/// Data files in a table's folder (committed or not).
+fn parquet_files(dir: &Path) -> usize {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !entry.file_name().to_string_lossy().starts_with('_') {
+            n += parquet_files(&path);
+        } else if path.extension().is_some_and(|e| e == "parquet") {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[tokio::test]
+async fn an_append_on_a_tip_that_loses_its_version_checks_again_before_committing() {
+    // The gate runs between writing the files and committing them: another
+    // writer commits there, so the tip's version is always lost.
+    use sluice::lake::append::Gate;
+    use sluice::lake::tip::Tip;
+    let (dir, lake) = lake().await;
+    let other = Lake::open(dir.path()).await.unwrap();
+    let all = metrics(&lake, 4, 12);
+    let spec = TableSpec::content(lake.registry().descriptor("metric").unwrap());
+    let table_dir = table::table_dir(lake.root(), &spec);
+    let mut tip = Tip::open(lake.root(), &spec).await.unwrap();
+    let schema = table::arrow_schema(tip.table(), &spec).unwrap();
+    let rows = |part: &[Artifact]| {
+        let refs: Vec<&Artifact> = part.iter().collect();
+        vec![sluice::store::content_rows(&spec.name, &schema, &refs).unwrap()]
+    };
+    let put_in_gate = |artifacts: Vec<Artifact>| {
+        let other = other.clone();
+        Gate::new(async move {
+            other.put(&artifacts).await.unwrap();
+            true
+        })
+    };
+
+    // Others added other ids: the same files are committed on top.
+    let since = tip.head();
+    let appended = Append::new(lake.root(), &spec, rows(&all[..4]))
+        .with_token("first", since)
+        .with_gate(put_in_gate(all[8..10].to_vec()))
+        .execute_on_tip(&mut tip)
+        .await
+        .unwrap();
+    assert_eq!((appended.rows_added, appended.committed), (4, Some(since + 2)));
+    // Others added two of ours: those are dropped, the files written again.
+    let since = tip.head();
+    let appended = Append::new(lake.root(), &spec, rows(&all[4..8]))
+        .with_token("second", since)
+        .with_gate(put_in_gate(all[6..8].to_vec()))
+        .execute_on_tip(&mut tip)
+        .await
+        .unwrap();
+    assert_eq!((appended.rows_added, appended.rows_skipped), (2, 2));
+    assert_eq!(appended.present_keys.len(), 2);
+    // A commit with our token got there first (a retry of ours): done.
+    let since = tip.head();
+    let (root, spec2, first) = (lake.root().to_path_buf(), spec.clone(), rows(&all[10..]));
+    let ours_elsewhere = Gate::new(async move {
+        Append::new(&root, &spec2, first).with_token("third", since).execute().await.unwrap();
+        true
+    });
+    let appended = Append::new(lake.root(), &spec, rows(&all[10..]))
+        .with_token("third", since)
+        .with_gate(ours_elsewhere)
+        .execute_on_tip(&mut tip)
+        .await
+        .unwrap();
+    assert!(appended.already_committed, "{appended:?}");
+    assert_eq!(appended.committed, Some(since + 1));
+
+    assert_eq!(scalar(&lake, "SELECT count(*) FROM metrics").await, "12");
+    let d = scalar(&lake, "SELECT count(*) - count(DISTINCT artifact_id) FROM metrics").await;
+    assert_eq!(d, "0");
+    // Every file given up was removed: the folder holds the live files only.
+    let live = table::active_files(&table::open(lake.root(), &spec).await.unwrap(), &spec);
+    assert_eq!(parquet_files(&table_dir), live.unwrap().len());
+}
