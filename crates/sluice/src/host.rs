@@ -19,6 +19,10 @@ pub fn hostname() -> &'static str {
 /// item order. A panic in `f` is resumed on the caller.
 pub fn on_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+    if items.len() <= 1 || threads == 1 {
+        // (A thread costs more than one small item: a step commit of one run.)
+        return items.iter().map(f).collect();
+    }
     let per = items.len().div_ceil(threads).max(1);
     let f = &f;
     std::thread::scope(|scope| {

@@ -263,11 +263,17 @@ impl<'a> CommitBuilder<'a> {
         let recovered_ms = started.elapsed().as_secs_f64() * 1e3;
         self.commit_sealed(&ctx, &mut report).await?;
         let committed_ms = started.elapsed().as_secs_f64() * 1e3;
-        let kept = ctx.journal.into_inner();
-        // Best effort: a journal left fragmented only costs speed.
-        if kept.files() > journal::MAX_JOURNAL_FILES
-            && let Err(e) = journal::compact_if_fragmented(self.lake.root()).await
-        {
+        let mut kept = ctx.journal.into_inner();
+        // Best effort: a journal left fragmented only costs speed. Small
+        // row files are merged by tier; a journal fragmented otherwise
+        // (files of unknown size) is rewritten whole.
+        let merged = match kept.merge_small_files(self.lake.root()).await {
+            Ok(_) if kept.files() > journal::MAX_JOURNAL_FILES => {
+                journal::compact_if_fragmented(self.lake.root()).await.map(drop)
+            }
+            other => other.map(drop),
+        };
+        if let Err(e) = merged {
             tracing::warn!(error = %e, "could not compact the commit journal");
         }
         self.lake.keep_journal_tip(kept);

@@ -43,7 +43,6 @@ use deltalake::parquet::file::properties::WriterProperties;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 
-use super::handles;
 use super::key_filter::{self, Key, KeyFilter};
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
 use super::scan::{self, Select};
@@ -322,7 +321,7 @@ impl<'a> Append<'a> {
         let mut table = match self.table.take() {
             Some(mut given) => {
                 let dir = table::table_dir(self.root, spec);
-                if handles::may_have_moved(&dir, given.version().unwrap_or_default()) {
+                if table::may_have_moved(&dir, given.version().unwrap_or_default()) {
                     given
                         .update_incremental(None)
                         .await

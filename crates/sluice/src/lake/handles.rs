@@ -20,7 +20,7 @@
 //! once it has moved [`REOPEN_AFTER`] versions past where it was opened.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use deltalake::DeltaTable;
@@ -57,7 +57,7 @@ impl Leased {
         if let Some(mut leased) = kept
             && leased.young()
         {
-            if may_have_moved(dir, version(&leased.table)) {
+            if table::may_have_moved(dir, version(&leased.table)) {
                 leased.table.update_incremental(None).await.map_err(|e| Error::delta(name, e))?;
             }
             if leased.young() {
@@ -215,14 +215,6 @@ impl Handles {
     }
 }
 
-/// Whether the log of the table in `dir` may hold a version after
-/// `version` (see the module docs). Anything but a clear "not found" counts
-/// as "may".
-pub(crate) fn may_have_moved(dir: &Path, version: u64) -> bool {
-    let next: PathBuf = dir.join("_delta_log").join(format!("{:020}.json", version + 1));
-    !matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
-}
-
 fn version(table: &DeltaTable) -> u64 {
     table.version().unwrap_or_default()
 }
@@ -238,11 +230,11 @@ mod tests {
         let log = dir.path().join("_delta_log");
         std::fs::create_dir_all(&log).unwrap();
         std::fs::write(log.join(format!("{:020}.json", 7)), b"{}").unwrap();
-        assert!(!may_have_moved(dir.path(), 7), "nothing after 7");
-        assert!(may_have_moved(dir.path(), 6), "7 exists");
+        assert!(!table::may_have_moved(dir.path(), 7), "nothing after 7");
+        assert!(table::may_have_moved(dir.path(), 6), "7 exists");
         // A temporary commit file is not a version.
         std::fs::write(log.join("_commit_x.json.tmp"), b"{}").unwrap();
-        assert!(!may_have_moved(dir.path(), 7));
+        assert!(!table::may_have_moved(dir.path(), 7));
     }
 
     #[tokio::test]

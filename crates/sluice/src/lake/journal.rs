@@ -256,10 +256,12 @@ pub(super) fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<
 }
 
 /// Active data files above which [`compact_if_fragmented`] rewrites the
-/// journal. Every journal row is its own append (one small file), and every
-/// decision reads the whole journal: without compaction a commit's cost
-/// would grow with the number of sequences the lake has seen.
-pub const MAX_JOURNAL_FILES: usize = 64;
+/// journal. Every journal row is its own append (one small file); a
+/// committer merges them by tier as it goes
+/// ([`super::journal_tip::JournalTip::merge_small_files`], at most ~16 per
+/// tier), so this is the backstop for files it cannot size (a journal
+/// written otherwise): opening a journal of many files is slow.
+pub const MAX_JOURNAL_FILES: usize = 128;
 
 /// Rewrite the journal's rows into one file when it has more than
 /// [`MAX_JOURNAL_FILES`]. Rows and their `position` are unchanged, older

@@ -13,13 +13,25 @@
 //! the journal's next version through the tip (put-if-absent), as
 //! [`journal::append`] does through a table handle: losing the version to
 //! another committer means reading what it wrote and deciding again.
+//!
+//! Each append adds a row file, and a journal of many small files is slow
+//! to open. Rewriting the whole journal whenever it had many files made
+//! every 30th commit pay for every row ever written; instead row files are
+//! merged by tier ([`JournalTip::merge_small_files`]): files of under 16
+//! rows, of under 256, … — when one tier holds 16 files they become one
+//! file of the next. A row is rewritten once per tier (4 times for 65k
+//! rows), the journal keeps at most ~16 files per tier, and no merge reads
+//! more than 16 files.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
+use deltalake::arrow::compute::concat_batches;
 use deltalake::arrow::record_batch::RecordBatch;
-use deltalake::kernel::Action;
+use deltalake::kernel::{Action, Remove};
 use deltalake::logstore::object_store::ObjectStoreExt;
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use deltalake::protocol::DeltaOperation;
 
 use super::append;
 use super::journal::{self, Journal, JournalEntry};
@@ -33,9 +45,12 @@ use crate::error::{Error, Result};
 pub struct JournalTip {
     tip: Tip,
     journal: Journal,
-    /// Live row files (the journal is compacted when they are many).
-    files: usize,
+    /// Live row files, with their rows when known.
+    live: BTreeMap<String, Option<u64>>,
 }
+
+/// Row files of one tier merged into one file of the next.
+const FAN_IN: usize = 16;
 
 impl JournalTip {
     /// Open the journal table and read every row.
@@ -43,8 +58,8 @@ impl JournalTip {
         let spec = layout::commits_table();
         let tip = Tip::open(root, &spec).await?;
         let journal = journal::read_table(tip.table(), &spec).await?;
-        let files = table::active_files(tip.table(), &spec)?.len();
-        Ok(JournalTip { tip, journal, files })
+        let live = table::active_file_rows(tip.table(), &spec)?.into_iter().collect();
+        Ok(JournalTip { tip, journal, live })
     }
 
     /// The journal as of the last [`JournalTip::advance`] or append.
@@ -54,26 +69,28 @@ impl JournalTip {
 
     /// Live row files of the journal table.
     pub fn files(&self) -> usize {
-        self.files
+        self.live.len()
     }
 
     /// Bring the rows to the journal's latest version.
     pub async fn advance(&mut self, root: &Path) -> Result<&Journal> {
         let spec = layout::commits_table();
-        let (mut added, mut rewritten, mut files) = (Vec::new(), false, self.files as i64);
+        let (mut added, mut rewritten) = (Vec::new(), false);
+        let live = &mut self.live;
         let how = self
             .tip
             .advance_with(root, &spec, |_, actions| {
                 for action in actions {
                     match action {
+                        Action::Add(add) if add.data_change => {
+                            live.insert(add.path.clone(), None);
+                            added.push(add.path.clone());
+                        }
                         Action::Add(add) => {
-                            files += 1;
-                            if add.data_change {
-                                added.push(add.path.clone());
-                            }
+                            live.insert(add.path.clone(), rows_of(add));
                         }
                         Action::Remove(remove) => {
-                            files -= 1;
+                            live.remove(&remove.path);
                             rewritten |= remove.data_change;
                         }
                         _ => {}
@@ -84,14 +101,18 @@ impl JournalTip {
         if how == Advanced::Reopened {
             // The tip is at the head, opened from the log: read it whole.
             self.journal = journal::read_table(self.tip.table(), &spec).await?;
-            self.files = table::active_files(self.tip.table(), &spec)?.len();
+            self.live = table::active_file_rows(self.tip.table(), &spec)?.into_iter().collect();
             return Ok(&self.journal);
         }
-        self.files = files.max(0) as usize;
         let mut rows = Vec::new();
         for path in &added {
             match read_rows(&self.tip, &spec, path).await? {
-                Some(more) if !rewritten => rows.extend(more),
+                Some(more) if !rewritten => {
+                    if let Some(known) = self.live.get_mut(path) {
+                        *known = Some(more.len() as u64);
+                    }
+                    rows.extend(more);
+                }
                 _ => {
                     rewritten = true;
                     break;
@@ -142,7 +163,7 @@ impl JournalTip {
                 self.tip.commit(actions, operation, Default::default(), Vec::new()).await;
             match committed {
                 Ok(Some(version)) => {
-                    self.files += adds.len();
+                    self.live.extend(adds.iter().map(|a| (a.path.clone(), Some(1))));
                     self.journal.entries.push(entry.clone());
                     self.journal.version = Some(version);
                     return Ok(Some(entry));
@@ -156,6 +177,94 @@ impl JournalTip {
         }
         Err(Error::Contention { table: spec.name.clone(), attempts: journal::MAX_ATTEMPTS })
     }
+}
+
+impl JournalTip {
+    /// Merge the row files of the lowest tier that holds [`FAN_IN`] of
+    /// them into one file (the same rows: a rewrite without data change),
+    /// committed through the tip. Best effort: losing the version to
+    /// another writer leaves the files as they were. Whether it merged.
+    pub async fn merge_small_files(&mut self, root: &Path) -> Result<bool> {
+        let spec = layout::commits_table();
+        if self.tip.commits_directly().is_err() {
+            return Ok(false);
+        }
+        self.advance(root).await?;
+        let mut tiers: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+        for (path, rows) in &self.live {
+            if let Some(rows) = rows {
+                tiers.entry(tier(*rows)).or_default().push(path.clone());
+            }
+        }
+        let Some(files) = tiers.into_values().find(|files| files.len() >= FAN_IN) else {
+            return Ok(false);
+        };
+        let mut entries = Vec::new();
+        for path in &files {
+            match read_rows(&self.tip, &spec, path).await? {
+                Some(rows) => entries.extend(rows),
+                None => return Ok(false),
+            }
+        }
+        let schema = table::arrow_schema(self.tip.table(), &spec)?;
+        let rows = entries
+            .iter()
+            .map(|e| journal::row_batch(e, &schema, &spec))
+            .collect::<Result<Vec<_>>>()?;
+        let batch = concat_batches(&schema, &rows)
+            .map_err(|e| Error::arrow("merging journal row files", e))?;
+        let properties = table::writer_properties();
+        let mut adds =
+            append::write_files(self.tip.table(), &spec.name, &[batch], properties).await?;
+        for add in &mut adds {
+            add.data_change = false;
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut actions: Vec<Action> = adds.iter().cloned().map(Action::Add).collect();
+        actions.extend(files.iter().map(|path| {
+            Action::Remove(Remove {
+                path: path.clone(),
+                data_change: false,
+                deletion_timestamp: Some(now),
+                ..Remove::default()
+            })
+        }));
+        let operation = DeltaOperation::Optimize { predicate: None, target_size: 0 };
+        match self.tip.commit(actions, operation, Default::default(), Vec::new()).await {
+            Ok(Some(_)) => {
+                for path in &files {
+                    self.live.remove(path);
+                }
+                let merged = Some(entries.len() as u64);
+                self.live.extend(adds.iter().map(|a| (a.path.clone(), merged)));
+                Ok(true)
+            }
+            Ok(None) => {
+                append::remove_files(self.tip.table(), &adds).await;
+                Ok(false)
+            }
+            Err(e) => {
+                append::remove_files(self.tip.table(), &adds).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The tier of a row file: 0 under [`FAN_IN`] rows, 1 under its square, …
+fn tier(rows: u64) -> u32 {
+    let (mut tier, mut bound) = (0, FAN_IN as u64);
+    while rows >= bound {
+        tier += 1;
+        bound = bound.saturating_mul(FAN_IN as u64);
+    }
+    tier
+}
+
+/// The rows of a file its add action's statistics state.
+fn rows_of(add: &deltalake::kernel::Add) -> Option<u64> {
+    let stats: serde_json::Value = serde_json::from_str(add.stats.as_deref()?).ok()?;
+    stats.get("numRecords")?.as_u64()
 }
 
 /// The rows of one journal row file; `None` when the file lacks one of
@@ -221,21 +330,48 @@ mod tests {
         assert_eq!(ours.map(|e| e.seq), Some(3));
         assert_eq!(kept.journal(), &journal::read(root, None).await.unwrap());
         assert_eq!(kept.files(), 3);
+        assert!(kept.live.values().all(|rows| *rows == Some(1)), "{:?}", kept.live);
         // A `make` that declines writes nothing.
         assert_eq!(kept.append(root, |_| Ok(None)).await.unwrap(), None);
         assert_eq!(kept.journal().entries.len(), 3);
 
-        // Compaction rewrites the rows without a data change: nothing to
-        // read again, the rows stay the same.
-        for i in 0..journal::MAX_JOURNAL_FILES {
+        // Another kept journal appends and merges its small files (a
+        // rewrite without data change): nothing to read again, the rows
+        // stay the same.
+        let mut other = JournalTip::open(root).await.unwrap();
+        for i in 0..2 * FAN_IN {
             let token = format!("t{i}");
-            journal::append(root, |j| Ok(Some(started(j.max_seq() + 1, &token)))).await.unwrap();
+            other.append(root, |j| Ok(Some(started(j.max_seq() + 1, &token)))).await.unwrap();
+            other.merge_small_files(root).await.unwrap();
+            assert!(other.files() < FAN_IN + 1, "{} files after {i}", other.files());
         }
-        assert!(journal::compact_if_fragmented(root).await.unwrap());
         kept.advance(root).await.unwrap();
         assert_eq!(kept.journal(), &journal::read(root, None).await.unwrap());
-        assert_eq!(kept.files(), 1);
-        assert_eq!(kept.journal().max_seq(), 3 + journal::MAX_JOURNAL_FILES as i64);
+        assert_eq!(kept.live, other.live, "the same files, sized the same");
+        assert_eq!(kept.journal().max_seq(), 3 + 2 * FAN_IN as i64);
+    }
+
+    #[tokio::test]
+    async fn small_row_files_merge_by_tier() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
+        let root = lake.root();
+        let mut kept = JournalTip::open(root).await.unwrap();
+        let rows = FAN_IN * FAN_IN + 3;
+        for i in 0..rows {
+            kept.append(root, |j| Ok(Some(started(j.max_seq() + 1, &format!("t{i}")))))
+                .await
+                .unwrap();
+            kept.merge_small_files(root).await.unwrap();
+        }
+        // FAN_IN² rows became one file of tier 2; three are left alone.
+        let sizes: Vec<Option<u64>> = kept.live.values().copied().collect();
+        assert_eq!(sizes.len(), 4, "{sizes:?}");
+        assert!(sizes.contains(&Some((FAN_IN * FAN_IN) as u64)), "{sizes:?}");
+        let fresh = JournalTip::open(root).await.unwrap();
+        assert_eq!(fresh.journal(), kept.journal());
+        assert_eq!(fresh.live, kept.live, "sizes from the files' statistics");
+        assert_eq!((tier(15), tier(16), tier(255), tier(256)), (0, 1, 1, 2));
     }
 
     #[tokio::test]

@@ -128,8 +128,14 @@ pub fn table_dir(root: &Path, spec: &TableSpec) -> PathBuf {
 /// checkpoint. A log folder without either is a creation that was killed
 /// before its first commit landed (the folder is made before the commit
 /// file is renamed into place): no table, so [`ensure`] creates it.
+/// (The first commit or the checkpoint hint answers with one `stat`; a
+/// long log is listed only when both are gone.)
 pub fn is_table(dir: &Path) -> bool {
-    let Ok(entries) = std::fs::read_dir(dir.join("_delta_log")) else { return false };
+    let log = dir.join("_delta_log");
+    if log.join(format!("{:020}.json", 0)).is_file() || log.join("_last_checkpoint").is_file() {
+        return true;
+    }
+    let Ok(entries) = std::fs::read_dir(log) else { return false };
     entries.flatten().any(|e| {
         let name = e.file_name();
         let name = name.to_string_lossy();
@@ -453,14 +459,31 @@ pub fn record_key_filter(
     }
 }
 
+/// Whether the log of the table in `dir` may hold a version after
+/// `version` (see the module docs). Anything but a clear "not found" counts
+/// as "may".
+pub(crate) fn may_have_moved(dir: &Path, version: u64) -> bool {
+    let next: PathBuf = dir.join("_delta_log").join(format!("{:020}.json", version + 1));
+    !matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
 /// Relative paths of a table's active data files.
 pub fn active_files(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<String>> {
-    use deltalake::arrow::array::{Array, StringArray, StringViewArray};
+    Ok(active_file_rows(table, spec)?.into_iter().map(|(path, _)| path).collect())
+}
+
+/// Relative paths of a table's active data files, with their row counts
+/// when their statistics state them.
+pub fn active_file_rows(
+    table: &DeltaTable,
+    spec: &TableSpec,
+) -> Result<Vec<(String, Option<u64>)>> {
+    use deltalake::arrow::array::{Array, Int64Array, StringArray, StringViewArray};
     let state = table.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
     let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;
     let Some(column) = adds.column_by_name("path") else { return Ok(Vec::new()) };
     let any = column.as_any();
-    let out = if let Some(a) = any.downcast_ref::<StringArray>() {
+    let paths: Vec<String> = if let Some(a) = any.downcast_ref::<StringArray>() {
         (0..a.len()).map(|i| a.value(i).to_owned()).collect()
     } else if let Some(a) = any.downcast_ref::<StringViewArray>() {
         (0..a.len()).map(|i| a.value(i).to_owned()).collect()
@@ -470,7 +493,16 @@ pub fn active_files(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<String>>
             spec.name
         )));
     };
-    Ok(out)
+    let rows =
+        adds.column_by_name("num_records").and_then(|c| c.as_any().downcast_ref::<Int64Array>());
+    Ok(paths
+        .into_iter()
+        .enumerate()
+        .map(|(i, path)| {
+            let n = rows.filter(|r| r.is_valid(i)).map(|r| r.value(i).max(0) as u64);
+            (path, n)
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -172,9 +172,11 @@ impl Tip {
             return Ok(Advanced::Reopened);
         }
         let store = self.table.log_store();
-        while let Some(bytes) =
-            store.read_commit_entry(self.head + 1).await.map_err(|e| Error::delta(&self.name, e))?
-        {
+        // Most calls find nothing new: one `stat` says so (a commit file
+        // appears whole), cheaper than a read through the log store.
+        while table::may_have_moved(&self.dir, self.head) {
+            let read = store.read_commit_entry(self.head + 1).await;
+            let Some(bytes) = read.map_err(|e| Error::delta(&self.name, e))? else { break };
             let version = self.head + 1;
             let actions = deltalake::logstore::get_actions(version, &bytes)
                 .map_err(|e| Error::delta(&self.name, e))?;
