@@ -240,13 +240,13 @@ impl<'a> CommitBuilder<'a> {
         let (_, highest) = self.lake.handles().tip_heads(self.lake.root(), &specs).await?;
         let tables_seq = highest.map_or(0, |(seq, _)| seq);
         let mut kept = self.lake.take_journal_tip().await?;
-        let journal = kept.advance(self.lake.root()).await?;
+        kept.advance(self.lake.root()).await?;
+        let journal = kept.journal();
         sequence::check_journal(journal.max_seq(), tables_seq)?;
         let manifests = manifest::read_all(&root)?;
         // Only a crash leaves something to recover: most commits skip it
         // (and the copy of the journal it reads).
-        let existing =
-            (!manifests.is_empty() || !journal.unfinished().is_empty()).then(|| journal.clone());
+        let existing = (!manifests.is_empty() || kept.has_unfinished()).then(|| journal.clone());
         let ctx = sequence::Context {
             lake: self.lake,
             staging_root: &root,

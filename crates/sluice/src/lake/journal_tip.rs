@@ -23,7 +23,7 @@
 //! rows), the journal keeps at most ~16 files per tier, and no merge reads
 //! more than 16 files.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 use deltalake::arrow::compute::concat_batches;
@@ -34,7 +34,7 @@ use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::protocol::DeltaOperation;
 
 use super::append;
-use super::journal::{self, Journal, JournalEntry};
+use super::journal::{self, Journal, JournalEntry, Phase};
 use super::layout::{self, TableSpec};
 use super::table;
 use super::tip::{Advanced, Tip};
@@ -47,6 +47,12 @@ pub struct JournalTip {
     journal: Journal,
     /// Live row files, with their rows when known.
     live: BTreeMap<String, Option<u64>>,
+    /// Tokens of sequences that ended (completed or abandoned), and of
+    /// those started and not ended: every commit asks whether any is
+    /// unfinished, which [`Journal::unfinished`] answers in a pass over
+    /// every row.
+    ended: HashSet<String>,
+    open: HashSet<String>,
 }
 
 /// Row files of one tier merged into one file of the next.
@@ -59,7 +65,24 @@ impl JournalTip {
         let tip = Tip::open(root, &spec).await?;
         let journal = journal::read_table(tip.table(), &spec).await?;
         let live = table::active_file_rows(tip.table(), &spec)?.into_iter().collect();
-        Ok(JournalTip { tip, journal, live })
+        let mut kept =
+            JournalTip { tip, journal, live, ended: HashSet::new(), open: HashSet::new() };
+        kept.index();
+        Ok(kept)
+    }
+
+    /// Whether a sequence is started and not ended (as of the last advance).
+    pub fn has_unfinished(&self) -> bool {
+        !self.open.is_empty()
+    }
+
+    /// Rebuild the ended and open tokens from every row.
+    fn index(&mut self) {
+        self.ended.clear();
+        self.open.clear();
+        for entry in &self.journal.entries {
+            note(&mut self.ended, &mut self.open, entry);
+        }
     }
 
     /// The journal as of the last [`JournalTip::advance`] or append.
@@ -102,6 +125,7 @@ impl JournalTip {
             // The tip is at the head, opened from the log: read it whole.
             self.journal = journal::read_table(self.tip.table(), &spec).await?;
             self.live = table::active_file_rows(self.tip.table(), &spec)?.into_iter().collect();
+            self.index();
             return Ok(&self.journal);
         }
         let mut rows = Vec::new();
@@ -122,6 +146,9 @@ impl JournalTip {
         if rewritten {
             *self = Self::open(root).await?;
             return Ok(&self.journal);
+        }
+        for entry in &rows {
+            note(&mut self.ended, &mut self.open, entry);
         }
         self.journal.entries.extend(rows);
         self.journal.entries.sort_by_key(|e| (e.position, e.seq, e.phase()));
@@ -164,6 +191,7 @@ impl JournalTip {
             match committed {
                 Ok(Some(version)) => {
                     self.live.extend(adds.iter().map(|a| (a.path.clone(), Some(1))));
+                    note(&mut self.ended, &mut self.open, &entry);
                     self.journal.entries.push(entry.clone());
                     self.journal.version = Some(version);
                     return Ok(Some(entry));
@@ -199,12 +227,11 @@ impl JournalTip {
         let Some(files) = tiers.into_values().find(|files| files.len() >= FAN_IN) else {
             return Ok(false);
         };
+        let reads = files.iter().map(|path| read_rows(&self.tip, &spec, path));
         let mut entries = Vec::new();
-        for path in &files {
-            match read_rows(&self.tip, &spec, path).await? {
-                Some(rows) => entries.extend(rows),
-                None => return Ok(false),
-            }
+        for rows in futures::future::try_join_all(reads).await? {
+            let Some(rows) = rows else { return Ok(false) };
+            entries.extend(rows);
         }
         let schema = table::arrow_schema(self.tip.table(), &spec)?;
         let rows = entries
@@ -247,6 +274,21 @@ impl JournalTip {
                 append::remove_files(self.tip.table(), &adds).await;
                 Err(e)
             }
+        }
+    }
+}
+
+/// Account for one journal row in the ended and open tokens.
+fn note(ended: &mut HashSet<String>, open: &mut HashSet<String>, entry: &JournalEntry) {
+    match entry.phase() {
+        Phase::Started => {
+            if !ended.contains(&entry.token) {
+                open.insert(entry.token.clone());
+            }
+        }
+        Phase::Completed | Phase::Abandoned => {
+            open.remove(&entry.token);
+            ended.insert(entry.token.clone());
         }
     }
 }
@@ -349,6 +391,32 @@ mod tests {
         assert_eq!(kept.journal(), &journal::read(root, None).await.unwrap());
         assert_eq!(kept.live, other.live, "the same files, sized the same");
         assert_eq!(kept.journal().max_seq(), 3 + 2 * FAN_IN as i64);
+    }
+
+    #[tokio::test]
+    async fn unfinished_sequences_are_followed_row_by_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
+        let root = lake.root();
+        let mut kept = JournalTip::open(root).await.unwrap();
+        let ended =
+            |seq, token: &str, phase| JournalEntry { phase: Some(phase), ..started(seq, token) };
+        let check = |kept: &JournalTip| {
+            assert_eq!(kept.has_unfinished(), !kept.journal().unfinished().is_empty());
+            kept.has_unfinished()
+        };
+        assert!(!check(&kept));
+        kept.append(root, |_| Ok(Some(started(1, "a")))).await.unwrap();
+        assert!(check(&kept));
+        // Completed by another committer.
+        journal::append(root, |_| Ok(Some(ended(1, "a", Phase::Completed)))).await.unwrap();
+        kept.advance(root).await.unwrap();
+        assert!(!check(&kept));
+        kept.append(root, |_| Ok(Some(started(2, "b")))).await.unwrap();
+        assert!(check(&kept));
+        kept.append(root, |_| Ok(Some(ended(2, "b", Phase::Abandoned)))).await.unwrap();
+        assert!(!check(&kept));
+        assert!(!check(&JournalTip::open(root).await.unwrap()), "read whole");
     }
 
     #[tokio::test]

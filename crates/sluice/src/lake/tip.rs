@@ -81,6 +81,12 @@ pub struct Tip {
     seq: Option<i64>,
     /// The checkpoint being written, off the commit path.
     checkpointing: Option<tokio::task::JoinHandle<()>>,
+    /// Live data files, as counted from adds and removes (spaces the
+    /// checkpoints).
+    files: u64,
+    /// The first version a reader replays from JSON: the one after the
+    /// last checkpoint (0: none known).
+    replayed_from: u64,
     /// Why this table's appends need more than add actions (a writer
     /// feature a direct commit does not write), if they do.
     needs_delta_rs: Option<String>,
@@ -105,6 +111,8 @@ impl Tip {
             .collect();
         Ok(Tip {
             name: spec.name.clone(),
+            files: live.len() as u64,
+            replayed_from: last_checkpoint(&dir).map_or(0, |v| v + 1),
             key: (!spec.indexed_columns().is_empty())
                 .then(|| Coverage::new(live, key_filter::read_all(&dir))),
             columns,
@@ -268,6 +276,13 @@ impl Tip {
 
     /// Apply one version's actions: live files, and the sequence number.
     fn apply(&mut self, version: u64, actions: &[Action]) {
+        for action in actions {
+            match action {
+                Action::Add(_) => self.files += 1,
+                Action::Remove(_) => self.files = self.files.saturating_sub(1),
+                _ => {}
+            }
+        }
         for coverage in self.key.iter_mut().chain(self.columns.values_mut()) {
             coverage.apply(version, actions);
         }
@@ -312,19 +327,32 @@ impl Tip {
     /// not doubled (the next skips), and a failure is logged, not returned.
     /// Expired log files (as the table's settings say) are looked for with
     /// every [`CLEANUP_EVERY`]-th checkpoint: looking lists the whole log.
+    ///
+    /// A large table is checkpointed less often: every
+    /// `max(interval, √(live files × interval))` versions. A checkpoint
+    /// rewrites every live file's entry while a reader opening the table
+    /// replays the commits since the last one, so spacing them by the
+    /// square root keeps both costs in step (a 10,000-file table of
+    /// one-row commits: every 1,000 versions instead of every 100, a tenth
+    /// of the background work per commit). Delta readers accept any
+    /// spacing; the interval stays the floor.
     async fn checkpoint_if_due(&mut self, version: u64) {
         let Ok(snapshot) = self.table.snapshot() else { return };
         let config = snapshot.table_config();
         let interval = config.checkpoint_interval().get();
-        if !(version + 1).is_multiple_of(interval) {
+        let spacing = interval.max(self.files.saturating_mul(interval).isqrt());
+        let replayed = (version + 1).saturating_sub(self.replayed_from);
+        if !(version + 1).is_multiple_of(interval) || replayed < spacing {
             return;
         }
         if self.checkpointing.as_ref().is_some_and(|c| !c.is_finished()) {
             tracing::debug!(table = %self.name, version, "a checkpoint is still being written");
             return;
         }
+        let every = interval * CLEANUP_EVERY;
         let cleanup = config.enable_expired_log_cleanup()
-            && ((version + 1) / interval).is_multiple_of(CLEANUP_EVERY);
+            && (version + 1) / every > self.replayed_from / every;
+        self.replayed_from = version + 1;
         let retention = config.log_retention_duration();
         let log_store = self.table.log_store();
         let name = self.name.clone();
@@ -381,7 +409,14 @@ fn beyond_plain_appends(table: &DeltaTable) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Checkpoints between two looks for expired log files.
+/// The version `_delta_log/_last_checkpoint` names, if it is readable.
+fn last_checkpoint(table_dir: &Path) -> Option<u64> {
+    let text = std::fs::read(table_dir.join("_delta_log").join("_last_checkpoint")).ok()?;
+    let hint: serde_json::Value = serde_json::from_slice(&text).ok()?;
+    hint.get("version")?.as_u64()
+}
+
+/// Checkpoint intervals between two looks for expired log files.
 const CLEANUP_EVERY: u64 = 10;
 
 /// Write the checkpoint of `version` from the kernel's snapshot; with a
@@ -435,6 +470,25 @@ mod tests {
         let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
         let tip = Tip::open(lake.root(), &super::super::layout::index_table()).await.unwrap();
         (dir, tip)
+    }
+
+    #[tokio::test]
+    async fn large_tables_are_checkpointed_less_often() {
+        let (_dir, mut tip) = tip_of_a_new_table().await;
+        tip.checkpoint_if_due(99).await;
+        assert!(tip.checkpointing.is_some(), "a small table: every 100 versions");
+        tip.settle().await;
+        assert_eq!(tip.replayed_from, 100);
+        tip.files = 10_000;
+        for version in [199, 499, 999] {
+            tip.checkpoint_if_due(version).await;
+            assert!(tip.checkpointing.is_none(), "10,000 files: not at {version}");
+        }
+        tip.checkpoint_if_due(1099).await;
+        assert!(tip.checkpointing.is_some(), "1,000 versions after the last");
+        assert_eq!(tip.replayed_from, 1100);
+        // (Those versions do not exist: the background write fails, logged.)
+        tip.settle().await;
     }
 
     #[tokio::test]
