@@ -29,6 +29,7 @@ run commit1   bench commit --executions "$(n 10000)" --artifacts-per-execution 3
 run pipeline  bench pipeline --executions "$(n 2000)" --workers 2
 run lookup    bench lookup --artifacts "$(n 1000000)" --samples 50
 run put       bench put --count "$(n 1000)"
+run stepcommit bench step-commit --count "$(n 1000)"
 run cache     bench cache --executions "$(n 1000000)" --specs "$(n 100000)"
 run ingest    bench ingest --files "$(n 50)" --rows-per-file 100000 --flushes "$(n 1000)" --dir "$WORK/ingest-files"
 run lineage   bench lineage --edges "$(n 1000000)" --samples 5

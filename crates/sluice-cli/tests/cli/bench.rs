@@ -10,7 +10,7 @@ fn lines(path: &std::path::Path) -> Vec<serde_json::Value> {
 }
 
 #[test]
-fn lookup_and_put_print_their_figures_and_append_them_as_json_lines() {
+fn lookup_put_cache_and_step_commit_print_their_figures_and_append_them_as_json_lines() {
     let dir = tempfile::tempdir().unwrap();
     let results = dir.path().join("results/r.jsonl");
     let lake = crate::Lake::at(dir.path().join("a"));
@@ -69,4 +69,15 @@ fn lookup_and_put_print_their_figures_and_append_them_as_json_lines() {
         (all.len(), all[6]["bench"].as_str(), all[6]["goal"].as_str()),
         (7, Some("cache"), Some("5"))
     );
+
+    // Step commits go through the committer: every one lands, once.
+    let step = crate::Lake::at(dir.path().join("s"));
+    let out = step.ok(&["bench", "step-commit", "--count", "20", "--results", results_arg]);
+    assert!(out.contains("step-commit: median") && out.contains("p99/median"), "{out}");
+    let all = lines(&results);
+    assert_eq!((all.len(), all[7]["bench"].as_str()), (10, Some("step-commit")));
+    let sql = "SELECT count(*), count(DISTINCT execution_run_id) FROM executions";
+    assert_eq!(step.ok(&["sql", "--format", "csv", sql]).lines().nth(1), Some("20,20"));
+    let journal = "SELECT count(*) FROM commits WHERE phase = 'completed'";
+    assert_eq!(step.ok(&["sql", "--format", "csv", journal]).lines().nth(1), Some("20"));
 }
