@@ -52,7 +52,11 @@ pub async fn commit(root: &Path, options: CommitOptions, as_json: bool) -> anyho
             progress_bar.set_position(done as u64);
         }))
         .execute()
-        .await?;
+        .await;
+    // Checkpoints the commit started in the background are written before
+    // the process ends (a process that exits drops them).
+    lake.settle().await;
+    let report = report?;
     bar.finish_and_clear();
     if as_json {
         return print(&serde_json::to_string_pretty(&report_json(&report))?);

@@ -133,7 +133,11 @@ pub async fn run_with_progress(
     if let Some(w) = workers {
         builder = builder.with_workers(w);
     }
-    let report = builder.execute().await?;
+    let report = builder.execute().await;
+    // Checkpoints the step commits started in the background are written
+    // before the process ends (a short-lived process would drop them).
+    lake.settle().await;
+    let report = report?;
     if let Ok(bars) = bars.lock() {
         for (bar, _) in bars.values() {
             bar.finish_and_clear();

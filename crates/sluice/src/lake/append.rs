@@ -502,7 +502,7 @@ impl Append<'_> {
                 Some(adds) => adds,
                 None => {
                     let properties = table::writer_properties_for(spec);
-                    write_files(tip.table(), &spec.name, &batches, properties).await?
+                    write_files_on_tip(tip, &spec.name, &batches, properties).await?
                 }
             };
             if let Some(gate) = self.gate.take()
@@ -927,13 +927,39 @@ pub(crate) async fn write_files(
     batches: &[RecordBatch],
     properties: WriterProperties,
 ) -> Result<Vec<Add>> {
-    let mut writer = RecordBatchWriter::for_table(table)
-        .map_err(|e| Error::delta(name, e))?
-        .with_writer_properties(table::compress_where_it_pays(properties, batches));
+    let writer = RecordBatchWriter::for_table(table).map_err(|e| Error::delta(name, e))?;
+    write_with(Box::new(writer), name, batches, properties).await.map(|(adds, _)| adds)
+}
+
+/// [`write_files`] with a writer of the tip's table, kept in the tip
+/// between commits (making one parses the table's schema).
+pub(crate) async fn write_files_on_tip(
+    tip: &mut Tip,
+    name: &str,
+    batches: &[RecordBatch],
+    properties: WriterProperties,
+) -> Result<Vec<Add>> {
+    let writer = tip.take_writer()?;
+    // (Boxed: a writer's futures are large, and every commit path holds one.)
+    let (adds, writer) = Box::pin(write_with(writer, name, batches, properties)).await?;
+    tip.keep_writer(writer);
+    Ok(adds)
+}
+
+/// Write the batches with `writer`; give it back, flushed, with the files.
+async fn write_with(
+    writer: Box<RecordBatchWriter>,
+    name: &str,
+    batches: &[RecordBatch],
+    properties: WriterProperties,
+) -> Result<(Vec<Add>, Box<RecordBatchWriter>)> {
+    let properties = table::compress_where_it_pays(properties, batches);
+    let mut writer = Box::new(writer.with_writer_properties(properties));
     for batch in batches.iter().filter(|b| b.num_rows() > 0) {
         writer.write(batch.clone()).await.map_err(|e| Error::delta(name, e))?;
     }
-    writer.flush().await.map_err(|e| Error::delta(name, e))
+    let adds = writer.flush().await.map_err(|e| Error::delta(name, e))?;
+    Ok((adds, writer))
 }
 
 /// Delete data files no commit references (ours, given up). Best effort: a

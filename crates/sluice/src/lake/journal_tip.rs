@@ -20,10 +20,11 @@
 //! merged by tier ([`JournalTip::merge_small_files`]): files of under 16
 //! rows, of under 256, … — when one tier holds 16 files they become one
 //! file of the next. A row is rewritten once per tier (4 times for 65k
-//! rows), the journal keeps at most ~16 files per tier, and no merge reads
-//! more than 16 files.
+//! rows), the journal keeps at most ~16 files per tier, and no merge
+//! touches more than 16 files — whose rows come from memory when this tip
+//! wrote or read them (a row's `position` is the version that appended it).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use deltalake::arrow::compute::concat_batches;
@@ -47,6 +48,10 @@ pub struct JournalTip {
     journal: Journal,
     /// Live row files, with their rows when known.
     live: BTreeMap<String, Option<u64>>,
+    /// The rows' positions of the live files this tip wrote or read: a
+    /// row's position is the version that appended it, one file each, so
+    /// these files can be merged from the rows in memory.
+    positions: HashMap<String, Vec<u64>>,
     /// Tokens of sequences that ended (completed or abandoned), and of
     /// those started and not ended: every commit asks whether any is
     /// unfinished, which [`Journal::unfinished`] answers in a pass over
@@ -65,8 +70,14 @@ impl JournalTip {
         let tip = Tip::open(root, &spec).await?;
         let journal = journal::read_table(tip.table(), &spec).await?;
         let live = table::active_file_rows(tip.table(), &spec)?.into_iter().collect();
-        let mut kept =
-            JournalTip { tip, journal, live, ended: HashSet::new(), open: HashSet::new() };
+        let mut kept = JournalTip {
+            tip,
+            journal,
+            live,
+            positions: HashMap::new(),
+            ended: HashSet::new(),
+            open: HashSet::new(),
+        };
         kept.index();
         Ok(kept)
     }
@@ -99,7 +110,7 @@ impl JournalTip {
     pub async fn advance(&mut self, root: &Path) -> Result<&Journal> {
         let spec = layout::commits_table();
         let (mut added, mut rewritten) = (Vec::new(), false);
-        let live = &mut self.live;
+        let (live, positions) = (&mut self.live, &mut self.positions);
         let how = self
             .tip
             .advance_with(root, &spec, |_, actions| {
@@ -114,6 +125,7 @@ impl JournalTip {
                         }
                         Action::Remove(remove) => {
                             live.remove(&remove.path);
+                            positions.remove(&remove.path);
                             rewritten |= remove.data_change;
                         }
                         _ => {}
@@ -125,6 +137,7 @@ impl JournalTip {
             // The tip is at the head, opened from the log: read it whole.
             self.journal = journal::read_table(self.tip.table(), &spec).await?;
             self.live = table::active_file_rows(self.tip.table(), &spec)?.into_iter().collect();
+            self.positions.clear();
             self.index();
             return Ok(&self.journal);
         }
@@ -135,6 +148,7 @@ impl JournalTip {
                     if let Some(known) = self.live.get_mut(path) {
                         *known = Some(more.len() as u64);
                     }
+                    self.positions.insert(path.clone(), more.iter().map(|e| e.position).collect());
                     rows.extend(more);
                 }
                 _ => {
@@ -177,13 +191,9 @@ impl JournalTip {
             entry.timestamp = chrono::Utc::now().timestamp_micros();
             let schema = table::arrow_schema(self.tip.table(), &spec)?;
             let batch = journal::row_batch(&entry, &schema, &spec)?;
-            let adds = append::write_files(
-                self.tip.table(),
-                &spec.name,
-                &[batch],
-                table::writer_properties(),
-            )
-            .await?;
+            let properties = table::writer_properties();
+            let adds =
+                append::write_files_on_tip(&mut self.tip, &spec.name, &[batch], properties).await?;
             let actions = adds.iter().cloned().map(Action::Add).collect();
             let operation = append::append_operation(&spec.partition_columns);
             let committed =
@@ -191,6 +201,7 @@ impl JournalTip {
             match committed {
                 Ok(Some(version)) => {
                     self.live.extend(adds.iter().map(|a| (a.path.clone(), Some(1))));
+                    self.positions.extend(adds.iter().map(|a| (a.path.clone(), vec![version])));
                     note(&mut self.ended, &mut self.open, &entry);
                     self.journal.entries.push(entry.clone());
                     self.journal.version = Some(version);
@@ -227,12 +238,7 @@ impl JournalTip {
         let Some(files) = tiers.into_values().find(|files| files.len() >= FAN_IN) else {
             return Ok(false);
         };
-        let reads = files.iter().map(|path| read_rows(&self.tip, &spec, path));
-        let mut entries = Vec::new();
-        for rows in futures::future::try_join_all(reads).await? {
-            let Some(rows) = rows else { return Ok(false) };
-            entries.extend(rows);
-        }
+        let Some(entries) = self.rows_of_files(&spec, &files).await? else { return Ok(false) };
         let schema = table::arrow_schema(self.tip.table(), &spec)?;
         let rows = entries
             .iter()
@@ -242,7 +248,7 @@ impl JournalTip {
             .map_err(|e| Error::arrow("merging journal row files", e))?;
         let properties = table::writer_properties();
         let mut adds =
-            append::write_files(self.tip.table(), &spec.name, &[batch], properties).await?;
+            append::write_files_on_tip(&mut self.tip, &spec.name, &[batch], properties).await?;
         for add in &mut adds {
             add.data_change = false;
         }
@@ -261,9 +267,12 @@ impl JournalTip {
             Ok(Some(_)) => {
                 for path in &files {
                     self.live.remove(path);
+                    self.positions.remove(path);
                 }
                 let merged = Some(entries.len() as u64);
                 self.live.extend(adds.iter().map(|a| (a.path.clone(), merged)));
+                let rows: Vec<u64> = entries.iter().map(|e| e.position).collect();
+                self.positions.extend(adds.iter().map(|a| (a.path.clone(), rows.clone())));
                 Ok(true)
             }
             Ok(None) => {
@@ -290,6 +299,45 @@ fn note(ended: &mut HashSet<String>, open: &mut HashSet<String>, entry: &Journal
             open.remove(&entry.token);
             ended.insert(entry.token.clone());
         }
+    }
+}
+
+impl JournalTip {
+    /// The rows of these live files: from memory when this tip knows the
+    /// positions of all their rows, else read (concurrently). `None` when
+    /// a file has another schema.
+    async fn rows_of_files(
+        &self,
+        spec: &TableSpec,
+        files: &[String],
+    ) -> Result<Option<Vec<JournalEntry>>> {
+        let known: Option<Vec<&Vec<u64>>> = files.iter().map(|f| self.positions.get(f)).collect();
+        if let Some(known) = known {
+            let entries = &self.journal.entries;
+            let mut rows = Vec::new();
+            let mut wanted: Vec<u64> = known.into_iter().flatten().copied().collect();
+            wanted.sort_unstable();
+            wanted.dedup();
+            for position in wanted {
+                let from = entries.partition_point(|e| e.position < position);
+                let at = entries[from..].iter().take_while(|e| e.position == position);
+                rows.extend(at.cloned());
+            }
+            // Exactly the files' rows, or read them (rows of one position
+            // in two files: written otherwise than one row file a version).
+            let expected: u64 =
+                files.iter().filter_map(|f| self.live.get(f).copied().flatten()).sum();
+            if rows.len() as u64 == expected {
+                return Ok(Some(rows));
+            }
+        }
+        let reads = files.iter().map(|path| read_rows(&self.tip, spec, path));
+        let mut rows = Vec::new();
+        for read in futures::future::try_join_all(reads).await? {
+            let Some(read) = read else { return Ok(None) };
+            rows.extend(read);
+        }
+        Ok(Some(rows))
     }
 }
 
@@ -439,6 +487,10 @@ mod tests {
         let fresh = JournalTip::open(root).await.unwrap();
         assert_eq!(fresh.journal(), kept.journal());
         assert_eq!(fresh.live, kept.live, "sizes from the files' statistics");
+        // Every merge here was made from the rows in memory (each file's
+        // rows known by position), and reads back the same.
+        assert_eq!(kept.positions.len(), kept.live.len());
+        assert!(fresh.positions.is_empty(), "a journal opened whole knows none");
         assert_eq!((tier(15), tier(16), tier(255), tier(256)), (0, 1, 1, 2));
     }
 

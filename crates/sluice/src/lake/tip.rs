@@ -42,6 +42,7 @@ use deltalake::kernel::transaction::{CommitData, PROTOCOL, TransactionError};
 use deltalake::logstore::CommitOrBytes;
 use deltalake::protocol::DeltaOperation;
 use deltalake::table::config::TablePropertiesExt;
+use deltalake::writer::RecordBatchWriter;
 
 use super::coverage::Coverage;
 use super::key_filter::{self, Key, KeyFilter};
@@ -87,6 +88,9 @@ pub struct Tip {
     /// The first version a reader replays from JSON: the one after the
     /// last checkpoint (0: none known).
     replayed_from: u64,
+    /// A Parquet writer of the table, kept between commits (in a mutex
+    /// only so that a tip stays `Sync`; reached through `&mut self`).
+    writer: std::sync::Mutex<Option<Box<RecordBatchWriter>>>,
     /// Why this table's appends need more than add actions (a writer
     /// feature a direct commit does not write), if they do.
     needs_delta_rs: Option<String>,
@@ -122,6 +126,7 @@ impl Tip {
             head,
             listed: Instant::now(),
             checkpointing: None,
+            writer: std::sync::Mutex::new(None),
             dir,
         })
     }
@@ -141,6 +146,26 @@ impl Tip {
     /// table handle; the tip follows them).
     pub fn commits_directly(&self) -> std::result::Result<(), &str> {
         self.needs_delta_rs.as_deref().map_or(Ok(()), Err)
+    }
+
+    /// A Parquet writer of the table (the kept one, or a new one): give
+    /// it back flushed with [`Tip::keep_writer`]. Making one parses the
+    /// table's schema, which a tip's table keeps until it reopens.
+    pub(crate) fn take_writer(&mut self) -> Result<Box<RecordBatchWriter>> {
+        let kept = self.writer.get_mut().ok().and_then(Option::take);
+        match kept {
+            Some(writer) => Ok(writer),
+            None => RecordBatchWriter::for_table(&self.table)
+                .map(Box::new)
+                .map_err(|e| Error::delta(&self.name, e)),
+        }
+    }
+
+    /// Keep a flushed writer for the next commit.
+    pub(crate) fn keep_writer(&mut self, writer: Box<RecordBatchWriter>) {
+        if let Ok(kept) = self.writer.get_mut() {
+            *kept = Some(writer);
+        }
     }
 
     /// Live data files no key filter of the key column covers.

@@ -75,10 +75,11 @@ impl Lake {
         Ok(report)
     }
 
-    /// Wait for what puts left running in the background: the checkpoints
-    /// Delta writes every 100 versions (see [`Tip`]). A process that puts
-    /// and exits calls this last; skipping it only leaves a checkpoint to a
-    /// later commit.
+    /// Wait for what puts and commits left running in the background: the
+    /// checkpoints Delta writes every 100 versions or more (see [`Tip`]).
+    /// A process that puts or commits and exits calls this last; skipping
+    /// it only leaves the checkpoint to a later commit (a process that
+    /// always skips it leaves the log to grow without one).
     pub async fn settle(&self) {
         self.handles().settle().await;
     }
