@@ -272,7 +272,6 @@ pub const MAX_JOURNAL_FILES: usize = 128;
 /// retries on top of concurrent commits, and two of them racing were seen
 /// to keep both rewritten copies.)
 pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
-    use deltalake::kernel::{Action, Remove};
     let spec = layout::commits_table();
     if !table::is_table(&table::table_dir(root, &spec)) {
         return Ok(false);
@@ -284,25 +283,10 @@ pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
     }
     let journal = read_table(&handle, &spec).await?;
     let schema = table::arrow_schema(&handle, &spec)?;
-    let rows =
-        journal.entries.iter().map(|e| row_batch(e, &schema, &spec)).collect::<Result<Vec<_>>>()?;
-    let batch = deltalake::arrow::compute::concat_batches(&schema, &rows)
-        .map_err(|e| Error::arrow("rewriting the journal", e))?;
+    let batch = rows_batch(&journal.entries, &schema, &spec)?;
     let mut adds =
         append::write_files(&handle, &spec.name, &[batch], table::writer_properties()).await?;
-    let now = chrono::Utc::now().timestamp_millis();
-    for add in &mut adds {
-        add.data_change = false;
-    }
-    let mut actions: Vec<Action> = adds.iter().cloned().map(Action::Add).collect();
-    actions.extend(files.into_iter().map(|path| {
-        Action::Remove(Remove {
-            path,
-            data_change: false,
-            deletion_timestamp: Some(now),
-            ..Remove::default()
-        })
-    }));
+    let actions = rewrite_actions(&mut adds, files);
     let operation =
         deltalake::protocol::DeltaOperation::Optimize { predicate: None, target_size: 0 };
     let spec_commit = append::CommitSpec::default();
@@ -325,6 +309,40 @@ pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
 /// committed on top of. `make` returns `None` when there is nothing to add
 /// (e.g. another process recorded the same completion). The row lands as
 /// exactly that version + 1; if another writer took it, the journal is read
+/// The journal rows `entries` as one batch of the journal's `schema`.
+pub(super) fn rows_batch(
+    entries: &[JournalEntry],
+    schema: &deltalake::arrow::datatypes::SchemaRef,
+    spec: &TableSpec,
+) -> Result<RecordBatch> {
+    let rows = entries.iter().map(|e| row_batch(e, schema, spec)).collect::<Result<Vec<_>>>()?;
+    deltalake::arrow::compute::concat_batches(schema, &rows)
+        .map_err(|e| Error::arrow("rewriting journal rows", e))
+}
+
+/// The actions of a rewrite of journal rows without a data change: the
+/// new files `adds` (marked so) replace the files `removed`.
+pub(super) fn rewrite_actions(
+    adds: &mut [deltalake::kernel::Add],
+    removed: impl IntoIterator<Item = String>,
+) -> Vec<deltalake::kernel::Action> {
+    use deltalake::kernel::{Action, Remove};
+    let now = chrono::Utc::now().timestamp_millis();
+    for add in adds.iter_mut() {
+        add.data_change = false;
+    }
+    let mut actions: Vec<Action> = adds.iter().cloned().map(Action::Add).collect();
+    actions.extend(removed.into_iter().map(|path| {
+        Action::Remove(Remove {
+            path,
+            data_change: false,
+            deletion_timestamp: Some(now),
+            ..Remove::default()
+        })
+    }));
+    actions
+}
+
 /// again and `make` asked again.
 pub async fn append(
     root: &Path,

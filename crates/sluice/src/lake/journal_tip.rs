@@ -27,9 +27,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
-use deltalake::arrow::compute::concat_batches;
 use deltalake::arrow::record_batch::RecordBatch;
-use deltalake::kernel::{Action, Remove};
+use deltalake::kernel::Action;
 use deltalake::logstore::object_store::ObjectStoreExt;
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::protocol::DeltaOperation;
@@ -240,28 +239,11 @@ impl JournalTip {
         };
         let Some(entries) = self.rows_of_files(&spec, &files).await? else { return Ok(false) };
         let schema = table::arrow_schema(self.tip.table(), &spec)?;
-        let rows = entries
-            .iter()
-            .map(|e| journal::row_batch(e, &schema, &spec))
-            .collect::<Result<Vec<_>>>()?;
-        let batch = concat_batches(&schema, &rows)
-            .map_err(|e| Error::arrow("merging journal row files", e))?;
+        let batch = journal::rows_batch(&entries, &schema, &spec)?;
         let properties = table::writer_properties();
         let mut adds =
             append::write_files_on_tip(&mut self.tip, &spec.name, &[batch], properties).await?;
-        for add in &mut adds {
-            add.data_change = false;
-        }
-        let now = chrono::Utc::now().timestamp_millis();
-        let mut actions: Vec<Action> = adds.iter().cloned().map(Action::Add).collect();
-        actions.extend(files.iter().map(|path| {
-            Action::Remove(Remove {
-                path: path.clone(),
-                data_change: false,
-                deletion_timestamp: Some(now),
-                ..Remove::default()
-            })
-        }));
+        let actions = journal::rewrite_actions(&mut adds, files.iter().cloned());
         let operation = DeltaOperation::Optimize { predicate: None, target_size: 0 };
         match self.tip.commit(actions, operation, Default::default(), Vec::new()).await {
             Ok(Some(_)) => {
