@@ -121,8 +121,6 @@ pub struct Append<'a> {
     commit: CommitSpec,
     /// The table version before the logical append began (token search).
     since: u64,
-    /// A handle to start from instead of opening the table.
-    table: Option<DeltaTable>,
     /// What the commit waits for (see [`Append::with_gate`]).
     gate: Option<Gate>,
 }
@@ -261,15 +259,7 @@ impl Appended {
 impl<'a> Append<'a> {
     /// Append `batches` (in the table's schema) to the table of `spec`.
     pub fn new(root: &'a Path, spec: &'a TableSpec, batches: Vec<RecordBatch>) -> Self {
-        Append {
-            root,
-            spec,
-            batches,
-            commit: CommitSpec::default(),
-            since: 0,
-            table: None,
-            gate: None,
-        }
+        Append { root, spec, batches, commit: CommitSpec::default(), since: 0, gate: None }
     }
 
     /// De-duplicate and write the files now, commit them only once `gate`
@@ -301,13 +291,6 @@ impl<'a> Append<'a> {
         self
     }
 
-    /// Start from this handle of the table (any version: it is brought up
-    /// to date) instead of opening it.
-    pub fn with_table(mut self, table: DeltaTable) -> Self {
-        self.table = Some(table);
-        self
-    }
-
     /// Run the append.
     pub async fn execute(self) -> Result<Appended> {
         self.execute_keeping().await.map(|(appended, _)| appended)
@@ -318,19 +301,7 @@ impl<'a> Append<'a> {
     pub async fn execute_keeping(mut self) -> Result<(Appended, DeltaTable)> {
         let spec = self.spec;
         let dedup = Dedup::of(&spec.kind);
-        let mut table = match self.table.take() {
-            Some(mut given) => {
-                let dir = table::table_dir(self.root, spec);
-                if table::may_have_moved(&dir, given.version().unwrap_or_default()) {
-                    given
-                        .update_incremental(None)
-                        .await
-                        .map_err(|e| Error::delta(&spec.name, e))?;
-                }
-                given
-            }
-            None => table::open(self.root, spec).await?,
-        };
+        let mut table = table::open(self.root, spec).await?;
         let head = table.version().unwrap_or_default();
         if let Some(found) = self.token_commit(&table, head, None).await? {
             let appended = Appended {
