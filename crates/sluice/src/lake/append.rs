@@ -45,6 +45,7 @@ use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 
 use super::key_filter::{self, Key, KeyFilter};
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
+use super::lookup::Lookup;
 use super::scan::{self, Select};
 use super::table;
 use super::tip::Tip;
@@ -797,7 +798,8 @@ async fn drop_present(
 }
 
 /// Which of `wanted` the table holds, reading only the files its key
-/// filters cannot rule out (see [`key_filter`]).
+/// filters cannot rule out (see [`key_filter`]), each for the keys that
+/// may be in it.
 pub async fn present_keys(
     root: &Path,
     table: &DeltaTable,
@@ -815,24 +817,17 @@ pub async fn present_keys(
     let plan = key_filter::plan(&active, &filters, &wanted, |k| {
         key_of(dedup, k).unwrap_or_else(|_| Key::of_text(k))
     });
-    let mut hit_files: BTreeSet<String> = BTreeSet::new();
-    let mut hit_keys: BTreeSet<String> = BTreeSet::new();
-    for (files, hits) in plan.candidates {
-        hit_files.extend(files);
-        hit_keys.extend(hits);
+    if plan.uncovered.is_empty() && plan.candidates.is_empty() {
+        return Ok(BTreeSet::new());
     }
-    let mut present = BTreeSet::new();
-    let lookups = [
-        (plan.uncovered, wanted),
-        (hit_files.into_iter().collect(), hit_keys.into_iter().collect()),
-    ];
-    for (files, keys) in lookups {
-        present.extend(keys_in_files(table, spec, column, files, &keys).await?);
-    }
-    Ok(present)
+    let batches =
+        Lookup::new(column, wanted).columns(&[column]).read_planned(table, spec, &plan).await?;
+    texts(&batches, &spec.name)
 }
 
-/// Which of `keys` the given files of the table hold in `column`.
+/// Which of `keys` the given files of the table hold in `column`: each
+/// file's key column read once (its row groups whose bloom filter rules
+/// every key out skipped) and probed with the keys, whatever their number.
 async fn keys_in_files(
     table: &DeltaTable,
     spec: &TableSpec,
@@ -840,15 +835,22 @@ async fn keys_in_files(
     files: Vec<String>,
     keys: &[String],
 ) -> Result<BTreeSet<String>> {
-    let mut out = BTreeSet::new();
     if files.is_empty() || keys.is_empty() {
-        return Ok(out);
+        return Ok(BTreeSet::new());
     }
-    for chunk in keys.chunks(scan::IN_LIST_CHUNK) {
-        let select = Select::columns(vec![scan::column(column)])
-            .filter(scan::in_list(column, chunk.iter().map(String::as_str)))
-            .files(files.clone());
-        out.extend(select.strings(table, &spec.name).await?);
+    let batches = Lookup::new(column, keys.iter().cloned())
+        .columns(&[column])
+        .read(table, spec, &files)
+        .await?;
+    texts(&batches, &spec.name)
+}
+
+/// The values of the first column of `batches`.
+fn texts(batches: &[RecordBatch], table: &str) -> Result<BTreeSet<String>> {
+    let mut out = BTreeSet::new();
+    for batch in batches {
+        let text = scan::text_column(batch, 0, table)?;
+        out.extend((0..text.len()).filter(|&i| text.is_valid(i)).map(|i| text.value(i).to_owned()));
     }
     Ok(out)
 }

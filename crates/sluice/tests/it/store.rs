@@ -100,6 +100,40 @@ async fn key_filters_speed_up_dedup_but_never_decide_it() {
     );
 }
 
+/// De-duplication of thousands of ids (more than one `IN` list of the old
+/// scans) against several files, some no key filter covers: exactly the
+/// present ones are skipped.
+#[tokio::test]
+async fn dedup_of_thousands_of_ids_across_files_skips_exactly_the_present_ones() {
+    let (dir, lake) = lake().await;
+    let batches: Vec<_> = (1..=3).map(|step| metrics(&lake, step, 3000)).collect();
+    for batch in &batches {
+        lake.put(batch).await.unwrap();
+    }
+    let mut mixed: Vec<_> = batches.iter().flat_map(|b| b[..2500].iter().cloned()).collect();
+    mixed.extend(metrics(&lake, 4, 3000));
+    let put = lake.put(&mixed).await.unwrap();
+    assert_eq!((put.already_present, put.rows_added["metrics"]), (7500, 3000));
+
+    // Without the first commit's key filter its file is read for every id.
+    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::key_filter::KEYS_DIR);
+    let mut sidecars: Vec<_> =
+        std::fs::read_dir(&keys).unwrap().map(|e| e.unwrap().path()).collect();
+    sidecars.sort();
+    std::fs::remove_file(&sidecars[0]).unwrap();
+    let mut again: Vec<_> = batches.iter().flat_map(|b| b[2000..].iter().cloned()).collect();
+    again.extend(metrics(&lake, 5, 2100));
+    let put = lake.put(&again).await.unwrap();
+    assert_eq!((put.already_present, put.rows_added["metrics"]), (3000, 2100));
+    let n = lake
+        .sql("SELECT count(DISTINCT artifact_id) AS d, count(*) AS n FROM metrics")
+        .execute()
+        .await
+        .unwrap();
+    let csv = sluice::query::format::render(&n.batches, sluice::query::OutputFormat::Csv).unwrap();
+    assert_eq!(csv, "d,n\n14100,14100\n");
+}
+
 #[tokio::test]
 async fn lookups_read_bloom_filtered_row_groups_and_fill_partition_values() {
     use deltalake::parquet::file::reader::{FileReader, SerializedFileReader};
