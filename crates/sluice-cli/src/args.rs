@@ -542,6 +542,13 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         artifacts: usize,
     },
+    /// A lake grown by a generator to --artifacts metrics (partitioned by
+    /// step, with executions and provenance edges), measured at each size of
+    /// --at: a step's commit (half its artifacts present) by a `sluice
+    /// commit` process and its peak RSS, lookups by id, the execution-cache
+    /// check, a one-step aggregate and lineage walks. A later run on the same
+    /// lake grows it further.
+    Scale(ScaleArgs),
     /// Commit and a partition-pruned query into a lake filled by many small
     /// commits, before and after `sluice compact`.
     Maintenance {
@@ -636,4 +643,35 @@ pub enum IngestCommand {
         #[arg(long, conflicts_with = "files")]
         all_dead: bool,
     },
+}
+
+/// What `sluice bench scale` is asked.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScaleArgs {
+    /// Generated artifacts to grow the lake to.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub artifacts: u64,
+    /// Sizes to measure at, comma-separated (default: every power of
+    /// ten from 1M below --artifacts, and --artifacts).
+    #[arg(long, value_delimiter = ',')]
+    pub at: Vec<u64>,
+    /// Steps the generated metrics are partitioned over.
+    #[arg(long, default_value_t = 50)]
+    pub steps: u64,
+    /// Generated artifacts per commit while growing.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub commit_size: u64,
+    /// Staged executions (3 metrics each, half already in the lake)
+    /// committed at each size.
+    #[arg(long, default_value_t = 10_000)]
+    pub executions: u64,
+    /// Unit specs (half cached) checked at each size.
+    #[arg(long, default_value_t = 100_000)]
+    pub specs: u64,
+    /// Lookups and lineage walks at each size.
+    #[arg(long, default_value_t = 20)]
+    pub samples: u64,
+    /// Compact every table before measuring at each size.
+    #[arg(long)]
+    pub compact: bool,
 }

@@ -77,6 +77,18 @@ pub struct ExecutionEdge {
     pub artifact_id: String,
 }
 
+impl ExecutionEdge {
+    /// The edge of run `run` to artifact `id`, in `role`.
+    pub fn new(run: &str, direction: Direction, role: &str, id: &crate::ArtifactId) -> Self {
+        ExecutionEdge {
+            execution_run_id: run.to_owned(),
+            direction,
+            role: role.to_owned(),
+            artifact_id: id.to_hex(),
+        }
+    }
+}
+
 /// One row of `provenance/artifact_edges`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ArtifactEdge {

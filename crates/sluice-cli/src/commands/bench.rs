@@ -227,6 +227,7 @@ pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Cache { executions, specs } => {
             super::bench_store::cache(root, executions, specs).await?
         }
+        BenchCommand::Scale(options) => super::bench_size::scale(root, &options).await?,
     };
     bench_results::record(args.results.as_deref(), &figures)
 }

@@ -4,6 +4,7 @@ mod bench;
 mod bench_ingest;
 mod bench_results;
 mod bench_scale;
+mod bench_size;
 mod bench_store;
 mod commit;
 mod demo;

@@ -81,3 +81,61 @@ fn lookup_put_cache_and_step_commit_print_their_figures_and_append_them_as_json_
     let journal = "SELECT count(*) FROM commits WHERE phase = 'completed'";
     assert_eq!(step.ok(&["sql", "--format", "csv", journal]).lines().nth(1), Some("20"));
 }
+
+/// `bench scale` grows a lake in steps, measures at each size (checking
+/// every answer it times), and a later run grows the same lake further.
+#[test]
+fn scale_grows_a_lake_measures_at_each_size_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("r.jsonl");
+    let lake = crate::Lake::at(dir.path().join("l"));
+    let small = |artifacts: &str, at: &str| {
+        vec![
+            "bench",
+            "scale",
+            "--artifacts",
+            artifacts,
+            "--at",
+            at,
+            "--commit-size",
+            "2000",
+            "--executions",
+            "40",
+            "--specs",
+            "200",
+            "--samples",
+            "2",
+            "--results",
+            results.to_str().unwrap(),
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+    };
+    let args = small("6000", "3000,6000");
+    let out = lake.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.contains("grew to 3000 artifacts") && out.contains("grew to 6000"), "{out}");
+    assert!(out.contains("60 artifacts added"), "half the staged ones are new: {out}");
+    let all = lines(&results);
+    assert_eq!(all.len(), 12, "six figures per size: {all:?}");
+    assert!(all.iter().all(|f| f["bench"] == "scale"));
+    // The second size is compared with the first.
+    assert!(all[6]["baseline"].as_str().unwrap().contains("first size"), "{}", all[6]);
+    let goals: Vec<&str> = all[..6].iter().map(|f| f["goal"].as_str().unwrap()).collect();
+    assert_eq!(goals, ["4", "7", "3", "5", "8", "8"]);
+    let generated = "SELECT count(*) FROM executions WHERE operation_name = 'scale'";
+    assert_eq!(lake.ok(&["sql", "--format", "csv", generated]).lines().nth(1), Some("1200"));
+
+    let args = small("8000", "8000");
+    let out = lake.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.contains("grew to 8000 artifacts"), "{out}");
+    assert_eq!(lake.ok(&["sql", "--format", "csv", generated]).lines().nth(1), Some("1600"));
+    let sql = "SELECT count(*) - count(DISTINCT artifact_id) FROM index";
+    assert_eq!(lake.ok(&["sql", "--format", "csv", sql]).lines().nth(1), Some("0"), "no duplicate");
+
+    let other = crate::Lake::at(dir.path().join("o"));
+    other.ok(&["bench", "put", "--count", "3"]);
+    let args = small("6000", "6000");
+    let refused = other.command(&args.iter().map(String::as_str).collect::<Vec<_>>()).output();
+    assert!(!refused.unwrap().status.success(), "a lake the bench did not grow is refused");
+}

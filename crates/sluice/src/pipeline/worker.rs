@@ -205,12 +205,7 @@ fn staged_execution(
     for (role, ids) in &job.unit.inputs {
         for id in ids {
             input_role.entry(*id).or_insert(role);
-            execution_edges.insert(ExecutionEdge {
-                execution_run_id: run.clone(),
-                direction: Direction::Input,
-                role: role.clone(),
-                artifact_id: id.to_hex(),
-            });
+            execution_edges.insert(ExecutionEdge::new(run, Direction::Input, role, id));
         }
     }
     let mut artifact_edges = BTreeSet::new();
@@ -219,12 +214,7 @@ fn staged_execution(
         let types: BTreeMap<ArtifactId, &str> =
             produced.artifacts.iter().map(|a| (a.id, a.type_key.as_str())).collect();
         for (role, id) in &produced.outputs {
-            execution_edges.insert(ExecutionEdge {
-                execution_run_id: run.clone(),
-                direction: Direction::Output,
-                role: role.clone(),
-                artifact_id: id.to_hex(),
-            });
+            execution_edges.insert(ExecutionEdge::new(run, Direction::Output, role, id));
         }
         for (target, target_role, sources) in &produced.derivations {
             let sources: Vec<ArtifactId> = if sources.is_empty() {

@@ -119,12 +119,7 @@ pub fn execution(
     }
     let execution_edges = artifacts
         .iter()
-        .map(|a| ExecutionEdge {
-            execution_run_id: run.clone(),
-            direction: Direction::Output,
-            role: "scores".into(),
-            artifact_id: a.id.to_hex(),
-        })
+        .map(|a| ExecutionEdge::new(&run, Direction::Output, "scores", &a.id))
         .collect();
     let artifact_edges = artifacts
         .iter()
