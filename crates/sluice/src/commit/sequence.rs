@@ -438,7 +438,8 @@ async fn drop_committed(
     }
     let clock = std::time::Instant::now();
     let lake = ctx.lake;
-    let tip = lake.handles().latest_tip(lake.root(), &spec).await?;
+    let mut tip = lake.handles().latest_tip(lake.root(), &spec).await?;
+    tip.follow("execution_spec_id");
     let open_ms = clock.elapsed().as_millis() as u64;
     let ids: BTreeSet<String> =
         runs.iter().flat_map(|r| r.executions.iter().map(|e| e.run_id.clone())).collect();

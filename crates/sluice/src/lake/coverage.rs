@@ -53,6 +53,11 @@ impl Coverage {
         coverage
     }
 
+    /// The live files.
+    pub(super) fn live_files(&self) -> impl Iterator<Item = &String> {
+        self.live.keys()
+    }
+
     /// Live data files no key filter covers.
     pub(super) fn uncovered(&self) -> usize {
         self.uncovered

@@ -75,8 +75,12 @@ pub struct Tip {
     /// The key filters of the key column over the live files at the head
     /// (`None` for a table without an id column: steps, the journal).
     key: Option<Coverage>,
-    /// The same for each of the table's lookup columns.
+    /// The same for the lookup columns asked about (see [`Tip::follow`]):
+    /// read on first use, as most writers never ask (a table's lookup
+    /// columns are for readers) and their filters grow with the table.
     columns: BTreeMap<&'static str, Coverage>,
+    /// The table's lookup columns.
+    lookup: &'static [&'static str],
     /// The highest commit sequence (application transaction
     /// [`TXN_APP_ID`]) the table records at the head.
     seq: Option<i64>,
@@ -108,18 +112,14 @@ impl Tip {
             .transaction_version(table.log_store().as_ref(), TXN_APP_ID)
             .await
             .map_err(|e| Error::delta(&spec.name, e))?;
-        let columns = spec
-            .lookup_columns()
-            .iter()
-            .map(|&c| (c, Coverage::new(live.iter().cloned(), key_filter::read_column(&dir, c))))
-            .collect();
         Ok(Tip {
             name: spec.name.clone(),
             files: live.len() as u64,
             replayed_from: last_checkpoint(&dir).map_or(0, |v| v + 1),
             key: (!spec.indexed_columns().is_empty())
                 .then(|| Coverage::new(live, key_filter::read_all(&dir))),
-            columns,
+            columns: BTreeMap::new(),
+            lookup: spec.lookup_columns(),
             seq,
             needs_delta_rs: beyond_plain_appends(&table),
             table,
@@ -232,8 +232,22 @@ impl Tip {
         self.key.as_ref().is_some_and(|c| c.holds_none(keys))
     }
 
+    /// Keep the key filters of lookup `column` from now on (read them now,
+    /// over the live files at the head), so that [`Tip::holds_none_in`] can
+    /// answer for it. A table without a key column keeps no live files and
+    /// follows no lookup column.
+    pub fn follow(&mut self, column: &str) {
+        let Some(&column) = self.lookup.iter().find(|c| **c == column) else { return };
+        if self.columns.contains_key(column) {
+            return;
+        }
+        let Some(key) = &self.key else { return };
+        let filters = key_filter::read_column(&self.dir, column);
+        self.columns.insert(column, Coverage::new(key.live_files().cloned(), filters));
+    }
+
     /// [`Tip::holds_none`] for one of the table's lookup columns (`false`
-    /// for a column the table is not looked up by).
+    /// for a column the table is not looked up by, or not followed).
     pub fn holds_none_in(&self, column: &str, keys: &[Key]) -> bool {
         self.columns.get(column).is_some_and(|c| c.holds_none(keys))
     }
