@@ -35,4 +35,8 @@ run ingest    bench ingest --files "$(n 50)" --rows-per-file 100000 --flushes "$
 run lineage   bench lineage --edges "$(n 1000000)" --samples 5
 run lineage10m bench lineage --edges "$(n 10000000)" --samples 5
 run maintenance bench maintenance --existing "$(n 1000000)" --executions "$(n 1000)"
+# Goals 4, 7, 8: a lake grown to 1M and 10M artifacts (in commits of 1M,
+# then in commits of 5000 and compacted before measuring).
+run scale     bench scale --artifacts "$(n 10000000)" --samples 50
+run scalesmall bench scale --artifacts "$(n 10000000)" --commit-size 5000 --compact --samples 50
 echo "figures appended to $RESULTS"

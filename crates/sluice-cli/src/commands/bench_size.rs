@@ -13,7 +13,9 @@
 //! its outputs from one artifact of the block before (an input edge, and an
 //! artifact edge per output) — a lineage walk goes back a block per level.
 //! The size reached is kept in [`MARKER`] in the lake, so a later run grows
-//! the same lake further (1M and 10M in one run, then on to 100M).
+//! the same lake further (1M and 10M in one run, then on to 100M); every
+//! write de-duplicates, so a run killed mid-chunk resumes without a
+//! duplicate.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -111,7 +113,9 @@ async fn rows(
 /// Grow the lake by generated artifacts `from..to` (whole executions).
 async fn grow(lake: &Lake, from: u64, to: u64, steps: u64) -> anyhow::Result<()> {
     let made = artifacts(lake, from, to, steps)?;
-    lake.append_unchecked(&made).await?;
+    // De-duplicating writes throughout: a run killed mid-chunk is resumed
+    // from the marker without writing any row twice.
+    lake.put(&made).await?;
     let s = |t: &str| FieldValue::String(t.to_owned());
     let (mut executions, mut outputs, mut derived) = (Vec::new(), Vec::new(), Vec::new());
     for e in from / PER_EXECUTION..to / PER_EXECUTION {
