@@ -674,4 +674,9 @@ pub struct ScaleArgs {
     /// Compact every table before measuring at each size.
     #[arg(long)]
     pub compact: bool,
+    /// Draw the committed metrics that are already in the lake from its
+    /// newest N generated artifacts (a re-run of recent work), not from
+    /// the whole lake (0: the whole lake).
+    #[arg(long, default_value_t = 0)]
+    pub recent: u64,
 }

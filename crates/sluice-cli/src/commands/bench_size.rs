@@ -221,13 +221,18 @@ pub async fn scale(root: &Path, options: &ScaleArgs) -> anyhow::Result<Vec<Figur
     let what = format!(
         "a lake grown to each size by commits of {} generated metrics ({} steps, blocks of {BLOCK}, \
          one execution per {PER_EXECUTION}, provenance edges){}; at each: a commit of {} staged \
-         executions x {COMMITTED_PER_EXECUTION} metrics (half already in the lake) by a `sluice commit` \
+         executions x {COMMITTED_PER_EXECUTION} metrics (half already in the lake{}) by a `sluice commit` \
          process, {} lookups by id, a cache check of {} specs (half cached), a one-step aggregate, \
          {} lineage walks of depth 5",
         options.commit_size,
         options.steps,
         if options.compact { ", compacted before measuring" } else { "" },
         options.executions,
+        if options.recent > 0 {
+            format!(", drawn from its newest {}", options.recent)
+        } else {
+            String::new()
+        },
         options.samples,
         options.specs,
         options.samples,
@@ -432,6 +437,12 @@ async fn commit(
     let nonce = chrono::Utc::now().timestamp_micros() as u64;
     let mut present = HashSet::new();
     let mut fresh = 0u64;
+    // Where the metrics already in the lake come from: its newest
+    // `--recent` artifacts, or all of it.
+    let (oldest, span) = match options.recent {
+        0 => (0, size),
+        recent => (size.saturating_sub(recent), recent.min(size)),
+    };
     let mut batch = Vec::new();
     for w in 0..options.executions {
         let run = hex(&format!("scale-commit-{size}-{nonce}"), w);
@@ -439,7 +450,7 @@ async fn commit(
         for j in 0..COMMITTED_PER_EXECUTION {
             let k = w * COMMITTED_PER_EXECUTION + j;
             made.push(if k.is_multiple_of(2) {
-                let a = artifact(&lake, pick(k, size, size), options.steps)?;
+                let a = artifact(&lake, oldest + pick(k, size, span), options.steps)?;
                 present.insert(a.id);
                 a
             } else {

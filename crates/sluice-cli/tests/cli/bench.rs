@@ -126,9 +126,14 @@ fn scale_grows_a_lake_measures_at_each_size_and_resumes() {
     let generated = "SELECT count(*) FROM executions WHERE operation_name = 'scale'";
     assert_eq!(lake.ok(&["sql", "--format", "csv", generated]).lines().nth(1), Some("1200"));
 
-    let args = small("8000", "8000");
+    // Grown on, with the metrics already present drawn from the newest
+    // 1000 artifacts (a re-run of recent work).
+    let mut args = small("8000", "8000");
+    args.extend(["--recent", "1000"].map(str::to_owned));
     let out = lake.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(out.contains("grew to 8000 artifacts"), "{out}");
+    assert!(out.contains("drawn from its newest 1000"), "{out}");
+    assert!(out.contains("60 artifacts added"), "half the staged ones are new: {out}");
     assert_eq!(lake.ok(&["sql", "--format", "csv", generated]).lines().nth(1), Some("1600"));
     let sql = "SELECT count(*) - count(DISTINCT artifact_id) FROM index";
     assert_eq!(lake.ok(&["sql", "--format", "csv", sql]).lines().nth(1), Some("0"), "no duplicate");
