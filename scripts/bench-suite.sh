@@ -39,4 +39,6 @@ run maintenance bench maintenance --existing "$(n 1000000)" --executions "$(n 10
 # then in commits of 5000 and compacted before measuring).
 run scale     bench scale --artifacts "$(n 10000000)" --samples 50
 run scalesmall bench scale --artifacts "$(n 10000000)" --commit-size 5000 --compact --samples 50
+# The same with the present metrics from the newest 100k (a re-run).
+run scalerecent bench scale --artifacts "$(n 10000000)" --samples 50 --recent "$(n 100000)"
 echo "figures appended to $RESULTS"
