@@ -319,15 +319,17 @@ async fn row_groups(
 /// into a bitmap of the keys'), so that most rows are rejected without
 /// touching their bytes or hashing them, and only the rest are looked up in
 /// the set.
-struct Matcher<'k> {
-    keys: &'k HashSet<String>,
-    few: Option<Vec<&'k str>>,
-    /// Bit `tag(len, prefix)` is set for every key longer than
-    /// [`INLINE`] bytes (shorter values are inline in their view and
-    /// compared exactly).
-    tags: Vec<u64>,
+enum Matcher<'k> {
+    /// At most [`FEW`] keys, compared one by one.
+    Few(Vec<&'k str>),
+    /// More: the set, and bit `tag(len, prefix)` set for every key longer
+    /// than [`INLINE`] bytes (shorter values are inline in their view and
+    /// looked up in the set).
+    Many { keys: &'k HashSet<String>, tags: Vec<u64> },
 }
 
+/// Keys compared one by one rather than through a set.
+const FEW: usize = 16;
 /// Bytes a string view holds inline (whole values up to this length).
 const INLINE: usize = 12;
 /// Bits of a view tag: a bitmap of 2¹⁶ bits (8 KiB) stays in cache; with
@@ -342,32 +344,34 @@ fn tag(len: u32, prefix: u32) -> usize {
 
 impl<'k> Matcher<'k> {
     fn new(keys: &'k HashSet<String>) -> Self {
-        let few = (keys.len() <= 16).then(|| keys.iter().map(String::as_str).collect());
+        if keys.len() <= FEW {
+            return Matcher::Few(keys.iter().map(String::as_str).collect());
+        }
         let mut tags = vec![0u64; (1usize << TAG_BITS) / 64];
         for key in keys.iter().map(String::as_bytes).filter(|k| k.len() > INLINE) {
             let prefix = u32::from_le_bytes([key[0], key[1], key[2], key[3]]);
             let bit = tag(key.len() as u32, prefix);
             tags[bit / 64] |= 1 << (bit % 64);
         }
-        Matcher { keys, few, tags }
+        Matcher::Many { keys, tags }
     }
 
     fn wanted(&self, value: &str) -> bool {
-        match &self.few {
-            Some(few) => few.contains(&value),
-            None => self.keys.contains(value),
+        match self {
+            Matcher::Few(few) => few.contains(&value),
+            Matcher::Many { keys, .. } => keys.contains(value),
         }
     }
 
     /// Whether the row of `view` may hold a key (exactly: false only if it
     /// holds none).
-    fn may_hold(&self, view: u128) -> bool {
+    fn may_hold(tags: &[u64], view: u128) -> bool {
         let len = view as u32;
         if len as usize <= INLINE {
             return true;
         }
         let bit = tag(len, (view >> 32) as u32);
-        self.tags[bit / 64] & (1 << (bit % 64)) != 0
+        tags[bit / 64] & (1 << (bit % 64)) != 0
     }
 
     /// The rows of `batch` whose `column` holds one of the keys.
@@ -378,18 +382,20 @@ impl<'k> Matcher<'k> {
             .index_of(column)
             .map_err(|_| Error::Internal(format!("table `{table}`: `{column}` not read")))?;
         let column = batch.column(index);
-        let mask: BooleanArray = match column.as_any().downcast_ref::<StringViewArray>() {
-            Some(text) if self.few.is_none() => (0..text.len())
+        let mask: BooleanArray = match (column.as_any().downcast_ref::<StringViewArray>(), self) {
+            (Some(text), Matcher::Many { keys, tags }) => (0..text.len())
                 .map(|i| {
                     Some(
                         text.is_valid(i)
-                            && self.may_hold(text.views()[i])
-                            && self.wanted(text.value(i)),
+                            && Self::may_hold(tags, text.views()[i])
+                            && keys.contains(text.value(i)),
                     )
                 })
                 .collect(),
-            Some(text) => text.iter().map(|v| Some(v.is_some_and(|v| self.wanted(v)))).collect(),
-            None => {
+            (Some(text), Matcher::Few(_)) => {
+                text.iter().map(|v| Some(v.is_some_and(|v| self.wanted(v)))).collect()
+            }
+            (None, _) => {
                 let text = super::scan::text_column(batch, index, table)?;
                 text.iter().map(|v| Some(v.is_some_and(|v| self.wanted(v)))).collect()
             }
