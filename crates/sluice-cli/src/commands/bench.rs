@@ -162,6 +162,13 @@ fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
     Ok((secs, files.len()))
 }
 
+/// The median and the 99th percentile of `ms` (0 for none).
+pub(super) fn median_p99(mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let at = |p: f64| ms.get(((ms.len().max(1) - 1) as f64 * p).round() as usize).copied();
+    (at(0.5).unwrap_or(0.0), at(0.99).unwrap_or(0.0))
+}
+
 pub(crate) fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -30,6 +30,7 @@ use sluice::records::{Direction, ExecutionEdge, ExecutionRecord};
 use sluice::staging::{StagedExecution, StagingWriter, SyncPolicy};
 use sluice::{Artifact, ArtifactId, Lake};
 
+use super::bench::median_p99;
 use super::bench_results::Figure;
 use crate::args::ScaleArgs;
 use crate::output::print;
@@ -361,11 +362,6 @@ impl Measured {
     }
 }
 
-fn median(mut ms: Vec<f64>) -> f64 {
-    ms.sort_by(f64::total_cmp);
-    ms.get(ms.len() / 2).copied().unwrap_or(0.0)
-}
-
 /// Every measurement at `size`.
 async fn measure(
     root: &Path,
@@ -547,7 +543,7 @@ async fn lookups(lake: &Lake, size: u64, options: &ScaleArgs) -> anyhow::Result<
             want.id
         );
     }
-    Ok(median(ms))
+    Ok(median_p99(ms).0)
 }
 
 /// Seconds to check `specs` unit specs, half of them cached; the answer is
@@ -595,7 +591,7 @@ async fn aggregate(lake: &Lake, size: u64, steps: u64) -> anyhow::Result<f64> {
             "step {step} has {count} metrics, expected {expected}"
         );
     }
-    Ok(median(ms))
+    Ok(median_p99(ms).0)
 }
 
 /// Median ms of lineage walks up, depth 5, from artifacts of the newest
@@ -619,5 +615,5 @@ async fn lineage(lake: &Lake, size: u64, steps: u64, samples: u64) -> anyhow::Re
         ms.push(clock.elapsed().as_secs_f64() * 1e3);
         ensure!(graph.nodes.len() == 6, "lineage of {id} found {} nodes, not 6", graph.nodes.len());
     }
-    Ok(median(ms))
+    Ok(median_p99(ms).0)
 }

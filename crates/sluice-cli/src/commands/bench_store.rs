@@ -7,18 +7,12 @@ use std::time::Instant;
 use anyhow::bail;
 use sluice::Lake;
 
-use super::bench::fill;
+use super::bench::{fill, median_p99};
 use super::bench_results::Figure;
 use crate::output::print;
 
 /// The seed `lookup` fills with (its ids can be recomputed).
 const FILL_SEED: u64 = 42;
-
-fn median_p99(mut ms: Vec<f64>) -> (f64, f64) {
-    ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms.get(((ms.len().max(1) - 1) as f64 * p).round() as usize).copied();
-    (at(0.5).unwrap_or(0.0), at(0.99).unwrap_or(0.0))
-}
 
 /// `sluice bench lookup`.
 pub async fn lookup(root: &Path, artifacts: u64, samples: u64) -> anyhow::Result<Vec<Figure>> {
