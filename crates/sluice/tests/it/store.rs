@@ -18,13 +18,17 @@ async fn put_is_idempotent_and_dedups_within_a_call() {
     let second = lake.put(&batch).await.unwrap();
     assert_eq!(second.rows_added["metrics"], 0);
     assert_eq!(second.already_present, 10);
+    assert_eq!(distinct_and_rows(&lake).await, "d,n\n10,10\n");
+}
+
+/// The metrics table's distinct artifact ids and rows, as CSV.
+async fn distinct_and_rows(lake: &sluice::Lake) -> String {
     let n = lake
         .sql("SELECT count(DISTINCT artifact_id) AS d, count(*) AS n FROM metrics")
         .execute()
         .await
         .unwrap();
-    let csv = sluice::query::format::render(&n.batches, sluice::query::OutputFormat::Csv).unwrap();
-    assert_eq!(csv, "d,n\n10,10\n");
+    sluice::query::format::render(&n.batches, sluice::query::OutputFormat::Csv).unwrap()
 }
 
 #[tokio::test]
@@ -125,13 +129,7 @@ async fn dedup_of_thousands_of_ids_across_files_skips_exactly_the_present_ones()
     again.extend(metrics(&lake, 5, 2100));
     let put = lake.put(&again).await.unwrap();
     assert_eq!((put.already_present, put.rows_added["metrics"]), (3000, 2100));
-    let n = lake
-        .sql("SELECT count(DISTINCT artifact_id) AS d, count(*) AS n FROM metrics")
-        .execute()
-        .await
-        .unwrap();
-    let csv = sluice::query::format::render(&n.batches, sluice::query::OutputFormat::Csv).unwrap();
-    assert_eq!(csv, "d,n\n14100,14100\n");
+    assert_eq!(distinct_and_rows(&lake).await, "d,n\n14100,14100\n");
 }
 
 #[tokio::test]
