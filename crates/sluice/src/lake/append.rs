@@ -44,6 +44,7 @@ use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 
 use super::key_filter::{self, Key, KeyFilter};
+use super::key_set;
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
 use super::lookup::Lookup;
 use super::scan::{self, Select};
@@ -813,16 +814,18 @@ pub async fn present_keys(
         return Ok(BTreeSet::new());
     }
     let wanted: Vec<String> = wanted.iter().cloned().collect();
-    let filters = key_filter::read_all(&table::table_dir(root, spec));
-    let plan = key_filter::plan(&active, &filters, &wanted, |k| {
-        key_of(dedup, k).unwrap_or_else(|_| Key::of_text(k))
-    });
+    let dir = table::table_dir(root, spec);
+    let filters = key_filter::read_all(&dir);
+    let key = |k: &String| key_of(dedup, k).unwrap_or_else(|_| Key::of_text(k));
+    let mut plan = key_filter::plan(&active, &filters, &wanted, key);
+    let mut present: BTreeSet<String> = key_set::settle(&dir, &mut plan, key).into_iter().collect();
     if plan.uncovered.is_empty() && plan.candidates.is_empty() {
-        return Ok(BTreeSet::new());
+        return Ok(present);
     }
     let batches =
         Lookup::new(column, wanted).columns(&[column]).read_planned(table, spec, &plan).await?;
-    texts(&batches, &spec.name)
+    present.extend(texts(&batches, &spec.name)?);
+    Ok(present)
 }
 
 /// Which of `keys` the given files of the table hold in `column`: each
@@ -1053,6 +1056,9 @@ pub async fn write_key_filters(
             })
             .collect();
         let keys: Vec<Key> = keys.into_iter().collect();
+        if sidecar.is_none() {
+            key_set::write(&dir, version, &added, &keys)?;
+        }
         key_filter::write_for(&dir, version, sidecar, &KeyFilter::new(added.clone(), &keys))?;
     }
     Ok(())

@@ -84,6 +84,7 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
         keys.join(format!("{version:020}.keys")).exists(),
         "compaction wrote the key filter of its files"
     );
+    assert!(keys.join(format!("{version:020}.set")).exists(), "and the key set");
     // Lookups by id through the compacted files.
     let any = metrics(&lake, 1, 1);
     lake.put(&any).await.unwrap();
@@ -132,6 +133,17 @@ async fn vacuum_dry_run_lists_what_it_removes_and_keeps_time_travel_in_retention
     assert_eq!(dry.files, real.files, "the dry run lists exactly what is removed");
     assert!(real.bytes > 0 && dry.bytes == real.bytes, "{dry:?} {real:?}");
     assert!(real.files.iter().any(|(t, f)| t == "metrics" && !f.is_empty()), "{real:?}");
+    // Key sets go with their key filters: those of compacted-away files
+    // are removed, the compaction's stays.
+    let keys = lake.root().join("artifacts/metrics/_sluice_keys");
+    let names: std::collections::BTreeSet<String> = std::fs::read_dir(&keys)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let sets: Vec<&String> = names.iter().filter(|n| n.ends_with(".set")).collect();
+    assert!(!sets.is_empty(), "{names:?}");
+    assert!(sets.iter().all(|s| names.contains(&s.replace(".set", ".keys"))), "{names:?}");
+    assert!(real.leftovers.iter().any(|l| l.ends_with(".set")), "{real:?}");
     assert_eq!(
         scalar(&lake, "SELECT count(*) - count(DISTINCT artifact_id) FROM metrics").await,
         "0"
