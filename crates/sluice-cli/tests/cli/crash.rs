@@ -191,11 +191,17 @@ pub(crate) fn kill_command_after(
     mut command: std::process::Command,
     delay: std::time::Duration,
 ) -> bool {
-    let mut child = command
+    let child = command
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    kill_child_after(child, delay)
+}
+
+/// SIGKILL a running child `delay` from now unless it finished first;
+/// returns whether it was killed.
+pub(crate) fn kill_child_after(mut child: std::process::Child, delay: std::time::Duration) -> bool {
     std::thread::sleep(delay);
     let finished = child.try_wait().unwrap().is_some();
     if !finished {

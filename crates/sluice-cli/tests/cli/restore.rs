@@ -3,14 +3,15 @@
 //! was journaled) or exactly the lake an uninterrupted restore produces —
 //! which is the lake as of the target version — never a mix.
 
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use sluice::query::AsOf;
 
 use crate::Lake;
 use crate::crash::{
-    TABLES, check_journal, copy_dir, dump, dump_at, fraction, kill_after, kill_command_after,
-    new_lake, stage_mixed,
+    TABLES, check_journal, copy_dir, dump, dump_at, fraction, kill_after, kill_child_after,
+    kill_command_after, new_lake, stage_mixed,
 };
 
 fn trials() -> u64 {
@@ -20,6 +21,7 @@ fn trials() -> u64 {
 /// A pause before each table's restore (a test hook of `sluice restore`),
 /// so the kills below land between table commits, not only before or after.
 const PAUSE_MS: &str = "300";
+const PAUSE: Duration = Duration::from_millis(300);
 
 /// Whether the journal holds a completed restore.
 fn restored(root: &std::path::Path) -> bool {
@@ -34,10 +36,49 @@ fn restored(root: &std::path::Path) -> bool {
 }
 
 /// `kill_after` with the pause hook set.
-fn kill_after_env(lake: &Lake, args: &[&str], delay: std::time::Duration) -> bool {
+fn kill_after_env(lake: &Lake, args: &[&str], delay: Duration) -> bool {
+    kill_command_after(restore_command(lake, args), delay)
+}
+
+fn restore_command(lake: &Lake, args: &[&str]) -> std::process::Command {
     let mut command = lake.command(args);
     command.env("SLUICE_RESTORE_PAUSE_MS", PAUSE_MS);
-    kill_command_after(command, delay)
+    command
+}
+
+/// How many versions the journal's log holds.
+fn journal_versions(root: &Path) -> usize {
+    let log = root.join("orchestration/commits/_delta_log");
+    std::fs::read_dir(&log)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            let name = name.to_string_lossy();
+            name.strip_suffix(".json").is_some_and(|v| v.parse::<u64>().is_ok())
+        })
+        .count()
+}
+
+/// Start a restore, wait until its `started` row is in the journal (a new
+/// journal version: the restore is now under way), then SIGKILL it `delay`
+/// later unless it finished. Returns whether the kill came while it ran.
+///
+/// Anchoring the kill on the journal instead of on a reference run's wall
+/// time keeps the kill inside the restore however loaded the machine is.
+fn kill_after_journaled(lake: &Lake, args: &[&str], delay: Duration) -> bool {
+    let before = journal_versions(&lake.root);
+    let mut child = restore_command(lake, args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while journal_versions(&lake.root) == before {
+        assert!(child.try_wait().unwrap().is_none(), "the restore exited before journaling");
+        assert!(Instant::now() < deadline, "the restore never journaled");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    kill_child_after(child, delay)
 }
 
 #[test]
@@ -56,9 +97,13 @@ fn restore_killed_at_random_moments_then_recover_is_all_or_nothing() {
     // The reference: an uninterrupted restore equals reading as of 2.
     let reference = Lake::new();
     copy_dir(&template.root, &reference.root);
-    let started = Instant::now();
     let plan = reference.ok(&["restore", "--to", "2", "--dry-run"]);
     assert!(plan.contains("metrics"), "{plan}");
+    let planned: serde_json::Value =
+        serde_json::from_str(&reference.ok(&["restore", "--to", "2", "--dry-run", "--json"]))
+            .unwrap();
+    let tables = planned["plan"]["tables"].as_array().unwrap().len();
+    let started = Instant::now();
     let out = reference
         .command(&["restore", "--to", "2"])
         .env("SLUICE_RESTORE_PAUSE_MS", PAUSE_MS)
@@ -74,15 +119,29 @@ fn restore_killed_at_random_moments_then_recover_is_all_or_nothing() {
     let history = reference.ok(&["history", "--json"]);
     assert!(history.contains("restore to lake version 2"), "{history}");
 
+    assert!(tables >= 3, "the restore changes several tables: {plan}");
+
+    // Four trials in five kill once the restore is journaled, somewhere in
+    // its table commits (each preceded by a pause); recover must finish
+    // every one of them. The fifth kills at a moment of the reference run's
+    // wall time: before the journal row, between tables, or after the end.
     let n = trials();
+    let mut anchored = 0;
     let mut finished_by_recover = 0;
     for trial in 0..n {
         let lake = Lake::new();
         copy_dir(&template.root, &lake.root);
-        // Kill somewhere in the second half of the run, where the tables
-        // are restored one after the other.
-        let delay = full.mul_f64(0.5 + fraction(trial + 5000) * 0.5);
-        let killed = kill_after_env(&lake, &["restore", "--to", "2"], delay);
+        let random = trial % 5 == 4;
+        let (killed, delay) = if random {
+            let delay = full.mul_f64(fraction(trial + 5000));
+            (kill_after_env(&lake, &["restore", "--to", "2"], delay), delay)
+        } else {
+            anchored += 1;
+            let delay = PAUSE.mul_f64(tables as f64 * 0.95 * fraction(trial + 5000));
+            let killed = kill_after_journaled(&lake, &["restore", "--to", "2"], delay);
+            assert!(killed, "trial {trial}: the restore outran {tables} pauses ({delay:?})");
+            (killed, delay)
+        };
         let was_restored = restored(&lake.root);
         if trial % 4 == 0 {
             kill_after(&lake, &["recover"], full.mul_f64(fraction(trial + 7000) * 0.5));
@@ -98,12 +157,15 @@ fn restore_killed_at_random_moments_then_recover_is_all_or_nothing() {
             );
         }
         check_journal(&lake.root, trial);
-        if killed && !was_restored && restored(&lake.root) {
-            finished_by_recover += 1;
-        }
+        let finished = killed && !was_restored && restored(&lake.root);
+        assert!(
+            random || finished,
+            "trial {trial}: killed {delay:?} after its journal row, the restore must be finished by recover"
+        );
+        finished_by_recover += usize::from(finished);
     }
     assert!(
-        finished_by_recover >= 20.min(n),
-        "at least 20 kills landed mid-restore and recover finished them: {finished_by_recover}/{n}"
+        finished_by_recover >= anchored,
+        "every kill after the journal row was finished by recover: {finished_by_recover}/{n}"
     );
 }
