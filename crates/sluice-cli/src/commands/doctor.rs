@@ -98,6 +98,12 @@ fn repairs_text(r: &Repairs) -> String {
             "repaired `{table}`: added {n} index rows derived from its content\n"
         ));
     }
+    for (table, versions) in &r.integrity.key_sets_written {
+        out.push_str(&format!(
+            "wrote the key sets of {} versions of `{table}` from their files\n",
+            versions.len()
+        ));
+    }
     if !r.steps_closed.is_empty() {
         out.push_str(&format!(
             "recorded {} steps abandoned (their orchestrator died): {}\n",
@@ -173,6 +179,12 @@ fn integrity_text(c: &IntegrityReport) -> String {
     }
     for (table, n) in c.content_without_index.iter().filter(|(_, n)| **n > 0) {
         out.push_str(&format!("{n} `{table}` rows have no index row (`--repair` adds them)\n"));
+    }
+    for (table, versions) in &c.versions_without_key_sets {
+        out.push_str(&format!(
+            "{} versions of `{table}` have no key set: ids already present are confirmed in their files, slower (`--repair` writes the sets)\n",
+            versions.len()
+        ));
     }
     out
 }

@@ -44,6 +44,7 @@ use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 
 use super::key_filter::{self, Key, KeyFilter};
+use super::key_set;
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
 use super::lookup::Lookup;
 use super::scan::{self, Select};
@@ -813,16 +814,18 @@ pub async fn present_keys(
         return Ok(BTreeSet::new());
     }
     let wanted: Vec<String> = wanted.iter().cloned().collect();
-    let filters = key_filter::read_all(&table::table_dir(root, spec));
-    let plan = key_filter::plan(&active, &filters, &wanted, |k| {
-        key_of(dedup, k).unwrap_or_else(|_| Key::of_text(k))
-    });
+    let dir = table::table_dir(root, spec);
+    let filters = key_filter::read_all(&dir);
+    let key = |k: &String| key_of(dedup, k).unwrap_or_else(|_| Key::of_text(k));
+    let mut plan = key_filter::plan(&active, &filters, &wanted, key);
+    let mut present: BTreeSet<String> = key_set::settle(&dir, &mut plan, key).into_iter().collect();
     if plan.uncovered.is_empty() && plan.candidates.is_empty() {
-        return Ok(BTreeSet::new());
+        return Ok(present);
     }
     let batches =
         Lookup::new(column, wanted).columns(&[column]).read_planned(table, spec, &plan).await?;
-    texts(&batches, &spec.name)
+    present.extend(texts(&batches, &spec.name)?);
+    Ok(present)
 }
 
 /// Which of `keys` the given files of the table hold in `column`: each
@@ -1016,7 +1019,7 @@ pub async fn content_steps(
     Ok(out)
 }
 
-/// Write the key filters (dedup column and lookup columns) of the files a
+/// Write the key filters (key column and lookup columns) and the key set of a
 /// version added by other means than [`Append`] (compaction, restore).
 pub async fn write_key_filters(
     root: &Path,
@@ -1025,35 +1028,58 @@ pub async fn write_key_filters(
     version: u64,
 ) -> Result<()> {
     let dedup = Dedup::of(&spec.kind);
-    let key_column = match dedup {
-        Dedup::ArtifactId => Some("artifact_id"),
-        Dedup::RunId => Some("execution_run_id"),
-        Dedup::Nothing => None,
-    };
     let added = key_filter::added_files(&table::commit_actions(handle, &spec.name, version).await?);
     if added.is_empty() {
         return Ok(());
     }
     let dir = table::table_dir(root, spec);
-    let columns: Vec<(Option<&str>, &str)> = key_column
+    let columns: Vec<(Option<&str>, &str)> = dedup
+        .column()
         .map(|c| (None, c))
         .into_iter()
         .chain(spec.lookup_columns().iter().map(|c| (Some(*c), *c)))
         .collect();
     for (sidecar, column) in columns {
-        let values = Select::columns(vec![scan::column(column)])
-            .files(added.clone())
-            .strings(handle, &spec.name)
-            .await?;
-        let keys: BTreeSet<Key> = values
-            .iter()
-            .map(|v| match (dedup, sidecar) {
-                (Dedup::RunId, None) => Key::of_text(v),
-                _ => Key::of_value(v),
-            })
-            .collect();
-        let keys: Vec<Key> = keys.into_iter().collect();
+        let keys = keys_of_files(handle, spec, column, sidecar.is_none(), &added).await?;
+        if sidecar.is_none() {
+            key_set::write(&dir, version, &added, &keys)?;
+        }
         key_filter::write_for(&dir, version, sidecar, &KeyFilter::new(added.clone(), &keys))?;
     }
     Ok(())
+}
+
+/// Write the key set of a version whose key filter names `files` (a lake
+/// written before key sets, or a set lost): its keys read from the files.
+/// `false` when the table has no key column.
+pub async fn write_key_set(
+    root: &Path,
+    handle: &DeltaTable,
+    spec: &TableSpec,
+    version: u64,
+    files: &[String],
+) -> Result<bool> {
+    let Some(column) = Dedup::of(&spec.kind).column() else { return Ok(false) };
+    let keys = keys_of_files(handle, spec, column, true, files).await?;
+    key_set::write(&table::table_dir(root, spec), version, files, &keys)?;
+    Ok(true)
+}
+
+/// The distinct keys of `column` in `files`, as the table's key filters
+/// hash them (`key_column`: the de-duplication key, else a lookup column).
+async fn keys_of_files(
+    handle: &DeltaTable,
+    spec: &TableSpec,
+    column: &str,
+    key_column: bool,
+    files: &[String],
+) -> Result<Vec<Key>> {
+    let values = Select::columns(vec![scan::column(column)])
+        .files(files.to_vec())
+        .strings(handle, &spec.name)
+        .await?;
+    let run_ids = key_column && Dedup::of(&spec.kind) == Dedup::RunId;
+    let keys: BTreeSet<Key> =
+        values.iter().map(|v| if run_ids { Key::of_text(v) } else { Key::of_value(v) }).collect();
+    Ok(keys.into_iter().collect())
 }

@@ -98,6 +98,16 @@ impl Key {
         Key(bytes)
     }
 
+    /// The key's bytes (its order is the order of [`super::key_set`]).
+    pub(crate) fn as_bytes(&self) -> &[u8; 16] {
+        &self.0
+    }
+
+    /// The key of these bytes.
+    pub(crate) fn from_bytes(bytes: [u8; 16]) -> Key {
+        Key(bytes)
+    }
+
     /// The two 64-bit hashes a filter's probes are made of (keys are
     /// uniform hashes: their halves, the second made odd).
     pub(crate) fn hashes(&self) -> (u64, u64) {
@@ -440,8 +450,19 @@ pub fn added_files(actions: &[deltalake::kernel::Action]) -> Vec<String> {
 pub struct LookupPlan<K> {
     /// Files no sidecar covers: read them for every key.
     pub uncovered: Vec<String>,
-    /// Files of sidecars that may hold some keys, and the keys that hit.
-    pub candidates: Vec<(Vec<String>, Vec<K>)>,
+    /// Sidecars that may hold some keys: their files, and the keys that hit.
+    pub candidates: Vec<Candidates<K>>,
+}
+
+/// The keys one sidecar may hold, and the files to read for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidates<K> {
+    /// The table version the sidecar describes.
+    pub version: u64,
+    /// Its data files.
+    pub files: Vec<String>,
+    /// The keys its filter may hold.
+    pub keys: Vec<K>,
 }
 
 /// Decide which files must be read to look up `keys`.
@@ -456,7 +477,7 @@ pub fn plan<K: Clone>(
     let mut plan = LookupPlan { uncovered: Vec::new(), candidates: Vec::new() };
     let hashes: Vec<(u64, u64)> = keys.iter().map(|k| key_of(k).hashes()).collect();
     let mut alive: Vec<u32> = Vec::with_capacity(keys.len());
-    for filter in filters.values() {
+    for (&version, filter) in filters {
         // A sidecar counts only while every file it describes is active.
         if filter.files.is_empty() || !filter.files.iter().all(|f| active_set.contains(f.as_str()))
         {
@@ -468,7 +489,7 @@ pub fn plan<K: Clone>(
         filter.retain_candidates(&hashes, &mut alive);
         let hits: Vec<K> = alive.iter().map(|&i| keys[i as usize].clone()).collect();
         if !hits.is_empty() {
-            plan.candidates.push((filter.files.clone(), hits));
+            plan.candidates.push(Candidates { version, files: filter.files.clone(), keys: hits });
         }
     }
     plan.uncovered = active.iter().filter(|f| !covered.contains(f.as_str())).cloned().collect();
@@ -578,11 +599,11 @@ mod tests {
         // The filter holding old[3] answers "maybe"; a sidecar whose file was
         // compacted away is never used (its ids may be anywhere now).
         assert!(
-            p.candidates
-                .iter()
-                .any(|(files, hits)| files == &["f1".to_owned()] && hits.contains(&old[3]))
+            p.candidates.iter().any(|c| c.version == 1
+                && c.files == ["f1".to_owned()]
+                && c.keys.contains(&old[3]))
         );
-        assert!(p.candidates.iter().all(|(files, _)| files != &["gone".to_owned()]));
+        assert!(p.candidates.iter().all(|c| c.files != ["gone".to_owned()]));
         assert!(p.candidates.len() <= 2);
     }
 

@@ -31,7 +31,7 @@ use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuil
 use parquet::file::metadata::ParquetMetaData;
 
 use super::file_reader::FileReader;
-use super::key_filter::{self, Key, KeyFilter, LookupPlan};
+use super::key_filter::{self, Candidates, Key, KeyFilter, LookupPlan};
 use super::layout::TableSpec;
 use super::table;
 use crate::artifact::ArtifactId;
@@ -105,7 +105,11 @@ impl IdFiles {
             candidates: plan
                 .candidates
                 .into_iter()
-                .map(|(files, hits)| (files, hits.iter().map(ArtifactId::to_hex).collect()))
+                .map(|c| Candidates {
+                    version: c.version,
+                    files: c.files,
+                    keys: c.keys.iter().map(ArtifactId::to_hex).collect(),
+                })
                 .collect(),
         };
         (!plan.uncovered.is_empty() || !plan.candidates.is_empty()).then_some(plan)
@@ -163,10 +167,11 @@ impl Lookup {
     ) -> Result<Vec<RecordBatch>> {
         let mut reads: Vec<(String, Arc<HashSet<String>>)> =
             plan.uncovered.iter().map(|f| (f.clone(), self.keys.clone())).collect();
-        for (files, hits) in &plan.candidates {
-            let hits: Arc<HashSet<String>> =
-                Arc::new(hits.iter().filter(|k| self.keys.contains(*k)).cloned().collect());
-            reads.extend(files.iter().map(|f| (f.clone(), hits.clone())));
+        for candidates in &plan.candidates {
+            let hits: Arc<HashSet<String>> = Arc::new(
+                candidates.keys.iter().filter(|k| self.keys.contains(*k)).cloned().collect(),
+            );
+            reads.extend(candidates.files.iter().map(|f| (f.clone(), hits.clone())));
         }
         self.read_each(handle, spec, reads).await
     }

@@ -16,6 +16,7 @@ pub(crate) mod handles;
 pub mod journal;
 pub mod journal_tip;
 pub mod key_filter;
+pub mod key_set;
 pub mod layout;
 mod lock;
 pub mod lookup;

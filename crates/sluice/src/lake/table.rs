@@ -429,9 +429,10 @@ pub async fn record_keys(
     }
     let dir = table_dir(root, spec);
     let result = commit_actions(table, &spec.name, version).await.and_then(|actions| {
-        let filter =
-            super::key_filter::KeyFilter::new(super::key_filter::added_files(&actions), ids);
-        super::key_filter::write(&dir, version, &filter)
+        let files = super::key_filter::added_files(&actions);
+        let keys: Vec<super::key_filter::Key> = ids.iter().map(Into::into).collect();
+        super::key_set::write(&dir, version, &files, &keys)?;
+        super::key_filter::write(&dir, version, &super::key_filter::KeyFilter::new(files, ids))
     });
     if let Err(e) = result {
         tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
@@ -448,9 +449,15 @@ pub fn record_key_filter(
     column: Option<&str>,
     keys: &[super::key_filter::Key],
 ) -> Option<std::sync::Arc<super::key_filter::KeyFilter>> {
-    let files = adds.iter().map(|a| a.path.clone()).collect();
+    let files: Vec<String> = adds.iter().map(|a| a.path.clone()).collect();
+    let dir = table_dir(root, spec);
+    if column.is_none()
+        && let Err(e) = super::key_set::write(&dir, version, &files, keys)
+    {
+        tracing::warn!(table = %spec.name, version, error = %e, "could not record a key set");
+    }
     let filter = super::key_filter::KeyFilter::new(files, keys);
-    match super::key_filter::write_for(&table_dir(root, spec), version, column, &filter) {
+    match super::key_filter::write_for(&dir, version, column, &filter) {
         Ok(()) => Some(std::sync::Arc::new(filter)),
         Err(e) => {
             tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");

@@ -201,7 +201,7 @@ async fn executions(
     for chunk in runs.chunks(scan::IN_LIST_CHUNK) {
         let plan = key_filter::plan(&active, &filters, chunk, |r| Key::of_text(r));
         let mut files: BTreeSet<String> = plan.uncovered.into_iter().collect();
-        files.extend(plan.candidates.into_iter().flat_map(|(f, _)| f));
+        files.extend(plan.candidates.into_iter().flat_map(|c| c.files));
         if files.is_empty() {
             continue;
         }

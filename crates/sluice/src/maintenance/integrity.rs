@@ -8,7 +8,10 @@
 //! | edges naming an artifact the index lacks | anti-join at one consistent point | none: the edge is evidence; the artifact may come back by restore |
 //! | index rows without content | anti-join per type | none: the content is gone; reported by type |
 //! | content rows without an index row | anti-join per type | add the index rows, derived from the content (de-duplicated append) |
+//! | live versions whose key filter has no usable key set (a lake written before key sets, a set lost or damaged) | each filter whose files are all live, its set opened | write the set from the files' keys |
 //!
+//! A missing key set costs only speed (present ids are confirmed in the
+//! files), so it is reported but does not make the lake unclean.
 //! Nothing a reader could still need is deleted: repairs only add rows or
 //! drop references to files that no longer exist.
 
@@ -20,7 +23,8 @@ use deltalake::arrow::record_batch::RecordBatch;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::lake::append::Append;
+use crate::lake::append::{self, Append, Dedup};
+use crate::lake::key_set::KeySet;
 use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::{Lake, WriterLock, key_filter, table};
 use crate::query::OutputFormat;
@@ -40,6 +44,9 @@ pub struct IntegrityReport {
     pub index_without_content: BTreeMap<String, u64>,
     /// Per content table: content rows without an index row.
     pub content_without_index: BTreeMap<String, u64>,
+    /// Per table: live versions whose key filter has no usable key set
+    /// (speed only; not part of [`IntegrityReport::is_clean`]).
+    pub versions_without_key_sets: BTreeMap<String, Vec<u64>>,
 }
 
 impl IntegrityReport {
@@ -61,6 +68,8 @@ pub struct IntegrityRepair {
     pub references_dropped: BTreeMap<String, Vec<String>>,
     /// Per content table: index rows added for content without one.
     pub index_rows_added: BTreeMap<String, u64>,
+    /// Per table: versions whose key set was written from their files.
+    pub key_sets_written: BTreeMap<String, Vec<u64>>,
 }
 
 /// Run every check (reads only).
@@ -75,6 +84,11 @@ pub async fn check(lake: &Lake) -> Result<IntegrityReport> {
         let unreferenced = unreferenced_files(lake.root(), &handle, &spec).await?;
         if !unreferenced.is_empty() {
             report.unreferenced_files.insert(spec.name.clone(), unreferenced);
+        }
+        let unset: Vec<u64> =
+            without_key_sets(lake.root(), &handle, &spec)?.into_iter().map(|(v, _)| v).collect();
+        if !unset.is_empty() {
+            report.versions_without_key_sets.insert(spec.name.clone(), unset);
         }
     }
     if !report.missing_files.is_empty() {
@@ -123,6 +137,16 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
             tracing::warn!(table = %spec.name, files = dropped.len(), "dropped references to missing data files");
             out.references_dropped.insert(spec.name.clone(), dropped);
         }
+        let handle = table::open(lake.root(), &spec).await?;
+        let mut written = Vec::new();
+        for (version, files) in without_key_sets(lake.root(), &handle, &spec)? {
+            if append::write_key_set(lake.root(), &handle, &spec, version, &files).await? {
+                written.push(version);
+            }
+        }
+        if !written.is_empty() {
+            out.key_sets_written.insert(spec.name.clone(), written);
+        }
     }
     let index = layout::index_table();
     for (spec, key) in content_tables(lake) {
@@ -153,6 +177,28 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
         out.index_rows_added.insert(spec.name.clone(), appended.rows_added);
     }
     Ok(out)
+}
+
+/// The versions of a table whose key filter covers only live files but
+/// whose key set is missing, damaged or for other files; with those files.
+fn without_key_sets(
+    root: &Path,
+    handle: &deltalake::DeltaTable,
+    spec: &TableSpec,
+) -> Result<Vec<(u64, Vec<String>)>> {
+    if Dedup::of(&spec.kind) == Dedup::Nothing {
+        return Ok(Vec::new());
+    }
+    let dir = table::table_dir(root, spec);
+    let active: BTreeSet<String> = table::active_files(handle, spec)?.into_iter().collect();
+    Ok(key_filter::read_all(&dir)
+        .into_iter()
+        .filter(|(_, filter)| {
+            !filter.files.is_empty() && filter.files.iter().all(|f| active.contains(f))
+        })
+        .filter(|(version, filter)| KeySet::open(&dir, *version, &filter.files).is_none())
+        .map(|(version, filter)| (version, filter.files.clone()))
+        .collect())
 }
 
 fn content_tables(lake: &Lake) -> Vec<(TableSpec, String)> {

@@ -127,7 +127,7 @@ fn older_than(path: &std::path::Path, age: Duration) -> bool {
         .is_some_and(|a| a >= age)
 }
 
-/// Key filters whose files are all gone, SLURM task folders and empty staging
+/// Key filters (and key sets) whose files are all gone, SLURM task folders and empty staging
 /// shards, older than the retention; removed unless a dry run.
 async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> {
     let mut found = Vec::new();
@@ -138,12 +138,21 @@ async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> 
         let handle = table::open(lake.root(), &spec).await?;
         let active: std::collections::BTreeSet<String> =
             table::active_files(&handle, &spec)?.into_iter().collect();
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let stale = std::fs::read(&path)
+        let stale_filter = |path: &std::path::Path| {
+            std::fs::read(path)
                 .ok()
                 .and_then(|b| key_filter::files_of(&b))
-                .is_none_or(|files| files.iter().all(|f| !active.contains(f)));
+                .is_none_or(|files| files.iter().all(|f| !active.contains(f)))
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            // A version's key set goes with its key filter (same name,
+            // `.set` for `.keys`), which names the files.
+            let stale = if path.extension().is_some_and(|e| e == "set") {
+                stale_filter(&path.with_extension("keys"))
+            } else {
+                stale_filter(&path)
+            };
             if stale && older_than(&path, options.retention) {
                 found.push(path);
             }

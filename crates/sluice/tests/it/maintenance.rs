@@ -84,6 +84,7 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
         keys.join(format!("{version:020}.keys")).exists(),
         "compaction wrote the key filter of its files"
     );
+    assert!(keys.join(format!("{version:020}.set")).exists(), "and the key set");
     // Lookups by id through the compacted files.
     let any = metrics(&lake, 1, 1);
     lake.put(&any).await.unwrap();
@@ -132,6 +133,17 @@ async fn vacuum_dry_run_lists_what_it_removes_and_keeps_time_travel_in_retention
     assert_eq!(dry.files, real.files, "the dry run lists exactly what is removed");
     assert!(real.bytes > 0 && dry.bytes == real.bytes, "{dry:?} {real:?}");
     assert!(real.files.iter().any(|(t, f)| t == "metrics" && !f.is_empty()), "{real:?}");
+    // Key sets go with their key filters: those of compacted-away files
+    // are removed, the compaction's stays.
+    let keys = lake.root().join("artifacts/metrics/_sluice_keys");
+    let names: std::collections::BTreeSet<String> = std::fs::read_dir(&keys)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let sets: Vec<&String> = names.iter().filter(|n| n.ends_with(".set")).collect();
+    assert!(!sets.is_empty(), "{names:?}");
+    assert!(sets.iter().all(|s| names.contains(&s.replace(".set", ".keys"))), "{names:?}");
+    assert!(real.leftovers.iter().any(|l| l.ends_with(".set")), "{real:?}");
     assert_eq!(
         scalar(&lake, "SELECT count(*) - count(DISTINCT artifact_id) FROM metrics").await,
         "0"
@@ -319,6 +331,46 @@ async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
     many_small_commits(&lake).await;
     let clean = integrity::check(&lake).await.unwrap();
     assert!(clean.is_clean(), "{clean:?}");
+    assert!(clean.versions_without_key_sets.is_empty(), "{clean:?}");
+
+    // Key sets lost (or a lake written before them): reported, not unclean,
+    // and written again from the files by --repair.
+    let keys = table::table_dir(lake.root(), &layout::index_table()).join("_sluice_keys");
+    let sets: Vec<_> = std::fs::read_dir(&keys)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "set"))
+        .collect();
+    assert!(!sets.is_empty());
+    for set in &sets {
+        std::fs::remove_file(set).unwrap();
+    }
+    let unset = integrity::check(&lake).await.unwrap();
+    assert!(unset.is_clean(), "{unset:?}");
+    assert_eq!(unset.versions_without_key_sets["index"].len(), sets.len(), "{unset:?}");
+    let repaired = integrity::repair(&lake).await.unwrap();
+    assert_eq!(repaired.key_sets_written["index"].len(), sets.len(), "{repaired:?}");
+    assert!(sets.iter().all(|s| s.exists()));
+    assert!(integrity::check(&lake).await.unwrap().versions_without_key_sets.is_empty());
+    // The written sets answer: every indexed id is confirmed present.
+    let ids: std::collections::BTreeSet<String> =
+        scalar(&lake, "SELECT string_agg(artifact_id, ',') FROM \"index\"")
+            .await
+            .trim_matches('"')
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+    let index = table::open(lake.root(), &layout::index_table()).await.unwrap();
+    let present = sluice::lake::append::present_keys(
+        lake.root(),
+        &index,
+        &layout::index_table(),
+        sluice::lake::append::Dedup::ArtifactId,
+        &ids,
+    )
+    .await
+    .unwrap();
+    assert_eq!(present, ids);
 
     // An index row deleted by hand: its content has no index row, and the
     // edges naming it dangle.

@@ -83,8 +83,11 @@ async fn key_filters_speed_up_dedup_but_never_decide_it() {
     lake.put(&a).await.unwrap();
     lake.put(&b).await.unwrap();
     let keys = dir.path().join("artifacts/metrics").join(sluice::lake::key_filter::KEYS_DIR);
-    let mut sidecars: Vec<_> =
-        std::fs::read_dir(&keys).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut sidecars: Vec<_> = std::fs::read_dir(&keys)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "keys"))
+        .collect();
     sidecars.sort();
     assert_eq!(sidecars.len(), 2, "one key filter per write: {sidecars:?}");
 
@@ -130,6 +133,58 @@ async fn dedup_of_thousands_of_ids_across_files_skips_exactly_the_present_ones()
     let put = lake.put(&again).await.unwrap();
     assert_eq!((put.already_present, put.rows_added["metrics"]), (3000, 2100));
     assert_eq!(distinct_and_rows(&lake).await, "d,n\n14100,14100\n");
+}
+
+#[tokio::test]
+async fn key_sets_confirm_present_ids_and_damaged_or_foreign_ones_are_read_around() {
+    let (dir, lake) = lake().await;
+    let batches: Vec<_> = (1..=4).map(|step| metrics(&lake, step, 3000)).collect();
+    for batch in &batches {
+        lake.put(batch).await.unwrap();
+    }
+    // Every version that added metrics left its key set beside its filter.
+    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::key_filter::KEYS_DIR);
+    let named = |suffix: &str| -> Vec<std::path::PathBuf> {
+        let mut found: Vec<_> = std::fs::read_dir(&keys)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().ends_with(suffix))
+            .collect();
+        found.sort();
+        found
+    };
+    let (filters, sets) = (named(".keys"), named(".set"));
+    assert_eq!(sets.len(), 4, "{sets:?}");
+    assert_eq!(
+        sets.iter().map(|p| p.with_extension("")).collect::<Vec<_>>(),
+        filters.iter().map(|p| p.with_extension("")).collect::<Vec<_>>()
+    );
+
+    // Re-run part of every step: confirmed from the sets alone, so even a
+    // data file made unreadable is not opened for it.
+    let step1 = dir.path().join("artifacts/metrics/origin_step_number=1");
+    let file = std::fs::read_dir(&step1).unwrap().next().unwrap().unwrap().path();
+    let original = std::fs::read(&file).unwrap();
+    std::fs::write(&file, b"not parquet").unwrap();
+    let mut mixed: Vec<_> = batches.iter().flat_map(|b| b[..1000].iter().cloned()).collect();
+    mixed.extend(metrics(&lake, 5, 500));
+    let put = lake.put(&mixed).await.unwrap();
+    assert_eq!((put.already_present, put.rows_added["metrics"]), (4000, 500));
+    std::fs::write(&file, original).unwrap();
+
+    // Damage one set's keys, put another version's set in place of a third
+    // (its files differ), truncate the fourth: each falls back to its files.
+    let mut bytes = std::fs::read(&sets[0]).unwrap();
+    bytes[4000] ^= 0x40;
+    std::fs::write(&sets[0], &bytes).unwrap();
+    std::fs::copy(&sets[2], &sets[1]).unwrap();
+    let torn = std::fs::read(&sets[3]).unwrap();
+    std::fs::write(&sets[3], &torn[..torn.len() / 2]).unwrap();
+    let mut again: Vec<_> = batches.iter().flat_map(|b| b[500..2500].iter().cloned()).collect();
+    again.extend(metrics(&lake, 6, 700));
+    let put = lake.put(&again).await.unwrap();
+    assert_eq!((put.already_present, put.rows_added["metrics"]), (8000, 700));
+    assert_eq!(distinct_and_rows(&lake).await, "d,n\n13200,13200\n");
 }
 
 #[tokio::test]
