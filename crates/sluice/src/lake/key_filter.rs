@@ -333,12 +333,16 @@ pub fn write_for(
     column: Option<&str>,
     filter: &KeyFilter,
 ) -> Result<()> {
-    let dir = keys_dir(table_dir);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let name = sidecar_name(version, column);
-    let path = dir.join(&name);
+    write_sidecar(&keys_dir(table_dir), &sidecar_name(version, column), &filter.encode())
+}
+
+/// Write one file of `_sluice_keys` whole or not at all: into a temporary
+/// name, then renamed, so a reader never sees a torn sidecar or key set.
+pub(super) fn write_sidecar(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, filter.encode()).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
     std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
 }
 

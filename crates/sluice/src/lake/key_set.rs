@@ -39,8 +39,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::key_filter::{KEYS_DIR, Key, LookupPlan};
-use crate::error::{Error, Result};
+use super::key_filter::{self, KEYS_DIR, Key, LookupPlan};
+use crate::error::Result;
 
 /// Format tag, at the end of the file.
 const MAGIC: &[u8; 8] = b"SLKSET01";
@@ -56,8 +56,12 @@ const TAIL: usize = 16 + 8 + 4 + 8 + CHECKSUM_LEN;
 const READ_ALL_ABOVE: f64 = 0.75;
 
 /// The file name of a version's key set.
+fn set_name(version: u64) -> String {
+    format!("{version:020}.set")
+}
+
 fn set_path(table_dir: &Path, version: u64) -> PathBuf {
-    table_dir.join(KEYS_DIR).join(format!("{version:020}.set"))
+    table_dir.join(KEYS_DIR).join(set_name(version))
 }
 
 /// A digest of the data files a set describes (as the version's key filter
@@ -108,12 +112,7 @@ fn encode(files: &[String], keys: &[Key]) -> Vec<u8> {
 /// Write the key set of a table version (atomically, by a rename). A
 /// missing set only costs speed, so callers may log a failure and go on.
 pub fn write(table_dir: &Path, version: u64, files: &[String], keys: &[Key]) -> Result<()> {
-    let path = set_path(table_dir, version);
-    let dir = table_dir.join(KEYS_DIR);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let tmp = dir.join(format!(".{version:020}.set.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, encode(files, keys)).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
+    key_filter::write_sidecar(&table_dir.join(KEYS_DIR), &set_name(version), &encode(files, keys))
 }
 
 /// Whether a block (sorted keys of `KEY_LEN` bytes) holds `key`.
