@@ -191,12 +191,12 @@ pub(crate) fn kill_command_after(
     mut command: std::process::Command,
     delay: std::time::Duration,
 ) -> bool {
-    let child = command
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    kill_child_after(child, delay)
+    kill_child_after(spawn_quiet(&mut command), delay)
+}
+
+/// Start `command` with its output discarded.
+pub(crate) fn spawn_quiet(command: &mut std::process::Command) -> std::process::Child {
+    command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap()
 }
 
 /// SIGKILL a running child `delay` from now unless it finished first;

@@ -305,7 +305,7 @@ pub fn files_of(bytes: &[u8]) -> Option<Vec<String>> {
     KeyFilter::decode(bytes).map(|f| f.files)
 }
 
-fn keys_dir(table_dir: &Path) -> PathBuf {
+pub(super) fn keys_dir(table_dir: &Path) -> PathBuf {
     table_dir.join(KEYS_DIR)
 }
 

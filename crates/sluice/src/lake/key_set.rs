@@ -39,7 +39,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::key_filter::{self, KEYS_DIR, Key, LookupPlan};
+use super::key_filter::{self, Key, LookupPlan};
 use crate::error::Result;
 
 /// Format tag, at the end of the file.
@@ -61,7 +61,7 @@ fn set_name(version: u64) -> String {
 }
 
 fn set_path(table_dir: &Path, version: u64) -> PathBuf {
-    table_dir.join(KEYS_DIR).join(set_name(version))
+    key_filter::keys_dir(table_dir).join(set_name(version))
 }
 
 /// A digest of the data files a set describes (as the version's key filter
@@ -112,7 +112,11 @@ fn encode(files: &[String], keys: &[Key]) -> Vec<u8> {
 /// Write the key set of a table version (atomically, by a rename). A
 /// missing set only costs speed, so callers may log a failure and go on.
 pub fn write(table_dir: &Path, version: u64, files: &[String], keys: &[Key]) -> Result<()> {
-    key_filter::write_sidecar(&table_dir.join(KEYS_DIR), &set_name(version), &encode(files, keys))
+    key_filter::write_sidecar(
+        &key_filter::keys_dir(table_dir),
+        &set_name(version),
+        &encode(files, keys),
+    )
 }
 
 /// Whether a block (sorted keys of `KEY_LEN` bytes) holds `key`.
