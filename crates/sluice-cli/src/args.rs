@@ -62,6 +62,11 @@ pub enum Command {
         /// Without it, the latest consistent point.
         #[arg(long)]
         as_of: Option<String>,
+        /// Hold at most this many MiB: sorts and aggregations spill to the
+        /// temporary folder (`TMPDIR`) and joins run as sort-merge joins.
+        /// For statements over tables too big for memory.
+        #[arg(long, value_name = "MIB")]
+        memory_limit_mib: Option<usize>,
     },
 
     /// List tables with version, rows, files, bytes and partition columns.

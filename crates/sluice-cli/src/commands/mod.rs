@@ -32,7 +32,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let root = cli.lake;
     match cli.command {
         Command::Init => init(&root).await,
-        Command::Sql { sql, format, as_of } => query(&root, &sql, format, as_of.as_deref()).await,
+        Command::Sql { sql, format, as_of, memory_limit_mib } => {
+            query(&root, &sql, format, as_of.as_deref(), memory_limit_mib).await
+        }
         Command::Tables { json } => tables(&root, json).await,
         Command::Types { json } => types(&root, json).await,
         Command::Show { id, json } => show(&root, &id, json).await,
@@ -126,10 +128,20 @@ async fn init(root: &Path) -> anyhow::Result<()> {
     print(&lines.join("\n"))
 }
 
-async fn query(root: &Path, sql: &str, format: Format, as_of: Option<&str>) -> anyhow::Result<()> {
+async fn query(
+    root: &Path,
+    sql: &str,
+    format: Format,
+    as_of: Option<&str>,
+    memory_limit_mib: Option<usize>,
+) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let as_of = as_of.map(str::parse::<AsOf>).transpose()?;
-    let result = lake.sql(sql).with_as_of(as_of).execute().await?;
+    let mut statement = lake.sql(sql).with_as_of(as_of);
+    if let Some(mib) = memory_limit_mib {
+        statement = statement.memory_limit(mib << 20);
+    }
+    let result = statement.execute().await?;
     let text = sluice::query::format::render(&result.batches, output_format(format))?;
     if text.is_empty() {
         return Ok(());

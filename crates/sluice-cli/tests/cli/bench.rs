@@ -137,6 +137,10 @@ fn scale_grows_a_lake_measures_at_each_size_and_resumes() {
     assert_eq!(lake.ok(&["sql", "--format", "csv", generated]).lines().nth(1), Some("1600"));
     let sql = "SELECT count(*) - count(DISTINCT artifact_id) FROM index";
     assert_eq!(lake.ok(&["sql", "--format", "csv", sql]).lines().nth(1), Some("0"), "no duplicate");
+    let unindexed = "SELECT count(*) FROM metrics m WHERE NOT EXISTS \
+                     (SELECT 1 FROM \"index\" i WHERE i.artifact_id = m.artifact_id)";
+    let bounded = ["sql", "--memory-limit-mib", "64", "--format", "csv", unindexed];
+    assert_eq!(lake.ok(&bounded).lines().nth(1), Some("0"), "every metric is indexed");
 
     let other = crate::Lake::at(dir.path().join("o"));
     other.ok(&["bench", "put", "--count", "3"]);

@@ -368,6 +368,25 @@ pub fn read_all(table_dir: &Path) -> BTreeMap<u64, Arc<KeyFilter>> {
     read_sidecars(table_dir, None)
 }
 
+/// The data files each readable sidecar of a table's key column describes,
+/// by version. Read one at a time and not cached: for whole-lake checks
+/// that need the file lists, not the filters (at 100M keys the filters of
+/// one table are hundreds of MB).
+pub fn files_all(table_dir: &Path) -> BTreeMap<u64, Vec<String>> {
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(keys_dir(table_dir)) else { return out };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(version) = name.strip_suffix(".keys").and_then(|v| v.parse::<u64>().ok()) else {
+            continue;
+        };
+        if let Some(files) = std::fs::read(entry.path()).ok().and_then(|b| files_of(&b)) {
+            out.insert(version, files);
+        }
+    }
+    out
+}
+
 /// The sidecar of one version, of the table's key column (`None`) or of a
 /// lookup column; `None` when it is absent or unreadable (its files then
 /// count as uncovered).

@@ -10,6 +10,11 @@
 //! | content rows without an index row | anti-join per type | add the index rows, derived from the content (de-duplicated append) |
 //! | live versions whose key filter has no usable key set (a lake written before key sets, a set lost or damaged) | each filter whose files are all live, its set opened | write the set from the files' keys |
 //!
+//! The anti-joins run within [`MEMORY_LIMIT`]: they are planned as
+//! sort-merge joins whose sorts spill to the system's temporary folder, so
+//! a lake of 100M artifacts is checked in bounded memory (a hash join held
+//! every id of the index: 21 GB at 100M) at the cost of sorting both sides.
+//!
 //! A missing key set costs only speed (present ids are confirmed in the
 //! files), so it is reported but does not make the lake unclean.
 //! Nothing a reader could still need is deleted: repairs only add rows or
@@ -20,6 +25,7 @@ use std::path::Path;
 
 use deltalake::arrow::compute::cast;
 use deltalake::arrow::record_batch::RecordBatch;
+use futures::StreamExt;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -28,6 +34,12 @@ use crate::lake::key_set::KeySet;
 use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::{Lake, WriterLock, key_filter, table};
 use crate::query::OutputFormat;
+
+/// The memory the SQL checks may hold before they spill to disk.
+pub const MEMORY_LIMIT: usize = 1 << 30;
+
+/// Derived index rows appended per commit by a repair.
+const REPAIR_CHUNK_ROWS: usize = 1_000_000;
 
 /// What the integrity checks found.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -150,17 +162,37 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
     }
     let index = layout::index_table();
     for (spec, key) in content_tables(lake) {
-        let columns =
-            format!("c.artifact_id, '{key}' AS artifact_type, c.origin_step_number, c.metadata");
-        let result = lake.sql(unindexed_sql(&spec, &key, &columns)).execute().await?;
-        let rows: usize = result.batches.iter().map(RecordBatch::num_rows).sum();
-        if rows == 0 {
-            continue;
+        let added = add_missing_index_rows(lake, &index, &spec, &key).await?;
+        if added > 0 {
+            out.index_rows_added.insert(spec.name.clone(), added);
         }
-        let handle = table::open(lake.root(), &index).await?;
-        let schema = table::arrow_schema(&handle, &index)?;
-        let mut batches = Vec::new();
-        for batch in &result.batches {
+    }
+    Ok(out)
+}
+
+/// Derive index rows for the content rows of one table that have none and
+/// append them, streamed in chunks of [`REPAIR_CHUNK_ROWS`] (a lost index
+/// is as big as its tables). Each chunk is its own de-duplicated append: an
+/// interrupted repair leaves whole chunks, and running it again adds the
+/// rest.
+async fn add_missing_index_rows(
+    lake: &Lake,
+    index: &TableSpec,
+    spec: &TableSpec,
+    key: &str,
+) -> Result<u64> {
+    let columns =
+        format!("c.artifact_id, '{key}' AS artifact_type, c.origin_step_number, c.metadata");
+    let sql = unindexed_sql(spec, key, &columns);
+    let (ctx, _) = lake.sql(&sql).memory_limit(MEMORY_LIMIT).context().await?;
+    let mut stream = ctx.sql(&sql).await?.execute_stream().await?;
+    let handle = table::open(lake.root(), index).await?;
+    let schema = table::arrow_schema(&handle, index)?;
+    let (mut added, mut chunk, mut rows) = (0, Vec::new(), 0);
+    loop {
+        let next = stream.next().await.transpose()?;
+        let done = next.is_none();
+        if let Some(batch) = next {
             let columns = schema
                 .fields()
                 .iter()
@@ -168,15 +200,22 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
                 .map(|(field, column)| cast(column, field.data_type()))
                 .collect::<std::result::Result<Vec<_>, _>>()
                 .map_err(|e| Error::arrow("casting derived index rows", e))?;
-            batches.push(
+            rows += batch.num_rows();
+            chunk.push(
                 RecordBatch::try_new(schema.clone(), columns)
                     .map_err(|e| Error::arrow("building derived index rows", e))?,
             );
         }
-        let appended = Append::new(lake.root(), &index, batches).execute().await?;
-        out.index_rows_added.insert(spec.name.clone(), appended.rows_added);
+        if rows > 0 && (done || rows >= REPAIR_CHUNK_ROWS) {
+            let appended =
+                Append::new(lake.root(), index, std::mem::take(&mut chunk)).execute().await?;
+            added += appended.rows_added;
+            rows = 0;
+        }
+        if done {
+            return Ok(added);
+        }
     }
-    Ok(out)
 }
 
 /// The versions of a table whose key filter covers only live files but
@@ -191,13 +230,10 @@ fn without_key_sets(
     }
     let dir = table::table_dir(root, spec);
     let active: BTreeSet<String> = table::active_files(handle, spec)?.into_iter().collect();
-    Ok(key_filter::read_all(&dir)
+    Ok(key_filter::files_all(&dir)
         .into_iter()
-        .filter(|(_, filter)| {
-            !filter.files.is_empty() && filter.files.iter().all(|f| active.contains(f))
-        })
-        .filter(|(version, filter)| KeySet::open(&dir, *version, &filter.files).is_none())
-        .map(|(version, filter)| (version, filter.files.clone()))
+        .filter(|(_, files)| !files.is_empty() && files.iter().all(|f| active.contains(f)))
+        .filter(|(version, files)| KeySet::open(&dir, *version, files).is_none())
         .collect())
 }
 
@@ -224,7 +260,7 @@ fn unindexed_sql(spec: &TableSpec, key: &str, columns: &str) -> String {
 }
 
 async fn count(lake: &Lake, sql: &str) -> Result<u64> {
-    let result = lake.sql(sql).execute().await?;
+    let result = lake.sql(sql).memory_limit(MEMORY_LIMIT).execute().await?;
     let text = crate::query::format::render(&result.batches, OutputFormat::Csv)?;
     text.lines()
         .nth(1)

@@ -2,7 +2,13 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use deltalake::arrow::record_batch::RecordBatch;
+use std::num::NonZeroUsize;
+
+use deltalake::datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
+use deltalake::datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use deltalake::datafusion::prelude::{SessionConfig, SessionContext};
 
 use super::AsOf;
@@ -12,6 +18,13 @@ use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::snapshot::{self, LakePoint, LakeSnapshot};
 use crate::lake::table;
 
+/// Spill files one merge pass of a memory-limited sort reads at once. Left
+/// unlimited, a sort's merge reserves a buffer for as many of its spill files
+/// as the pool allows, and the other sorts of the same join (each side, each
+/// partition) then fail to reserve theirs; with 16 a merge of 100M ids takes
+/// more passes but never starves its siblings.
+const SPILL_MERGE_FAN_IN: usize = 16;
+
 /// A SQL statement to run over the lake, built with
 /// [`Lake::sql`](crate::Lake::sql).
 #[derive(Debug)]
@@ -20,6 +33,7 @@ pub struct SqlBuilder<'a> {
     lake: &'a Lake,
     sql: String,
     as_of: Option<AsOf>,
+    memory_limit: Option<usize>,
 }
 
 /// The result of a query.
@@ -49,7 +63,7 @@ impl Lake {
 
 impl<'a> SqlBuilder<'a> {
     fn new(lake: &'a Lake, sql: impl Into<String>) -> Self {
-        SqlBuilder { lake, sql: sql.into(), as_of: None }
+        SqlBuilder { lake, sql: sql.into(), as_of: None, memory_limit: None }
     }
 
     /// Read the lake as of a lake version, a time or explicit table versions
@@ -57,6 +71,41 @@ impl<'a> SqlBuilder<'a> {
     pub fn with_as_of(mut self, as_of: Option<AsOf>) -> Self {
         self.as_of = as_of;
         self
+    }
+
+    /// Run within about `bytes` of memory: sorts and aggregations spill to
+    /// files in the system's temporary folder (`TMPDIR`) past it, and joins
+    /// are planned as sort-merge joins, which spill, instead of hash joins,
+    /// which hold their whole build side. Slower than the default for small
+    /// inputs; what keeps a join over a table of 100M ids off the OOM killer.
+    /// A statement that cannot stay within the limit fails with DataFusion's
+    /// "resources exhausted" error rather than growing; every sort and
+    /// exchange of the plan needs a few batches, so a limit below about
+    /// 16 MiB fails even small joins.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = Some(bytes);
+        self
+    }
+
+    fn session(&self) -> Result<SessionContext> {
+        let mut config = SessionConfig::new().with_information_schema(true);
+        let Some(bytes) = self.memory_limit else {
+            return Ok(SessionContext::new_with_config(config));
+        };
+        let options = config.options_mut();
+        options.optimizer.prefer_hash_join = false;
+        // Each sort keeps this much back for merging its spill files; four
+        // sorts (two sides, two partitions) must fit in the limit.
+        options.execution.sort_spill_reservation_bytes =
+            options.execution.sort_spill_reservation_bytes.min(bytes / 16);
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(Arc::new(TrackConsumersPool::new(
+                FairSpillPool::new(bytes),
+                NonZeroUsize::MIN.saturating_add(4),
+            )))
+            .with_max_spill_merge_fan_in(SPILL_MERGE_FAN_IN)
+            .build_arc()?;
+        Ok(SessionContext::new_with_config_rt(config, runtime))
     }
 
     /// A DataFusion context with every table the statement names registered,
@@ -70,8 +119,7 @@ impl<'a> SqlBuilder<'a> {
     }
 
     async fn context_at(&self) -> Result<(SessionContext, BTreeMap<String, u64>, LakeSnapshot)> {
-        let ctx =
-            SessionContext::new_with_config(SessionConfig::new().with_information_schema(true));
+        let ctx = self.session()?;
         let state = ctx.state();
         let dialect = state.config().options().sql_parser.dialect;
         let statement = state.sql_to_statement(&self.sql, &dialect)?;

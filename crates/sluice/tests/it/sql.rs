@@ -95,3 +95,38 @@ async fn bad_sql_is_an_error_not_a_panic() {
     let err = lake.sql("SELECT * FROM nope").execute().await.unwrap_err().to_string();
     assert!(err.contains("nope"), "{err}");
 }
+
+/// The sum of every `spill_count` an `EXPLAIN ANALYZE` reports.
+fn spills(analyzed: &str) -> u64 {
+    analyzed
+        .split("spill_count=")
+        .skip(1)
+        .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_memory_limit_spills_joins_instead_of_growing() {
+    let (_dir, lake) = lake().await;
+    let mut artifacts = metrics(&lake, 1, 20_000);
+    artifacts.extend(metrics(&lake, 2, 5_000));
+    lake.put(&artifacts).await.unwrap();
+    let anti = "SELECT count(*) AS n FROM \"index\" i WHERE NOT EXISTS \
+                (SELECT 1 FROM metrics m WHERE m.artifact_id = i.artifact_id \
+                AND m.origin_step_number = 1)";
+    let unbounded = csv(&lake, anti, None).await;
+    assert_eq!(unbounded, "n\n5000\n");
+
+    let limit = 16 << 20;
+    let bounded = lake.sql(anti).memory_limit(limit).execute().await.unwrap();
+    assert_eq!(render(&bounded.batches, OutputFormat::Csv).unwrap(), unbounded);
+
+    let analyzed = lake.sql(format!("EXPLAIN ANALYZE {anti}")).memory_limit(limit).execute().await;
+    let text = render(&analyzed.unwrap().batches, OutputFormat::Csv).unwrap();
+    assert!(text.contains("SortMergeJoin"), "a bounded join is a sort-merge join:\n{text}");
+    assert!(!text.contains("HashJoinExec"), "no hash join holds a whole side:\n{text}");
+    assert!(spills(&text) > 0, "25k ids do not fit in {limit} bytes, so they spill:\n{text}");
+
+    let free = csv(&lake, &format!("EXPLAIN ANALYZE {anti}"), None).await;
+    assert_eq!(spills(&free), 0, "without a limit nothing spills:\n{free}");
+}
