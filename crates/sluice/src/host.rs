@@ -5,7 +5,7 @@
 //! They all come from here, the bottom of the module graph.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// This machine's host name, read once.
 pub fn hostname() -> &'static str {
@@ -16,19 +16,29 @@ pub fn hostname() -> &'static str {
 }
 
 /// `f` over every item on up to `threads` cores (at most 8), results in
-/// item order. A panic in `f` is resumed on the caller.
+/// item order. Each thread takes the next unclaimed item, so items of very
+/// different cost (a sidecar of one key beside one of a million) spread
+/// evenly. A panic in `f` is resumed on the caller.
 pub fn on_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     if items.len() <= 1 || threads == 1 {
         // (A thread costs more than one small item: a step commit of one run.)
         return items.iter().map(f).collect();
     }
-    let per = items.len().div_ceil(threads).max(1);
-    let f = &f;
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = items
-            .chunks(per)
-            .map(|chunk| scope.spawn(move || chunk.iter().map(f).collect::<Vec<R>>()))
+    let next = AtomicUsize::new(0);
+    let (f, next) = (&f, &next);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads.min(items.len()))
+            .map(|_| {
+                scope.spawn(move || {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { return out };
+                        out.push((i, f(item)));
+                    }
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -37,7 +47,9 @@ pub fn on_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
                 Err(panic) => std::panic::resume_unwind(panic),
             })
             .collect()
-    })
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// A fresh id no other call, process or host produces (32 hex characters):
@@ -103,5 +115,22 @@ mod tests {
         let ids: std::collections::BTreeSet<String> = (0..1000).map(|_| unique_id()).collect();
         assert_eq!(ids.len(), 1000);
         assert!(ids.iter().all(|i| i.len() == 32));
+    }
+
+    #[test]
+    fn on_cores_runs_each_item_once_and_keeps_their_order() {
+        let calls = AtomicUsize::new(0);
+        // Uneven costs: one item far slower than the rest.
+        let items: Vec<u64> = (0..200).collect();
+        let out = on_cores(&items, |&i| {
+            calls.fetch_add(1, Ordering::Relaxed);
+            if i == 3 {
+                std::thread::sleep(std::time::Duration::from_millis(30));
+            }
+            i * 2
+        });
+        assert_eq!(out, items.iter().map(|i| i * 2).collect::<Vec<_>>());
+        assert_eq!(calls.load(Ordering::Relaxed), items.len());
+        assert_eq!(on_cores(&[] as &[u64], |&i| i), Vec::<u64>::new());
     }
 }

@@ -407,6 +407,7 @@ fn read_sidecars(table_dir: &Path, column: Option<&str>) -> BTreeMap<u64, Arc<Ke
     };
     let mut out = BTreeMap::new();
     let Ok(entries) = std::fs::read_dir(keys_dir(table_dir)) else { return out };
+    let mut unparsed = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(version) = name.strip_suffix(&suffix).and_then(|v| v.parse::<u64>().ok()) else {
@@ -418,22 +419,29 @@ fn read_sidecars(table_dir: &Path, column: Option<&str>) -> BTreeMap<u64, Arc<Ke
             .lock()
             .ok()
             .and_then(|c| c.get(&path).filter(|(at, _)| *at == stamp).map(|e| e.1.clone()));
-        let filter = match cached {
-            Some(filter) => filter,
-            None => {
-                let parsed =
-                    std::fs::read(&path).ok().and_then(|b| KeyFilter::decode(&b)).map(Arc::new);
-                if parsed.is_none() {
-                    tracing::warn!(path = %path.display(), "ignoring an unreadable key filter");
-                }
-                if let Ok(mut c) = sidecar_cache().lock() {
-                    c.insert(path.clone(), (stamp, parsed.clone()));
-                }
-                parsed
+        match cached {
+            Some(Some(filter)) => {
+                out.insert(version, filter);
             }
-        };
-        if let Some(filter) = filter {
-            out.insert(version, filter);
+            Some(None) => {}
+            None => unparsed.push((version, path, stamp)),
+        }
+    }
+    // A process's first look at a large table parses hundreds of MB of
+    // filters (checksum and copy): on every core.
+    let parsed = crate::host::on_cores(&unparsed, |(_, path, _)| {
+        std::fs::read(path).ok().and_then(|b| KeyFilter::decode(&b)).map(Arc::new)
+    });
+    let mut cache = sidecar_cache().lock().ok();
+    for ((version, path, stamp), filter) in unparsed.into_iter().zip(parsed) {
+        if filter.is_none() {
+            tracing::warn!(path = %path.display(), "ignoring an unreadable key filter");
+        }
+        if let Some(filter) = &filter {
+            out.insert(version, filter.clone());
+        }
+        if let Some(cache) = cache.as_mut() {
+            cache.insert(path, (stamp, filter));
         }
     }
     out
