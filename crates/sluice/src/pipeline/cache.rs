@@ -39,14 +39,27 @@ pub async fn successful_runs(
     let spec = layout::executions_table();
     let handle = table::open(lake.root(), &spec).await?;
     let column = "execution_spec_id";
+    let clock = std::time::Instant::now();
     let active = table::active_files(&handle, &spec)?;
     let filters = key_filter::read_column(&table::table_dir(lake.root(), &spec), column);
+    let filters_ms = clock.elapsed().as_millis() as u64;
     let wanted: Vec<String> = specs.iter().cloned().collect();
     let plan = key_filter::plan(&active, &filters, &wanted, |s| Key::of_value(s));
+    let plan_ms = clock.elapsed().as_millis() as u64 - filters_ms;
     let batches = Lookup::new(column, wanted)
         .columns(&[column, "execution_run_id", "timestamp_end", "success"])
         .read_planned(&handle, &spec, &plan)
         .await?;
+    tracing::debug!(
+        specs = specs.len(),
+        filters = filters.len(),
+        candidates = plan.candidates.len(),
+        uncovered = plan.uncovered.len(),
+        filters_ms,
+        plan_ms,
+        read_ms = clock.elapsed().as_millis() as u64 - filters_ms - plan_ms,
+        "execution cache looked up"
+    );
     for batch in &batches {
         let spec_ids = scan::text_column(batch, 0, &spec.name)?;
         let run_ids = scan::text_column(batch, 1, &spec.name)?;
