@@ -137,11 +137,12 @@ async fn query(
 ) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let as_of = as_of.map(str::parse::<AsOf>).transpose()?;
-    let mut statement = lake.sql(sql).with_as_of(as_of);
-    if let Some(mib) = memory_limit_mib {
-        statement = statement.memory_limit(mib << 20);
-    }
-    let result = statement.execute().await?;
+    let result = lake
+        .sql(sql)
+        .with_as_of(as_of)
+        .with_memory_limit(memory_limit_mib.map(|mib| mib << 20))
+        .execute()
+        .await?;
     let text = sluice::query::format::render(&result.batches, output_format(format))?;
     if text.is_empty() {
         return Ok(());

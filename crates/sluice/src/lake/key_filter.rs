@@ -373,26 +373,40 @@ pub fn read_all(table_dir: &Path) -> BTreeMap<u64, Arc<KeyFilter>> {
 /// that need the file lists, not the filters (at 100M keys the filters of
 /// one table are hundreds of MB).
 pub fn files_all(table_dir: &Path) -> BTreeMap<u64, Vec<String>> {
-    let mut out = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(keys_dir(table_dir)) else { return out };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(version) = name.strip_suffix(".keys").and_then(|v| v.parse::<u64>().ok()) else {
-            continue;
-        };
-        if let Some(files) = std::fs::read(entry.path()).ok().and_then(|b| files_of(&b)) {
-            out.insert(version, files);
-        }
-    }
-    out
+    sidecars_of(table_dir, None)
+        .into_iter()
+        .filter_map(|(version, entry)| Some((version, parse(&entry.path())?.files)))
+        .collect()
 }
 
 /// The sidecar of one version, of the table's key column (`None`) or of a
 /// lookup column; `None` when it is absent or unreadable (its files then
 /// count as uncovered).
 pub fn read_one(table_dir: &Path, version: u64, column: Option<&str>) -> Option<Arc<KeyFilter>> {
-    let path = keys_dir(table_dir).join(sidecar_name(version, column));
-    std::fs::read(path).ok().and_then(|b| KeyFilter::decode(&b)).map(Arc::new)
+    parse(&keys_dir(table_dir).join(sidecar_name(version, column))).map(Arc::new)
+}
+
+/// A sidecar file parsed (`None` if missing or unreadable).
+fn parse(path: &Path) -> Option<KeyFilter> {
+    std::fs::read(path).ok().and_then(|b| KeyFilter::decode(&b))
+}
+
+/// The sidecar files of a table's key column (`None`) or of one lookup
+/// column, with their versions.
+fn sidecars_of(table_dir: &Path, column: Option<&str>) -> Vec<(u64, std::fs::DirEntry)> {
+    let suffix = match column {
+        None => ".keys".to_owned(),
+        Some(c) => format!(".{c}.keys"),
+    };
+    let Ok(entries) = std::fs::read_dir(keys_dir(table_dir)) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let version = name.strip_suffix(&suffix)?.parse::<u64>().ok()?;
+            Some((version, entry))
+        })
+        .collect()
 }
 
 /// Every readable sidecar of one lookup column of a table, by version.
@@ -401,18 +415,9 @@ pub fn read_column(table_dir: &Path, column: &str) -> BTreeMap<u64, Arc<KeyFilte
 }
 
 fn read_sidecars(table_dir: &Path, column: Option<&str>) -> BTreeMap<u64, Arc<KeyFilter>> {
-    let suffix = match column {
-        None => ".keys".to_owned(),
-        Some(c) => format!(".{c}.keys"),
-    };
     let mut out = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(keys_dir(table_dir)) else { return out };
     let mut unparsed = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(version) = name.strip_suffix(&suffix).and_then(|v| v.parse::<u64>().ok()) else {
-            continue;
-        };
+    for (version, entry) in sidecars_of(table_dir, column) {
         let path = entry.path();
         let Some(stamp) = identity(&entry) else { continue };
         let cached = sidecar_cache()
@@ -429,9 +434,7 @@ fn read_sidecars(table_dir: &Path, column: Option<&str>) -> BTreeMap<u64, Arc<Ke
     }
     // A process's first look at a large table parses hundreds of MB of
     // filters (checksum and copy): on every core.
-    let parsed = crate::host::on_cores(&unparsed, |(_, path, _)| {
-        std::fs::read(path).ok().and_then(|b| KeyFilter::decode(&b)).map(Arc::new)
-    });
+    let parsed = crate::host::on_cores(&unparsed, |(_, path, _)| parse(path).map(Arc::new));
     let mut cache = sidecar_cache().lock().ok();
     for ((version, path, stamp), filter) in unparsed.into_iter().zip(parsed) {
         if filter.is_none() {

@@ -15,7 +15,7 @@
 //! a lake of 100M artifacts is checked in bounded memory (a hash join held
 //! every id of the index: 21 GB at 100M) at the cost of sorting both sides.
 //! Should DataFusion report the limit exhausted (its accounting is coarse;
-//! see `exhausted`), that check runs again without it.
+//! see `within_limit`), that check runs again without it.
 //!
 //! A missing key set costs only speed (present ids are confirmed in the
 //! files), so it is reported but does not make the lake unclean.
@@ -164,16 +164,9 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
     }
     let index = layout::index_table();
     for (spec, key) in content_tables(lake) {
-        let added = match add_missing_index_rows(lake, &index, &spec, &key, Some(MEMORY_LIMIT))
-            .await
-        {
-            // Rows appended before the failure are found indexed on the retry.
-            Err(e) if exhausted(&e) => {
-                tracing::warn!(error = %e, "the repair did not fit its memory limit; running it without one");
-                add_missing_index_rows(lake, &index, &spec, &key, None).await?
-            }
-            other => other?,
-        };
+        // Rows appended before a failure are found indexed on the retry.
+        let added =
+            within_limit(|limit| add_missing_index_rows(lake, &index, &spec, &key, limit)).await?;
         if added > 0 {
             out.index_rows_added.insert(spec.name.clone(), added);
         }
@@ -196,11 +189,7 @@ async fn add_missing_index_rows(
     let columns =
         format!("c.artifact_id, '{key}' AS artifact_type, c.origin_step_number, c.metadata");
     let sql = unindexed_sql(spec, key, &columns);
-    let mut statement = lake.sql(&sql);
-    if let Some(bytes) = memory_limit {
-        statement = statement.memory_limit(bytes);
-    }
-    let (ctx, _) = statement.context().await?;
+    let (ctx, _) = lake.sql(&sql).with_memory_limit(memory_limit).context().await?;
     let mut stream = ctx.sql(&sql).await?.execute_stream().await?;
     let handle = table::open(lake.root(), index).await?;
     let schema = table::arrow_schema(&handle, index)?;
@@ -234,17 +223,27 @@ async fn add_missing_index_rows(
     }
 }
 
-/// Whether DataFusion gave up for want of memory. Its accounting can ask
-/// one spillable operator for more than its fair share of the pool (seen on
-/// a 20 MB lake of a few hundred small files at a 256 MiB limit, not at 64
-/// MiB or 1 GiB), so the checks then run again without a limit: a doctor
-/// that fails on a healthy lake helps nobody.
-fn exhausted(error: &Error) -> bool {
-    matches!(
-        error,
-        Error::Sql { source }
-            if matches!(source.find_root(), deltalake::datafusion::error::DataFusionError::ResourcesExhausted(_))
-    )
+/// Run `work` within [`MEMORY_LIMIT`], and once more without a limit if
+/// DataFusion gives up for want of memory. Its accounting can ask one
+/// spillable operator for more than its fair share of the pool (seen on a
+/// 20 MB lake of a few hundred small files at a 256 MiB limit, not at 64
+/// MiB or 1 GiB): a doctor that fails on a healthy lake helps nobody.
+async fn within_limit<T, F>(work: impl Fn(Option<usize>) -> F) -> Result<T>
+where
+    F: std::future::Future<Output = Result<T>>,
+{
+    match work(Some(MEMORY_LIMIT)).await {
+        Err(Error::Sql { source })
+            if matches!(
+                source.find_root(),
+                deltalake::datafusion::error::DataFusionError::ResourcesExhausted(_)
+            ) =>
+        {
+            tracing::warn!(error = %source, "an integrity check did not fit its memory limit; running it without one");
+            work(None).await
+        }
+        other => other,
+    }
 }
 
 /// The versions of a table whose key filter covers only live files but
@@ -289,13 +288,7 @@ fn unindexed_sql(spec: &TableSpec, key: &str, columns: &str) -> String {
 }
 
 async fn count(lake: &Lake, sql: &str) -> Result<u64> {
-    let result = match lake.sql(sql).memory_limit(MEMORY_LIMIT).execute().await {
-        Err(e) if exhausted(&e) => {
-            tracing::warn!(error = %e, "a check did not fit its memory limit; running it without one");
-            lake.sql(sql).execute().await?
-        }
-        other => other?,
-    };
+    let result = within_limit(|limit| lake.sql(sql).with_memory_limit(limit).execute()).await?;
     let text = crate::query::format::render(&result.batches, OutputFormat::Csv)?;
     text.lines()
         .nth(1)

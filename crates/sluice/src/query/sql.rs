@@ -1,12 +1,10 @@
 //! `SqlBuilder`: one SQL statement over the lake.
 
 use std::collections::BTreeMap;
-
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use deltalake::arrow::record_batch::RecordBatch;
-use std::num::NonZeroUsize;
-
 use deltalake::datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
 use deltalake::datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use deltalake::datafusion::prelude::{SessionConfig, SessionContext};
@@ -24,6 +22,9 @@ use crate::lake::table;
 /// partition) then fail to reserve theirs; with 16 a merge of 100M ids takes
 /// more passes but never starves its siblings.
 const SPILL_MERGE_FAN_IN: usize = 16;
+
+/// Memory consumers a limited statement's "resources exhausted" error names.
+const CONSUMERS_NAMED: NonZeroUsize = NonZeroUsize::new(5).unwrap();
 
 /// A SQL statement to run over the lake, built with
 /// [`Lake::sql`](crate::Lake::sql).
@@ -73,7 +74,7 @@ impl<'a> SqlBuilder<'a> {
         self
     }
 
-    /// Run within about `bytes` of memory: sorts and aggregations spill to
+    /// Run within about `bytes` of memory (`None`: no limit, the default): sorts and aggregations spill to
     /// files in the system's temporary folder (`TMPDIR`) past it, and joins
     /// are planned as sort-merge joins, which spill, instead of hash joins,
     /// which hold their whole build side. Slower than the default for small
@@ -82,8 +83,8 @@ impl<'a> SqlBuilder<'a> {
     /// "resources exhausted" error rather than growing; every sort and
     /// exchange of the plan needs a few batches, so a limit below about
     /// 16 MiB fails even small joins.
-    pub fn memory_limit(mut self, bytes: usize) -> Self {
-        self.memory_limit = Some(bytes);
+    pub fn with_memory_limit(mut self, bytes: Option<usize>) -> Self {
+        self.memory_limit = bytes;
         self
     }
 
@@ -101,7 +102,7 @@ impl<'a> SqlBuilder<'a> {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_pool(Arc::new(TrackConsumersPool::new(
                 FairSpillPool::new(bytes),
-                NonZeroUsize::MIN.saturating_add(4),
+                CONSUMERS_NAMED,
             )))
             .with_max_spill_merge_fan_in(SPILL_MERGE_FAN_IN)
             .build_arc()?;

@@ -118,10 +118,11 @@ async fn a_memory_limit_spills_joins_instead_of_growing() {
     assert_eq!(unbounded, "n\n5000\n");
 
     let limit = 16 << 20;
-    let bounded = lake.sql(anti).memory_limit(limit).execute().await.unwrap();
+    let bounded = lake.sql(anti).with_memory_limit(Some(limit)).execute().await.unwrap();
     assert_eq!(render(&bounded.batches, OutputFormat::Csv).unwrap(), unbounded);
 
-    let analyzed = lake.sql(format!("EXPLAIN ANALYZE {anti}")).memory_limit(limit).execute().await;
+    let analyzed =
+        lake.sql(format!("EXPLAIN ANALYZE {anti}")).with_memory_limit(Some(limit)).execute().await;
     let text = render(&analyzed.unwrap().batches, OutputFormat::Csv).unwrap();
     assert!(text.contains("SortMergeJoin"), "a bounded join is a sort-merge join:\n{text}");
     assert!(!text.contains("HashJoinExec"), "no hash join holds a whole side:\n{text}");
