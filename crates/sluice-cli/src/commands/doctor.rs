@@ -181,8 +181,13 @@ fn integrity_text(c: &IntegrityReport) -> String {
         out.push_str(&format!("{n} `{table}` rows have no index row (`--repair` adds them)\n"));
     }
     for (table, versions) in &c.versions_without_key_sets {
+        let (sets, read) = if table == "executions" {
+            ("key or result set", "ids already present and cached specs are read from their files")
+        } else {
+            ("key set", "ids already present are confirmed in their files")
+        };
         out.push_str(&format!(
-            "{} versions of `{table}` have no key set: ids already present are confirmed in their files, slower (`--repair` writes the sets)\n",
+            "{} versions of `{table}` have no {sets}: {read}, slower (`--repair` writes the sets)\n",
             versions.len()
         ));
     }

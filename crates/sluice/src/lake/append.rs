@@ -47,6 +47,7 @@ use super::key_filter::{self, Key, KeyFilter};
 use super::key_set;
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
 use super::lookup::Lookup;
+use super::result_set;
 use super::scan::{self, Select};
 use super::table;
 use super::tip::Tip;
@@ -566,6 +567,9 @@ impl Append<'_> {
                 recorded.push((Some(column), filter));
             }
         }
+        if spec.kind == TableKind::Executions {
+            table::record_result_set(self.root, spec, version, adds, batches);
+        }
         Ok(recorded)
     }
 }
@@ -1046,7 +1050,7 @@ pub async fn write_key_filters(
         }
         key_filter::write_for(&dir, version, sidecar, &KeyFilter::new(added.clone(), &keys))?;
     }
-    Ok(())
+    write_result_set(handle, spec, &dir, version, &added).await
 }
 
 /// Write the key set of a version whose key filter names `files` (a lake
@@ -1061,8 +1065,32 @@ pub async fn write_key_set(
 ) -> Result<bool> {
     let Some(column) = Dedup::of(&spec.kind).column() else { return Ok(false) };
     let keys = keys_of_files(handle, spec, column, true, files).await?;
-    key_set::write(&table::table_dir(root, spec), version, files, &keys)?;
+    let dir = table::table_dir(root, spec);
+    key_set::write(&dir, version, files, &keys)?;
+    write_result_set(handle, spec, &dir, version, files).await?;
     Ok(true)
+}
+
+/// Write the result set of a version of the executions table (see
+/// [`result_set`]) from its data files `files`; other tables have none.
+async fn write_result_set(
+    handle: &DeltaTable,
+    spec: &TableSpec,
+    dir: &Path,
+    version: u64,
+    files: &[String],
+) -> Result<()> {
+    if spec.kind != TableKind::Executions {
+        return Ok(());
+    }
+    let mut latest = BTreeMap::new();
+    Select::columns(scan::columns(&result_set::COLUMNS))
+        .files(files.to_vec())
+        .for_each_batch(handle, &spec.name, |batch| {
+            result_set::add_batch(&mut latest, batch, &spec.name)
+        })
+        .await?;
+    result_set::write(dir, version, files, &latest)
 }
 
 /// The distinct keys of `column` in `files`, as the table's key filters

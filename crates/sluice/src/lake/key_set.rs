@@ -46,11 +46,11 @@ use crate::error::Result;
 const MAGIC: &[u8; 8] = b"SLKSET01";
 /// Keys per block: 4 KiB, one page read per confirmed key.
 const BLOCK_KEYS: usize = 256;
-const KEY_LEN: usize = 16;
-const BLOCK_SUM_LEN: usize = 8;
+pub(super) const KEY_LEN: usize = 16;
+pub(super) const BLOCK_SUM_LEN: usize = 8;
 const INDEX_ENTRY: usize = KEY_LEN + BLOCK_SUM_LEN;
-const CHECKSUM_LEN: usize = 16;
-const TAIL: usize = 16 + 8 + 4 + 8 + CHECKSUM_LEN;
+pub(super) const CHECKSUM_LEN: usize = 16;
+pub(super) const TAIL: usize = 16 + 8 + 4 + 8 + CHECKSUM_LEN;
 /// When more than this share of a set's blocks is wanted, all of them are
 /// read at once instead of one run of blocks at a time.
 const READ_ALL_ABOVE: f64 = 0.75;
@@ -66,7 +66,7 @@ fn set_path(table_dir: &Path, version: u64) -> PathBuf {
 
 /// A digest of the data files a set describes (as the version's key filter
 /// lists them), so a set is never believed for other files.
-fn files_digest(files: &[String]) -> [u8; 16] {
+pub(super) fn files_digest(files: &[String]) -> [u8; 16] {
     let mut hasher = blake3::Hasher::new();
     for file in files {
         hasher.update(&(file.len() as u64).to_le_bytes());
@@ -77,7 +77,7 @@ fn files_digest(files: &[String]) -> [u8; 16] {
     out
 }
 
-fn block_sum(block: &[u8]) -> [u8; BLOCK_SUM_LEN] {
+pub(super) fn block_sum(block: &[u8]) -> [u8; BLOCK_SUM_LEN] {
     let mut out = [0u8; BLOCK_SUM_LEN];
     out.copy_from_slice(&blake3::hash(block).as_bytes()[..BLOCK_SUM_LEN]);
     out
@@ -100,13 +100,27 @@ fn encode(files: &[String], keys: &[Key]) -> Vec<u8> {
         out.extend_from_slice(chunk[0].as_bytes());
         out.extend_from_slice(&sum);
     }
+    seal(&mut out, index_at, files, sorted.len(), BLOCK_KEYS, MAGIC);
+    out
+}
+
+/// Append the tail of a set file whose index starts at `index_at`: the
+/// digest of `files`, `len` entries in blocks of `per_block`, the format
+/// tag and a checksum of index and tail.
+pub(super) fn seal(
+    out: &mut Vec<u8>,
+    index_at: usize,
+    files: &[String],
+    len: usize,
+    per_block: usize,
+    magic: &[u8; 8],
+) {
     out.extend_from_slice(&files_digest(files));
-    out.extend_from_slice(&(sorted.len() as u64).to_le_bytes());
-    out.extend_from_slice(&(BLOCK_KEYS as u32).to_le_bytes());
-    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(len as u64).to_le_bytes());
+    out.extend_from_slice(&(per_block as u32).to_le_bytes());
+    out.extend_from_slice(magic);
     let checksum = blake3::hash(&out[index_at..]);
     out.extend_from_slice(&checksum.as_bytes()[..CHECKSUM_LEN]);
-    out
 }
 
 /// Write the key set of a table version (atomically, by a rename). A
@@ -145,12 +159,93 @@ pub struct KeySet {
 
 /// Opened sets of this process, by path, with the identity of the file
 /// they were read from (a lake can be made again at the same path).
-type SetCache = HashMap<PathBuf, (FileId, Option<Arc<KeySet>>)>;
-type FileId = (u64, u64, u128);
+/// Unreadable ones are kept as `None`, so they are reported once.
+pub(super) type Opened<T> = Mutex<HashMap<PathBuf, (FileId, Option<Arc<T>>)>>;
+pub(super) type FileId = (u64, u64, u128);
 
-fn set_cache() -> &'static Mutex<SetCache> {
-    static CACHE: OnceLock<Mutex<SetCache>> = OnceLock::new();
+fn set_cache() -> &'static Opened<KeySet> {
+    static CACHE: OnceLock<Opened<KeySet>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Open the set file at `path` through `cache`: `parse(size)` runs once
+/// per file (a new file at the path, same name or not, is parsed again).
+pub(super) fn open_cached<T>(
+    cache: &Opened<T>,
+    path: &Path,
+    what: &str,
+    parse: impl FnOnce(u64) -> Option<T>,
+) -> Option<Arc<T>> {
+    let meta = std::fs::metadata(path).ok()?;
+    let id = file_id(&meta);
+    let cached = cache
+        .lock()
+        .ok()
+        .and_then(|c| c.get(path).filter(|(at, _)| *at == id).map(|e| e.1.clone()));
+    if let Some(set) = cached {
+        return set;
+    }
+    let parsed = parse(meta.len()).map(Arc::new);
+    if parsed.is_none() {
+        tracing::warn!(path = %path.display(), "ignoring an unreadable {what}");
+    }
+    if let Ok(mut c) = cache.lock() {
+        c.insert(path.to_owned(), (id, parsed.clone()));
+    }
+    parsed
+}
+
+/// The checked index of a set file, as its tail describes it.
+pub(super) struct Sealed {
+    /// The digest of the data files the set describes.
+    pub files: [u8; 16],
+    /// Its entries (keys or records).
+    pub len: usize,
+    /// Its blocks.
+    pub blocks: usize,
+    /// Where the index starts: the size of the blocks.
+    pub index_at: usize,
+    /// The index entries (`blocks` of `entry` bytes each).
+    pub index: Vec<u8>,
+}
+
+/// Read the tail of the set file at `path` (`size` bytes), check its
+/// format tag and block size, and read and check the index it covers
+/// (`entry` bytes per block).
+pub(super) fn read_sealed(
+    path: &Path,
+    size: u64,
+    magic: &[u8; 8],
+    per_block: usize,
+    entry: usize,
+) -> Option<Sealed> {
+    let mut file = File::open(path).ok()?;
+    let size = usize::try_from(size).ok()?;
+    let tail_at = size.checked_sub(TAIL)?;
+    file.seek(SeekFrom::Start(tail_at as u64)).ok()?;
+    let mut tail = [0u8; TAIL];
+    file.read_exact(&mut tail).ok()?;
+    let (digest, rest) = tail.split_at(16);
+    let (count, rest) = rest.split_at(8);
+    let (block_len, rest) = rest.split_at(4);
+    let (tag, _) = rest.split_at(8);
+    if tag != magic || u32::from_le_bytes(block_len.try_into().ok()?) as usize != per_block {
+        return None;
+    }
+    let len = usize::try_from(u64::from_le_bytes(count.try_into().ok()?)).ok()?;
+    let blocks = len.div_ceil(per_block);
+    let index_at = tail_at.checked_sub(blocks.checked_mul(entry)?)?;
+    let mut index = vec![0u8; size - index_at];
+    file.seek(SeekFrom::Start(index_at as u64)).ok()?;
+    file.read_exact(&mut index).ok()?;
+    let (body, checksum) = index.split_at(index.len() - CHECKSUM_LEN);
+    if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *checksum {
+        return None;
+    }
+    index.truncate(blocks * entry);
+    let mut files = [0u8; 16];
+    files.copy_from_slice(digest);
+    Some(Sealed { files, len, blocks, index_at, index })
 }
 
 /// What tells one set file from another at the same path: inode (where
@@ -173,69 +268,30 @@ impl KeySet {
     /// exactly `files` (the data files of that version's key filter).
     pub fn open(table_dir: &Path, version: u64, files: &[String]) -> Option<Arc<KeySet>> {
         let path = set_path(table_dir, version);
-        let meta = std::fs::metadata(&path).ok()?;
-        let id = file_id(&meta);
-        let cached = set_cache()
-            .lock()
-            .ok()
-            .and_then(|c| c.get(&path).filter(|(at, _)| *at == id).map(|e| e.1.clone()));
-        let set = match cached {
-            Some(set) => set,
-            None => {
-                let parsed = KeySet::read_index(&path, meta.len()).map(Arc::new);
-                if parsed.is_none() {
-                    tracing::warn!(path = %path.display(), "ignoring an unreadable key set");
-                }
-                if let Ok(mut c) = set_cache().lock() {
-                    c.insert(path.clone(), (id, parsed.clone()));
-                }
-                parsed
-            }
-        }?;
+        let set =
+            open_cached(set_cache(), &path, "key set", |size| KeySet::read_index(&path, size))?;
         (set.files == files_digest(files)).then_some(set)
     }
 
     /// Read and check the index and tail of a set of `size` bytes.
     fn read_index(path: &Path, size: u64) -> Option<KeySet> {
-        let mut file = File::open(path).ok()?;
-        let size = usize::try_from(size).ok()?;
-        let tail_at = size.checked_sub(TAIL)?;
-        file.seek(SeekFrom::Start(tail_at as u64)).ok()?;
-        let mut tail = [0u8; TAIL];
-        file.read_exact(&mut tail).ok()?;
-        let (digest, rest) = tail.split_at(16);
-        let (count, rest) = rest.split_at(8);
-        let (per_block, rest) = rest.split_at(4);
-        let (magic, _) = rest.split_at(8);
-        if magic != MAGIC {
+        let sealed = read_sealed(path, size, MAGIC, BLOCK_KEYS, INDEX_ENTRY)?;
+        if sealed.index_at != sealed.len.checked_mul(KEY_LEN)? {
             return None;
         }
-        let len = usize::try_from(u64::from_le_bytes(count.try_into().ok()?)).ok()?;
-        let per_block = u32::from_le_bytes(per_block.try_into().ok()?) as usize;
-        if per_block != BLOCK_KEYS {
-            return None;
-        }
-        let blocks = len.div_ceil(BLOCK_KEYS);
-        let index_at = len.checked_mul(KEY_LEN)?;
-        if index_at.checked_add(blocks.checked_mul(INDEX_ENTRY)?)?.checked_add(TAIL)? != size {
-            return None;
-        }
-        let mut index = vec![0u8; size - index_at];
-        file.seek(SeekFrom::Start(index_at as u64)).ok()?;
-        file.read_exact(&mut index).ok()?;
-        let (body, checksum) = index.split_at(index.len() - CHECKSUM_LEN);
-        if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *checksum {
-            return None;
-        }
-        let mut first_keys = Vec::with_capacity(blocks);
-        let mut sums = Vec::with_capacity(blocks);
-        for entry in body[..blocks * INDEX_ENTRY].chunks_exact(INDEX_ENTRY) {
+        let mut first_keys = Vec::with_capacity(sealed.blocks);
+        let mut sums = Vec::with_capacity(sealed.blocks);
+        for entry in sealed.index.chunks_exact(INDEX_ENTRY) {
             first_keys.push(Key::from_bytes(entry[..KEY_LEN].try_into().ok()?));
             sums.push(entry[KEY_LEN..].try_into().ok()?);
         }
-        let mut files = [0u8; 16];
-        files.copy_from_slice(digest);
-        Some(KeySet { path: path.to_owned(), files, len, first_keys, sums })
+        Some(KeySet {
+            path: path.to_owned(),
+            files: sealed.files,
+            len: sealed.len,
+            first_keys,
+            sums,
+        })
     }
 
     /// Keys in the set.
@@ -253,18 +309,10 @@ impl KeySet {
     /// reads the files instead).
     pub fn contains_each(&self, keys: &[Key]) -> Option<Vec<bool>> {
         let mut out = vec![false; keys.len()];
-        // The block that may hold each key (keys below the first are absent).
-        let mut wanted: Vec<(usize, usize)> = keys
-            .iter()
-            .enumerate()
-            .filter_map(|(i, key)| {
-                self.first_keys.partition_point(|first| first <= key).checked_sub(1).map(|b| (b, i))
-            })
-            .collect();
+        let wanted = blocks_wanted(&self.first_keys, keys);
         if wanted.is_empty() {
             return Some(out);
         }
-        wanted.sort_unstable();
         let mut file = File::open(&self.path).ok()?;
         let blocks = self.first_keys.len();
         let touched = 1 + wanted.windows(2).filter(|w| w[0].0 != w[1].0).count();
@@ -314,6 +362,21 @@ impl KeySet {
         }
         Some(out)
     }
+}
+
+/// The block that may hold each of `keys` in a set whose blocks start with
+/// `first_keys`, as (block, index of the key), by block; keys below the
+/// first block are absent and left out.
+pub(super) fn blocks_wanted(first_keys: &[Key], keys: &[Key]) -> Vec<(usize, usize)> {
+    let mut wanted: Vec<(usize, usize)> = keys
+        .iter()
+        .enumerate()
+        .filter_map(|(i, key)| {
+            first_keys.partition_point(|first| first <= key).checked_sub(1).map(|b| (b, i))
+        })
+        .collect();
+    wanted.sort_unstable();
+    wanted
 }
 
 /// Answer from key sets what a lookup plan can: each candidate sidecar whose

@@ -21,6 +21,7 @@ pub mod layout;
 mod lock;
 pub mod lookup;
 pub mod restore;
+pub mod result_set;
 pub mod scan;
 pub mod snapshot;
 pub mod table;

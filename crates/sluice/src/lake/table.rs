@@ -466,6 +466,25 @@ pub fn record_key_filter(
     }
 }
 
+/// Record the result set of a version of the executions table whose data
+/// files (`adds`) hold `batches` (see [`result_set`](super::result_set)).
+/// Failure only costs cache-check speed, so it is logged, not returned.
+pub fn record_result_set(
+    root: &Path,
+    spec: &TableSpec,
+    version: u64,
+    adds: &[deltalake::kernel::Add],
+    batches: &[deltalake::arrow::record_batch::RecordBatch],
+) {
+    let files: Vec<String> = adds.iter().map(|a| a.path.clone()).collect();
+    let result = super::result_set::results_of(batches, &spec.name).and_then(|results| {
+        super::result_set::write(&table_dir(root, spec), version, &files, &results)
+    });
+    if let Err(e) = result {
+        tracing::warn!(table = %spec.name, version, error = %e, "could not record a result set");
+    }
+}
+
 /// Whether the log of the table in `dir` may hold a version after
 /// `version` (see the module docs). Anything but a clear "not found" counts
 /// as "may".

@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::lake::append::{self, Append, Dedup};
 use crate::lake::key_set::KeySet;
 use crate::lake::layout::{self, TableKind, TableSpec};
+use crate::lake::result_set::ResultSet;
 use crate::lake::{Lake, WriterLock, key_filter, table};
 use crate::query::OutputFormat;
 
@@ -58,8 +59,9 @@ pub struct IntegrityReport {
     pub index_without_content: BTreeMap<String, u64>,
     /// Per content table: content rows without an index row.
     pub content_without_index: BTreeMap<String, u64>,
-    /// Per table: live versions whose key filter has no usable key set
-    /// (speed only; not part of [`IntegrityReport::is_clean`]).
+    /// Per table: live versions whose key filter has no usable key set (or,
+    /// for the executions table, result set; speed only, not part of
+    /// [`IntegrityReport::is_clean`]).
     pub versions_without_key_sets: BTreeMap<String, Vec<u64>>,
 }
 
@@ -82,7 +84,8 @@ pub struct IntegrityRepair {
     pub references_dropped: BTreeMap<String, Vec<String>>,
     /// Per content table: index rows added for content without one.
     pub index_rows_added: BTreeMap<String, u64>,
-    /// Per table: versions whose key set was written from their files.
+    /// Per table: versions whose key set (and, for the executions table,
+    /// result set) was written from their files.
     pub key_sets_written: BTreeMap<String, Vec<u64>>,
 }
 
@@ -247,7 +250,8 @@ where
 }
 
 /// The versions of a table whose key filter covers only live files but
-/// whose key set is missing, damaged or for other files; with those files.
+/// whose key set (or, for the executions, result set) is missing, damaged
+/// or for other files; with those files.
 fn without_key_sets(
     root: &Path,
     handle: &deltalake::DeltaTable,
@@ -261,7 +265,11 @@ fn without_key_sets(
     Ok(key_filter::files_all(&dir)
         .into_iter()
         .filter(|(_, files)| !files.is_empty() && files.iter().all(|f| active.contains(f)))
-        .filter(|(version, files)| KeySet::open(&dir, *version, files).is_none())
+        .filter(|(version, files)| {
+            KeySet::open(&dir, *version, files).is_none()
+                || (spec.kind == TableKind::Executions
+                    && ResultSet::open(&dir, *version, files).is_none())
+        })
         .collect())
 }
 

@@ -127,7 +127,7 @@ fn older_than(path: &std::path::Path, age: Duration) -> bool {
         .is_some_and(|a| a >= age)
 }
 
-/// Key filters (and key sets) whose files are all gone, SLURM task folders and empty staging
+/// Key filters (and key and result sets) whose files are all gone, SLURM task folders and empty staging
 /// shards, older than the retention; removed unless a dry run.
 async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> {
     let mut found = Vec::new();
@@ -146,9 +146,10 @@ async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> 
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            // A version's key set goes with its key filter (same name,
-            // `.set` for `.keys`), which names the files.
-            let stale = if path.extension().is_some_and(|e| e == "set") {
+            // A version's key set and result set go with its key filter
+            // (same name, `.set` or `.results` for `.keys`), which names
+            // the files.
+            let stale = if path.extension().is_some_and(|e| e == "set" || e == "results") {
                 stale_filter(&path.with_extension("keys"))
             } else {
                 stale_filter(&path)

@@ -10,29 +10,31 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use deltalake::arrow::array::{Array, BooleanArray};
-use deltalake::arrow::datatypes::DataType;
 
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 use crate::lake::key_filter::{self, Key};
 use crate::lake::lookup::Lookup;
+use crate::lake::result_set::{self, SpecResult};
 use crate::lake::scan::{self, Select};
 use crate::lake::{Lake, layout, table};
 use crate::records::Direction;
 
 /// For each wanted spec id, the run id of one successful execution (the
-/// latest to finish).
+/// latest to finish; the larger run id on a tie).
 ///
 /// The executions table keeps a key filter of `execution_spec_id` per
-/// commit, and a bloom filter of it per row group: only the files whose
-/// filter may hold one of the specs are opened, and in them only the row
-/// groups that may, so the cost follows the executions of these specs (and
-/// the number of commits), not the size of the table.
+/// commit: only the versions whose filter may hold one of the specs are
+/// looked at. Each such version's result set (see
+/// [`result_set`](crate::lake::result_set)) answers for it from one block
+/// per spec; the files of versions without a usable set are read, only the
+/// row groups whose bloom filter may hold a spec. So the cost follows the
+/// executions of these specs (and the number of commits), not the size of
+/// the table.
 pub async fn successful_runs(
     lake: &Lake,
     specs: &HashSet<String>,
 ) -> Result<HashMap<String, String>> {
-    let mut out: HashMap<String, (i64, String)> = HashMap::new();
     if specs.is_empty() {
         return Ok(HashMap::new());
     }
@@ -41,45 +43,40 @@ pub async fn successful_runs(
     let column = "execution_spec_id";
     let clock = std::time::Instant::now();
     let active = table::active_files(&handle, &spec)?;
-    let filters = key_filter::read_column(&table::table_dir(lake.root(), &spec), column);
+    let dir = table::table_dir(lake.root(), &spec);
+    let filters = key_filter::read_column(&dir, column);
     let filters_ms = clock.elapsed().as_millis() as u64;
     let wanted: Vec<String> = specs.iter().cloned().collect();
-    let plan = key_filter::plan(&active, &filters, &wanted, |s| Key::of_value(s));
+    let mut plan = key_filter::plan(&active, &filters, &wanted, |s| Key::of_value(s));
+    let candidates = plan.candidates.len();
+    let mut latest: BTreeMap<String, SpecResult> = BTreeMap::new();
+    for (spec_id, result) in result_set::settle(&dir, &mut plan, |s| Key::of_value(s)) {
+        result_set::keep_latest(&mut latest, spec_id, result);
+    }
     let plan_ms = clock.elapsed().as_millis() as u64 - filters_ms;
-    let batches = Lookup::new(column, wanted)
-        .columns(&[column, "execution_run_id", "timestamp_end", "success"])
-        .read_planned(&handle, &spec, &plan)
-        .await?;
+    if !plan.candidates.is_empty() || !plan.uncovered.is_empty() {
+        let batches = Lookup::new(column, wanted)
+            .columns(&result_set::COLUMNS)
+            .read_planned(&handle, &spec, &plan)
+            .await?;
+        for batch in &batches {
+            result_set::for_each_success(batch, &spec.name, |spec_id, result| {
+                result_set::keep_latest(&mut latest, spec_id.to_owned(), result);
+            })?;
+        }
+    }
     tracing::debug!(
         specs = specs.len(),
         filters = filters.len(),
-        candidates = plan.candidates.len(),
+        candidates,
+        settled = candidates - plan.candidates.len(),
         uncovered = plan.uncovered.len(),
         filters_ms,
         plan_ms,
         read_ms = clock.elapsed().as_millis() as u64 - filters_ms - plan_ms,
         "execution cache looked up"
     );
-    for batch in &batches {
-        let spec_ids = scan::text_column(batch, 0, &spec.name)?;
-        let run_ids = scan::text_column(batch, 1, &spec.name)?;
-        let ends = deltalake::arrow::compute::cast(batch.column(2), &DataType::Int64)
-            .map_err(|e| Error::arrow(&spec.name, e))?;
-        let ends = ends.as_any().downcast_ref::<deltalake::arrow::array::Int64Array>();
-        let success = batch.column(3).as_any().downcast_ref::<BooleanArray>();
-        for row in 0..batch.num_rows() {
-            if !success.is_some_and(|s| s.is_valid(row) && s.value(row)) {
-                continue;
-            }
-            let s = spec_ids.value(row);
-            let end = ends.filter(|a| a.is_valid(row)).map_or(0, |a| a.value(row));
-            let slot = out.entry(s.to_owned()).or_insert((i64::MIN, String::new()));
-            if end >= slot.0 {
-                *slot = (end, run_ids.value(row).to_owned());
-            }
-        }
-    }
-    Ok(out.into_iter().map(|(k, (_, run))| (k, run)).collect())
+    Ok(latest.into_iter().map(|(spec, result)| (spec, result.run_id)).collect())
 }
 
 /// Output artifacts of the given runs: run id → (role, artifact id), sorted.

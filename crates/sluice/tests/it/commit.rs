@@ -190,8 +190,9 @@ async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
 }
 
 /// The execution cache reads the executions table through its key filters
-/// of `execution_spec_id`: it finds each spec's latest successful run
-/// whether the file holding it has a filter or not, and never a failed run.
+/// of `execution_spec_id` and result sets: it finds each spec's latest
+/// successful run whether the version holding it has a filter and a sound
+/// result set or not, and never a failed run.
 #[tokio::test]
 async fn the_execution_cache_finds_specs_through_key_filters_and_without_them() {
     use std::collections::{HashMap, HashSet};
@@ -233,6 +234,40 @@ async fn the_execution_cache_finds_specs_through_key_filters_and_without_them() 
     assert_eq!(spec_filters, 3, "one spec-id key filter per commit");
     let wanted: HashSet<String> =
         ["s-1", "s-2", "s-3", "s-4", "s-5"].iter().map(|s| (*s).to_owned()).collect();
+    let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
+    assert_eq!(found, expected);
+    // Each commit left a result set, which answered the check above; with
+    // one damaged and one gone, their versions' files are read instead.
+    let mut results: Vec<std::path::PathBuf> = std::fs::read_dir(&keys)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "results"))
+        .collect();
+    results.sort();
+    assert_eq!(results.len(), 3, "one result set per commit");
+    // A sound set is believed without its files being read: one rewritten
+    // for the second commit's files, naming another run for `s-3`, is what
+    // the check answers.
+    let table_dir =
+        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table());
+    let version: u64 = results[1].file_stem().unwrap().to_str().unwrap().parse().unwrap();
+    let files = sluice::lake::key_filter::read_one(&table_dir, version, Some("execution_spec_id"))
+        .unwrap()
+        .files
+        .clone();
+    let forged = sluice::lake::result_set::SpecResult { end: 20, run_id: "forged-run".into() };
+    let key = sluice::lake::key_filter::Key::of_value("s-3");
+    let sets = std::collections::BTreeMap::from([(key, forged)]);
+    sluice::lake::result_set::write(&table_dir, version, &files, &sets).unwrap();
+    let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
+    assert_eq!(found["s-3"], "forged-run");
+    std::fs::remove_file(&results[1]).unwrap();
+    let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
+    assert_eq!(found, expected, "without the set, its files are read");
+    let mut bytes = std::fs::read(&results[2]).unwrap();
+    bytes[3] ^= 0x40;
+    std::fs::write(&results[2], bytes).unwrap();
+    std::fs::remove_file(&results[0]).unwrap();
     let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
     assert_eq!(found, expected);
     // Without any key filter every file is read, with the same answer.

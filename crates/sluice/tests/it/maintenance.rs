@@ -26,6 +26,16 @@ async fn many_small_commits(lake: &sluice::Lake) {
     }
 }
 
+/// Every spec id of the executions table.
+async fn spec_ids(lake: &sluice::Lake) -> std::collections::HashSet<String> {
+    scalar(lake, "SELECT string_agg(execution_spec_id, ',') FROM executions")
+        .await
+        .trim_matches('"')
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
 #[tokio::test]
 async fn compaction_keeps_every_row_and_dedup_stays_exact() {
     let (_dir, lake) = lake().await;
@@ -41,6 +51,8 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
         before.push(digest(&lake, t, k).await);
     }
     let pruned = scalar(&lake, "SELECT count(*) FROM metrics WHERE origin_step_number = 2").await;
+    let specs = spec_ids(&lake).await;
+    let cached = sluice::pipeline::cache::successful_runs(&lake, &specs).await.unwrap();
     let told = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = told.clone();
     let progress = sluice::progress::Progress::new(move |done, total, table| {
@@ -85,6 +97,14 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
         "compaction wrote the key filter of its files"
     );
     assert!(keys.join(format!("{version:020}.set")).exists(), "and the key set");
+    // The compacted executions have a result set; the cache answers as before.
+    let executions = reports.iter().find(|r| r.table == "executions").unwrap();
+    let version = executions.version.unwrap();
+    let results =
+        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table())
+            .join(format!("_sluice_keys/{version:020}.results"));
+    assert!(results.exists(), "{executions:?}");
+    assert_eq!(sluice::pipeline::cache::successful_runs(&lake, &specs).await.unwrap(), cached);
     // Lookups by id through the compacted files.
     let any = metrics(&lake, 1, 1);
     lake.put(&any).await.unwrap();
@@ -144,6 +164,17 @@ async fn vacuum_dry_run_lists_what_it_removes_and_keeps_time_travel_in_retention
     assert!(!sets.is_empty(), "{names:?}");
     assert!(sets.iter().all(|s| names.contains(&s.replace(".set", ".keys"))), "{names:?}");
     assert!(real.leftovers.iter().any(|l| l.ends_with(".set")), "{real:?}");
+    // The executions were not compacted: their result sets, whose files
+    // are live, all stay.
+    let executions =
+        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table())
+            .join("_sluice_keys");
+    let results = std::fs::read_dir(&executions)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "results"))
+        .count();
+    assert_eq!(results, 8, "{real:?}");
+    assert!(!real.leftovers.iter().any(|l| l.ends_with(".results")), "{real:?}");
     assert_eq!(
         scalar(&lake, "SELECT count(*) - count(DISTINCT artifact_id) FROM metrics").await,
         "0"
@@ -371,6 +402,28 @@ async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
     .await
     .unwrap();
     assert_eq!(present, ids);
+
+    // Result sets of the executions table lost: reported with the key sets,
+    // written again by --repair, and the execution cache answers the same.
+    let specs = spec_ids(&lake).await;
+    let cached = sluice::pipeline::cache::successful_runs(&lake, &specs).await.unwrap();
+    assert!(!cached.is_empty());
+    let keys = table::table_dir(lake.root(), &layout::executions_table()).join("_sluice_keys");
+    let results: Vec<_> = std::fs::read_dir(&keys)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "results"))
+        .collect();
+    assert_eq!(results.len(), 8, "one per commit");
+    for set in &results {
+        std::fs::remove_file(set).unwrap();
+    }
+    let unset = integrity::check(&lake).await.unwrap();
+    assert_eq!(unset.versions_without_key_sets["executions"].len(), 8, "{unset:?}");
+    let repaired = integrity::repair(&lake).await.unwrap();
+    assert_eq!(repaired.key_sets_written["executions"].len(), 8, "{repaired:?}");
+    assert!(results.iter().all(|s| s.exists()));
+    assert_eq!(sluice::pipeline::cache::successful_runs(&lake, &specs).await.unwrap(), cached);
 
     // An index row deleted by hand: its content has no index row, and the
     // edges naming it dangle.
