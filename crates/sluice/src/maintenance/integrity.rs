@@ -168,8 +168,10 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
     let index = layout::index_table();
     for (spec, key) in content_tables(lake) {
         // Rows appended before a failure are found indexed on the retry.
-        let added =
-            within_limit(|limit| add_missing_index_rows(lake, &index, &spec, &key, limit)).await?;
+        let added = within_limit(MEMORY_LIMIT, |limit| {
+            add_missing_index_rows(lake, &index, &spec, &key, limit)
+        })
+        .await?;
         if added > 0 {
             out.index_rows_added.insert(spec.name.clone(), added);
         }
@@ -226,16 +228,16 @@ async fn add_missing_index_rows(
     }
 }
 
-/// Run `work` within [`MEMORY_LIMIT`], and once more without a limit if
-/// DataFusion gives up for want of memory. Its accounting can ask one
+/// Run `work` within `limit` bytes ([`MEMORY_LIMIT`] for the doctor), and
+/// once more without a limit if DataFusion gives up for want of memory. Its accounting can ask one
 /// spillable operator for more than its fair share of the pool (seen on a
 /// 20 MB lake of a few hundred small files at a 256 MiB limit, not at 64
 /// MiB or 1 GiB): a doctor that fails on a healthy lake helps nobody.
-async fn within_limit<T, F>(work: impl Fn(Option<usize>) -> F) -> Result<T>
+async fn within_limit<T, F>(limit: usize, work: impl Fn(Option<usize>) -> F) -> Result<T>
 where
     F: std::future::Future<Output = Result<T>>,
 {
-    match work(Some(MEMORY_LIMIT)).await {
+    match work(Some(limit)).await {
         Err(Error::Sql { source })
             if matches!(
                 source.find_root(),
@@ -296,7 +298,9 @@ fn unindexed_sql(spec: &TableSpec, key: &str, columns: &str) -> String {
 }
 
 async fn count(lake: &Lake, sql: &str) -> Result<u64> {
-    let result = within_limit(|limit| lake.sql(sql).with_memory_limit(limit).execute()).await?;
+    let result =
+        within_limit(MEMORY_LIMIT, |limit| lake.sql(sql).with_memory_limit(limit).execute())
+            .await?;
     let text = crate::query::format::render(&result.batches, OutputFormat::Csv)?;
     text.lines()
         .nth(1)
@@ -369,4 +373,53 @@ fn walk_parquet(base: &Path, dir: &Path, found: &mut impl FnMut(String)) -> Resu
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A check DataFusion cannot run within its limit is run again without
+    /// one, with the same answer; a check that fits runs once.
+    #[tokio::test]
+    async fn a_check_that_does_not_fit_its_limit_runs_again_without_one() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (lake, _) = Lake::init(dir.path()).await.expect("lake");
+        let artifacts: Vec<_> = (0..3000)
+            .map(|i| {
+                crate::Draft::metric(serde_json::json!({"i": i}))
+                    .expect("metric")
+                    .with_step(1 + i % 2)
+                    .finalize(lake.registry())
+                    .expect("finalize")
+            })
+            .collect();
+        lake.put(&artifacts).await.expect("put");
+        let anti = "SELECT count(*) FROM \"index\" i WHERE NOT EXISTS \
+                    (SELECT 1 FROM metrics m WHERE m.artifact_id = i.artifact_id \
+                    AND m.origin_step_number = 1)";
+        let asked = Mutex::new(Vec::new());
+        let run = |limit: Option<usize>| {
+            asked.lock().expect("lock").push(limit);
+            lake.sql(anti).with_memory_limit(limit).execute()
+        };
+        // 1 KiB holds no batch: DataFusion reports its resources exhausted.
+        let tiny = lake.sql(anti).with_memory_limit(Some(1 << 10)).execute().await;
+        assert!(
+            matches!(&tiny, Err(Error::Sql { source }) if matches!(
+                source.find_root(),
+                deltalake::datafusion::error::DataFusionError::ResourcesExhausted(_)
+            )),
+            "{tiny:?}"
+        );
+        let result = within_limit(1 << 10, run).await.expect("runs without the limit");
+        let text = crate::query::format::render(&result.batches, OutputFormat::Csv).expect("csv");
+        assert_eq!(text.lines().nth(1), Some("1500"), "{text}");
+        assert_eq!(*asked.lock().expect("lock"), vec![Some(1 << 10), None]);
+        asked.lock().expect("lock").clear();
+        within_limit(MEMORY_LIMIT, run).await.expect("fits");
+        assert_eq!(*asked.lock().expect("lock"), vec![Some(MEMORY_LIMIT)]);
+    }
 }
