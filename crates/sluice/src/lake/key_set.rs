@@ -50,7 +50,7 @@ pub(super) const KEY_LEN: usize = 16;
 pub(super) const BLOCK_SUM_LEN: usize = 8;
 const INDEX_ENTRY: usize = KEY_LEN + BLOCK_SUM_LEN;
 pub(super) const CHECKSUM_LEN: usize = 16;
-pub(super) const TAIL: usize = 16 + 8 + 4 + 8 + CHECKSUM_LEN;
+const TAIL: usize = 16 + 8 + 4 + 8 + CHECKSUM_LEN;
 /// When more than this share of a set's blocks is wanted, all of them are
 /// read at once instead of one run of blocks at a time.
 const READ_ALL_ABOVE: f64 = 0.75;

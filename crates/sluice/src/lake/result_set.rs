@@ -86,8 +86,13 @@ pub fn keep_latest<K: Ord>(latest: &mut BTreeMap<K, SpecResult>, key: K, result:
     }
 }
 
+/// The file name of a version's result set.
+fn set_name(version: u64) -> String {
+    format!("{version:020}.results")
+}
+
 fn set_path(table_dir: &Path, version: u64) -> PathBuf {
-    key_filter::keys_dir(table_dir).join(format!("{version:020}.results"))
+    key_filter::keys_dir(table_dir).join(set_name(version))
 }
 
 /// Call `f(spec id, result)` for each successful execution in `batch`, a
@@ -185,11 +190,7 @@ pub fn write(
         tracing::debug!(version, "a run id is too long for a result set; none written");
         return Ok(());
     };
-    key_filter::write_sidecar(
-        &key_filter::keys_dir(table_dir),
-        &format!("{version:020}.results"),
-        &bytes,
-    )
+    key_filter::write_sidecar(&key_filter::keys_dir(table_dir), &set_name(version), &bytes)
 }
 
 /// An opened result set: its index in memory, its blocks on disk.

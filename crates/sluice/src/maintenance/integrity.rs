@@ -229,10 +229,11 @@ async fn add_missing_index_rows(
 }
 
 /// Run `work` within `limit` bytes ([`MEMORY_LIMIT`] for the doctor), and
-/// once more without a limit if DataFusion gives up for want of memory. Its accounting can ask one
-/// spillable operator for more than its fair share of the pool (seen on a
-/// 20 MB lake of a few hundred small files at a 256 MiB limit, not at 64
-/// MiB or 1 GiB): a doctor that fails on a healthy lake helps nobody.
+/// once more without a limit if DataFusion gives up for want of memory.
+/// Its accounting can ask one spillable operator for more than its fair
+/// share of the pool (seen on a 20 MB lake of a few hundred small files at
+/// a 256 MiB limit, not at 64 MiB or 1 GiB): a doctor that fails on a
+/// healthy lake helps nobody.
 async fn within_limit<T, F>(limit: usize, work: impl Fn(Option<usize>) -> F) -> Result<T>
 where
     F: std::future::Future<Output = Result<T>>,

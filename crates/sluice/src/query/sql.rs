@@ -74,8 +74,9 @@ impl<'a> SqlBuilder<'a> {
         self
     }
 
-    /// Run within about `bytes` of memory (`None`: no limit, the default): sorts and aggregations spill to
-    /// files in the system's temporary folder (`TMPDIR`) past it, and joins
+    /// Run within about `bytes` of memory (`None`: no limit, the default):
+    /// sorts and aggregations spill to files in the system's temporary
+    /// folder (`TMPDIR`) past it, and joins
     /// are planned as sort-merge joins, which spill, instead of hash joins,
     /// which hold their whole build side. Slower than the default for small
     /// inputs; what keeps a join over a table of 100M ids off the OOM killer.
