@@ -7,6 +7,11 @@
 //! `Lake::commit`. Groups: a lake with 0 existing artifacts (the baseline),
 //! and with each size in `SLUICE_BENCH_EXISTING` (default "100000,1000000").
 //! Compare `commit/existing_N` with `commit/existing_0`.
+//!
+//! `load/batches_of_100` times what the committer does per staged
+//! directory before any Delta commit: reading and validating 10 sealed
+//! batches of 100 executions × 3 metrics (`load_run`, on one thread). It
+//! is the part of goal 1's commit that grows with the executions.
 
 use std::time::{Duration, Instant};
 
@@ -75,5 +80,29 @@ fn bench_commit(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_commit);
+fn bench_load(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (lake, _) = rt.block_on(Lake::init(dir.path())).unwrap();
+    let root = staging::default_root(lake.root());
+    let writer = StagingWriter::new(&root, lake.registry().clone(), SyncPolicy::Never);
+    let spec = SyntheticSpec { batch: 100, ..SyntheticSpec::default() };
+    synthetic::stage_range(&writer, &spec, lake.registry(), 0..1000).unwrap();
+    let dirs = staging::scan(&root, None).unwrap().sealed;
+    assert_eq!(dirs.len(), 10);
+    let specs = lake.table_specs();
+    let mut group = c.benchmark_group("load");
+    group.sample_size(20);
+    group.bench_function("batches_of_100", |b| {
+        b.iter(|| {
+            for dir in &dirs {
+                let loaded = sluice::commit::load_run(lake.registry(), &specs, dir).unwrap();
+                assert_eq!(loaded.executions.len(), 100);
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench_commit, bench_load);
 criterion_main!(benches);

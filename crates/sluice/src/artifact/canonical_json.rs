@@ -22,14 +22,16 @@ const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_992.0;
 
 /// Serialize a value to its canonical JSON text.
 pub fn to_string(value: &Value) -> Result<String> {
-    let mut out = String::new();
-    write_value(value, &mut out)?;
-    Ok(out)
+    let bytes = to_vec(value)?;
+    // Every piece written is UTF-8 (literals, digits, serde_json's escapes).
+    String::from_utf8(bytes).map_err(|e| Error::Internal(format!("canonical JSON: {e}")))
 }
 
 /// Serialize a value to its canonical JSON bytes.
 pub fn to_vec(value: &Value) -> Result<Vec<u8>> {
-    to_string(value).map(String::into_bytes)
+    let mut out = Vec::new();
+    write_value(value, &mut out)?;
+    Ok(out)
 }
 
 /// Parse JSON text and return its canonical form.
@@ -38,63 +40,70 @@ pub fn canonicalize(text: &str) -> Result<String> {
     to_string(&value)
 }
 
-fn write_value(value: &Value, out: &mut String) -> Result<()> {
+fn write_value(value: &Value, out: &mut Vec<u8>) -> Result<()> {
     match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
         Value::Number(n) => write_number(n, out)?,
-        Value::String(s) => write_string(s, out),
+        Value::String(s) => write_string(s, out)?,
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_value(item, out)?;
             }
-            out.push(']');
+            out.push(b']');
         }
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
+            out.push(b'{');
             for (i, (key, item)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                write_string(key, out);
-                out.push(':');
+                write_string(key, out)?;
+                out.push(b':');
                 write_value(item, out)?;
             }
-            out.push('}');
+            out.push(b'}');
         }
     }
     Ok(())
 }
 
-fn write_number(n: &Number, out: &mut String) -> Result<()> {
-    if let Some(i) = n.as_i64() {
-        out.push_str(&i.to_string());
+fn write_number(n: &Number, out: &mut Vec<u8>) -> Result<()> {
+    use std::io::Write;
+    let written = if let Some(i) = n.as_i64() {
+        write!(out, "{i}")
     } else if let Some(u) = n.as_u64() {
-        out.push_str(&u.to_string());
+        write!(out, "{u}")
     } else if let Some(f) = n.as_f64() {
         if !f.is_finite() {
             return Err(Error::NonFiniteNumber { context: "canonical JSON".into(), value: f });
         }
         if f.fract() == 0.0 && f.abs() < MAX_SAFE_INTEGER {
             // Exact: |f| < 2^53, so the cast loses nothing. `-0.0` becomes `0`.
-            out.push_str(&(f as i64).to_string());
+            write!(out, "{}", f as i64)
         } else {
             // serde_json writes the shortest round-tripping form.
-            out.push_str(&Number::from_f64(f).map_or_else(|| f.to_string(), |n| n.to_string()));
+            match Number::from_f64(f) {
+                Some(n) => write!(out, "{n}"),
+                None => write!(out, "{f}"),
+            }
         }
-    }
-    Ok(())
+    } else {
+        Ok(())
+    };
+    written.map_err(|e| Error::Internal(format!("canonical JSON: {e}")))
 }
 
-fn write_string(s: &str, out: &mut String) {
-    // serde_json's string escaping is already minimal and deterministic.
-    out.push_str(&Value::String(s.to_owned()).to_string());
+fn write_string(s: &str, out: &mut Vec<u8>) -> Result<()> {
+    // serde_json's string escaping is already minimal and deterministic (the
+    // same bytes as `Value::String(s).to_string()`).
+    serde_json::to_writer(out, s).map_err(|e| Error::json("canonical JSON", e))
 }
 
 #[cfg(test)]
@@ -109,6 +118,22 @@ mod tests {
             to_string(&v).unwrap(),
             r#"{"a":{"c":"s","z":[1,2,{"x":null,"y":true}]},"b":1}"#
         );
+    }
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_displays_them() {
+        for text in [
+            "",
+            "plain",
+            "quote \" and \\",
+            "tab\tnew\nline\u{1}\u{1f}",
+            "é ∑ 🦀",
+            "\u{7f}\u{2028}",
+        ] {
+            let mut out = Vec::new();
+            write_string(text, &mut out).unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), Value::String(text.into()).to_string());
+        }
     }
 
     #[test]

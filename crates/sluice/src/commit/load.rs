@@ -31,6 +31,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
+use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -38,8 +39,10 @@ use deltalake::arrow::array::{Array, LargeBinaryArray};
 use deltalake::arrow::datatypes::{DataType, Field, Schema};
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::parquet::arrow::arrow_reader::{
-    ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
+use deltalake::parquet::errors::ParquetError;
+use deltalake::parquet::file::reader::ChunkReader;
 
 use crate::artifact::arrow_convert::read_value;
 use crate::artifact::{Artifact, Draft};
@@ -167,6 +170,12 @@ fn reject<T>(file: Option<&str>, reason: impl Into<String>) -> Result<T, Rejecti
     Err(Rejection { file: file.map(str::to_owned), reason: reason.into() })
 }
 
+/// Staged files up to this size are read with one `read` and decoded from
+/// memory (a staged file is small: its footer, page headers and pages read
+/// through a `File` cost a system call each); larger ones are decoded from
+/// the file, so a big data artifact is not held twice.
+const READ_WHOLE: u64 = 64 << 20;
+
 /// Read a staged Parquet file. Returns the file's own schema (for checking)
 /// and its batches, binary columns read as `LargeBinary`.
 fn read_parquet(path: &Path, name: &str) -> Result<(Arc<Schema>, Vec<RecordBatch>), Rejection> {
@@ -174,10 +183,24 @@ fn read_parquet(path: &Path, name: &str) -> Result<(Arc<Schema>, Vec<RecordBatch
         file: Some(name.into()),
         reason: format!("unreadable Parquet: {e}"),
     };
-    let file = File::open(path).map_err(|e| bad(&e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file.try_clone().map_err(|e| bad(&e))?)
-        .map_err(|e| bad(&e))?;
-    let declared = builder.schema().clone();
+    let mut file = File::open(path).map_err(|e| bad(&e))?;
+    let size = file.metadata().map_err(|e| bad(&e))?.len();
+    if size <= READ_WHOLE {
+        let mut data = Vec::with_capacity(size as usize);
+        file.read_to_end(&mut data).map_err(|e| bad(&e))?;
+        decode_parquet(bytes::Bytes::from(data)).map_err(|e| bad(&e))
+    } else {
+        decode_parquet(file).map_err(|e| bad(&e))
+    }
+}
+
+/// Decode Parquet from `input`, its footer read once: binary columns are
+/// read as `LargeBinary` by giving the reader a widened schema.
+fn decode_parquet<R: ChunkReader + 'static>(
+    input: R,
+) -> Result<(Arc<Schema>, Vec<RecordBatch>), ParquetError> {
+    let plain = ArrowReaderMetadata::load(&input, ArrowReaderOptions::new())?;
+    let declared = plain.schema().clone();
     let wide: Vec<Field> = declared
         .fields()
         .iter()
@@ -187,11 +210,9 @@ fn read_parquet(path: &Path, name: &str) -> Result<(Arc<Schema>, Vec<RecordBatch
         })
         .collect();
     let options = ArrowReaderOptions::new().with_schema(Arc::new(Schema::new(wide)));
-    let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(file, options)
-        .map_err(|e| bad(&e))?
-        .build()
-        .map_err(|e| bad(&e))?;
-    let batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().map_err(|e| bad(&e))?;
+    let metadata = ArrowReaderMetadata::try_new(plain.metadata().clone(), options)?;
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(input, metadata).build()?;
+    let batches = reader.collect::<Result<Vec<RecordBatch>, _>>().map_err(ParquetError::from)?;
     Ok((declared, batches))
 }
 
@@ -471,8 +492,9 @@ fn check_content(
                 .map_err(|e| bad(e.to_string()))?;
             for artifact in staged {
                 rederive(registry, &artifact).map_err(bad)?;
-                steps.insert(artifact.id.to_hex(), artifact.origin_step_number);
-                artifacts.insert(artifact.id.to_hex(), descriptor.key.clone());
+                let id = artifact.id.to_hex();
+                steps.insert(id.clone(), artifact.origin_step_number);
+                artifacts.insert(id, descriptor.key.clone());
             }
         }
     }
@@ -481,13 +503,11 @@ fn check_content(
 
 /// Finalize a staged artifact again, from its staged columns, and compare.
 fn rederive(registry: &TypeRegistry, staged: &Artifact) -> Result<(), String> {
-    let mut draft = Draft::new(staged.type_key.clone(), staged.fields.clone())
+    // Metadata and the external path are neither hashed nor derived by
+    // finalizing (metadata was parsed as a JSON object when the row was
+    // read); only the type's columns are rebuilt and compared.
+    let rebuilt = Draft::new(staged.type_key.clone(), staged.fields.clone())
         .with_step(staged.origin_step_number)
-        .with_metadata(staged.metadata.clone());
-    if let Some(path) = &staged.external_path {
-        draft = draft.with_external_path(path.clone());
-    }
-    let rebuilt = draft
         .finalize(registry)
         .map_err(|e| format!("artifact {} does not validate: {e}", staged.id))?;
     if let Some((column, value)) =

@@ -1,5 +1,6 @@
 //! Artifacts as rows of content and index tables.
 
+use deltalake::arrow::array::Array;
 use deltalake::arrow::datatypes::SchemaRef;
 use deltalake::arrow::record_batch::RecordBatch;
 
@@ -77,36 +78,46 @@ pub fn artifacts_from_batch(
     type_columns: &[String],
     batch: &RecordBatch,
 ) -> Result<Vec<Artifact>> {
-    let column = |name: &str| batch.column_by_name(name);
+    // Columns are found once per batch, not once per row and column.
+    let column = |name: &str| batch.column_by_name(name).map(|a| a.as_ref());
     let ids = column("artifact_id").ok_or_else(|| Error::SchemaConflict {
         table: table.into(),
         column: "artifact_id".into(),
         message: "the column is missing".into(),
     })?;
-    let value = |name: &str, row: usize| -> Result<FieldValue> {
-        column(name).map_or(Ok(FieldValue::Null), |a| read_value(table, a.as_ref(), row))
+    let (steps, metadata, paths) =
+        (column(STEP_COLUMN), column("metadata"), column("external_path"));
+    let typed: Vec<(&String, Option<&dyn Array>)> =
+        type_columns.iter().map(|name| (name, column(name))).collect();
+    let value = |array: Option<&dyn Array>, row: usize| -> Result<FieldValue> {
+        array.map_or(Ok(FieldValue::Null), |a| read_value(table, a, row))
     };
     let mut out = Vec::with_capacity(batch.num_rows());
     for row in 0..batch.num_rows() {
-        let id_text = read_value(table, ids.as_ref(), row)?;
+        let id_text = read_value(table, ids, row)?;
         let id: ArtifactId = id_text.as_str().unwrap_or_default().parse()?;
         let at = |column: &str| format!("artifact {id}, column `{column}`");
-        let step = value(STEP_COLUMN, row)?
+        let step = value(steps, row)?
             .as_int()
             .and_then(|s| i32::try_from(s).ok())
             .ok_or_else(|| Error::corrupt(table, at(STEP_COLUMN), "not a step number"))?;
-        let metadata = match value("metadata", row)? {
+        let metadata = match value(metadata, row)? {
             FieldValue::Null => Metadata::new(),
+            // What nearly every artifact holds: no need to parse it.
+            FieldValue::String(text) if text == "{}" => Metadata::new(),
             FieldValue::String(text) => match serde_json::from_str(&text) {
                 Ok(serde_json::Value::Object(map)) => map,
                 _ => return Err(Error::corrupt(table, at("metadata"), "not a JSON object")),
             },
             _ => return Err(Error::corrupt(table, at("metadata"), "not text")),
         };
-        let external_path = value("external_path", row)?.as_str().map(str::to_owned);
-        let fields = type_columns
+        let external_path = match value(paths, row)? {
+            FieldValue::String(path) => Some(path),
+            _ => None,
+        };
+        let fields = typed
             .iter()
-            .map(|name| Ok((name.clone(), value(name, row)?)))
+            .map(|(name, array)| Ok(((*name).clone(), value(*array, row)?)))
             .collect::<Result<_>>()?;
         out.push(Artifact {
             id,
