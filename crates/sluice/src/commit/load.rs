@@ -15,7 +15,9 @@
 //!    each with a distinct valid run id and the directory's step and
 //!    operation; every edge names one of them, and every artifact is the
 //!    output of one of them (so a batch can be committed in part when some
-//!    of its runs are already in the lake);
+//!    of its runs are already in the lake); every artifact an edge or the
+//!    index names is an id (32 lowercase hex digits, the text the lake's
+//!    joins compare);
 //! 4. every staged artifact is rebuilt as a draft from its staged columns and
 //!    finalized with the same rules as [`Draft::finalize`]: the rebuilt
 //!    columns (canonical JSON, derived shape, validated names) and id must
@@ -45,7 +47,7 @@ use deltalake::parquet::errors::ParquetError;
 use deltalake::parquet::file::reader::ChunkReader;
 
 use crate::artifact::arrow_convert::read_value;
-use crate::artifact::{Artifact, Draft};
+use crate::artifact::{Artifact, ArtifactId, Draft};
 use crate::lake::layout::{self, STEP_COLUMN, TableKind, TableSpec};
 use crate::registry::TypeRegistry;
 use crate::staging::{RunDir, SENTINEL};
@@ -64,9 +66,9 @@ pub struct LoadedRun {
     /// `LargeBinary`; the committer conforms them to the table).
     pub tables: BTreeMap<String, Vec<RecordBatch>>,
     /// Artifacts the directory's executions produced, with their type keys.
-    pub artifacts: BTreeMap<String, String>,
+    pub artifacts: BTreeMap<ArtifactId, String>,
     /// Artifact ids its edges refer to.
-    pub referenced: BTreeSet<String>,
+    pub referenced: BTreeSet<ArtifactId>,
     /// Its executions, in the sentinel's order.
     pub executions: Vec<StagedRun>,
 }
@@ -81,7 +83,7 @@ pub struct StagedRun {
     /// Whether it succeeded.
     pub success: bool,
     /// The artifacts its output edges name.
-    pub outputs: BTreeSet<String>,
+    pub outputs: BTreeSet<ArtifactId>,
 }
 
 impl LoadedRun {
@@ -96,54 +98,63 @@ impl LoadedRun {
     /// already in the lake: never content without its execution.
     pub fn retain_runs(&mut self, keep: &BTreeSet<String>) -> crate::error::Result<()> {
         self.executions.retain(|e| keep.contains(&e.run_id));
-        let outputs: BTreeSet<String> =
-            self.executions.iter().flat_map(|e| e.outputs.iter().cloned()).collect();
+        let outputs: BTreeSet<ArtifactId> =
+            self.executions.iter().flat_map(|e| e.outputs.iter().copied()).collect();
         let run_tables = [
             layout::executions_table().name,
             layout::execution_edges_table().name,
             layout::artifact_edges_table().name,
         ];
+        let kept_run = |text: &str| keep.contains(text);
+        let kept_output =
+            |text: &str| text.parse::<ArtifactId>().is_ok_and(|id| outputs.contains(&id));
         for (table, batches) in &mut self.tables {
-            let (column, wanted) = if run_tables.contains(table) {
-                ("execution_run_id", keep)
+            let (column, wanted): (_, &dyn Fn(&str) -> bool) = if run_tables.contains(table) {
+                ("execution_run_id", &kept_run)
             } else {
-                ("artifact_id", &outputs)
+                ("artifact_id", &kept_output)
             };
             for batch in batches.iter_mut() {
                 *batch = keep_rows(batch, table, column, wanted)?;
             }
         }
         self.artifacts.retain(|id, _| outputs.contains(id));
-        self.referenced = referenced_ids(&self.tables);
+        // The edges were checked when the directory was loaded.
+        self.referenced = referenced_ids(&self.tables)
+            .map_err(|e| crate::error::Error::Internal(format!("kept edges: {e}")))?;
         Ok(())
     }
 }
 
-/// The artifact ids the staged edge rows refer to.
-fn referenced_ids(tables: &BTreeMap<String, Vec<RecordBatch>>) -> BTreeSet<String> {
+/// The artifact ids the staged edge rows refer to; an edge naming something
+/// that is not an artifact id is rejected.
+fn referenced_ids(
+    tables: &BTreeMap<String, Vec<RecordBatch>>,
+) -> Result<BTreeSet<ArtifactId>, Rejection> {
     let mut referenced = BTreeSet::new();
     for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
         let Some(batches) = tables.get(&edges.name) else { continue };
+        let file = format!("{}.parquet", edges.name);
         for column in ["artifact_id", "source_artifact_id", "target_artifact_id"] {
-            referenced.extend(values(batches, column));
+            referenced.extend(ids(batches, column, &file)?);
         }
     }
-    referenced
+    Ok(referenced)
 }
 
-/// The rows of `batch` whose text column `column` is in `wanted` (a batch
+/// The rows of `batch` whose text column `column` is `wanted` (a batch
 /// without the column keeps every row).
 fn keep_rows(
     batch: &RecordBatch,
     table: &str,
     column: &str,
-    wanted: &BTreeSet<String>,
+    wanted: &dyn Fn(&str) -> bool,
 ) -> crate::error::Result<RecordBatch> {
     use deltalake::arrow::array::BooleanArray;
     let Ok(i) = batch.schema().index_of(column) else { return Ok(batch.clone()) };
     let text = crate::lake::scan::text_column(batch, i, table)?;
     let mask: BooleanArray =
-        (0..text.len()).map(|r| Some(text.is_valid(r) && wanted.contains(text.value(r)))).collect();
+        (0..text.len()).map(|r| Some(text.is_valid(r) && wanted(text.value(r)))).collect();
     deltalake::arrow::compute::filter_record_batch(batch, &mask)
         .map_err(|e| crate::error::Error::arrow(format!("staged rows of `{table}`"), e))
 }
@@ -291,6 +302,34 @@ fn values(batches: &[RecordBatch], column: &str) -> Vec<String> {
     out
 }
 
+/// The artifact ids of a text column over all batches (a batch without the
+/// column adds none); a null or anything but an id's 32 lowercase hex
+/// digits is rejected, naming the file, column and row.
+fn ids(batches: &[RecordBatch], column: &str, file: &str) -> Result<Vec<ArtifactId>, Rejection> {
+    let (mut out, mut offset) = (Vec::new(), 0);
+    for batch in batches {
+        let Ok(i) = batch.schema().index_of(column) else { continue };
+        let text = crate::lake::scan::text_column(batch, i, column)
+            .map_err(|e| Rejection { file: Some(file.into()), reason: e.to_string() })?;
+        for r in 0..text.len() {
+            let id = text.is_valid(r).then(|| text.value(r).parse::<ArtifactId>().ok()).flatten();
+            match id {
+                Some(id) => out.push(id),
+                None => {
+                    let shown = if text.is_valid(r) { text.value(r) } else { "null" };
+                    let row = offset + r;
+                    return reject(
+                        Some(file),
+                        format!("column `{column}` row {row}: `{shown:.80}` is not an artifact id"),
+                    );
+                }
+            }
+        }
+        offset += text.len();
+    }
+    Ok(out)
+}
+
 /// Read and validate one sealed run directory.
 pub fn load_run(
     registry: &TypeRegistry,
@@ -429,7 +468,7 @@ fn check_executions(loaded: &LoadedRun) -> Result<Vec<StagedRun>, Rejection> {
 
 /// Check 3b: every edge row names one of the directory's runs. Records each
 /// run's outputs; returns the artifact ids the edges refer to.
-fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<String>, Rejection> {
+fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<ArtifactId>, Rejection> {
     let position: BTreeMap<String, usize> =
         loaded.executions.iter().enumerate().map(|(i, e)| (e.run_id.clone(), i)).collect();
     for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
@@ -443,7 +482,7 @@ fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<String>, Rejection> {
         }
         if edges.name == layout::execution_edges_table().name {
             let directions = values(batches, "direction");
-            let artifacts = values(batches, "artifact_id");
+            let artifacts = ids(batches, "artifact_id", &format!("{}.parquet", edges.name))?;
             for ((run, direction), artifact) in runs.iter().zip(&directions).zip(artifacts) {
                 if direction == crate::records::Direction::Output.as_str() {
                     loaded.executions[position[run]].outputs.insert(artifact);
@@ -451,7 +490,7 @@ fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<String>, Rejection> {
             }
         }
     }
-    Ok(referenced_ids(&loaded.tables))
+    referenced_ids(&loaded.tables)
 }
 
 /// Check 3c (batches): every artifact is the output of one of the batch's
@@ -460,7 +499,7 @@ fn check_outputs(loaded: &LoadedRun) -> Result<(), Rejection> {
     if !loaded.dir.is_batch() {
         return Ok(());
     }
-    let outputs: BTreeSet<&String> =
+    let outputs: BTreeSet<&ArtifactId> =
         loaded.executions.iter().flat_map(|e| e.outputs.iter()).collect();
     match loaded.artifacts.keys().find(|id| !outputs.contains(id)) {
         Some(id) => reject(
@@ -478,7 +517,7 @@ fn check_outputs(loaded: &LoadedRun) -> Result<(), Rejection> {
 fn check_content(
     registry: &TypeRegistry,
     loaded: &LoadedRun,
-) -> Result<(BTreeMap<String, String>, BTreeMap<String, i32>), Rejection> {
+) -> Result<(BTreeMap<ArtifactId, String>, BTreeMap<ArtifactId, i32>), Rejection> {
     let mut artifacts = BTreeMap::new();
     let mut steps = BTreeMap::new();
     for descriptor in registry.descriptors() {
@@ -492,9 +531,8 @@ fn check_content(
                 .map_err(|e| bad(e.to_string()))?;
             for artifact in staged {
                 rederive(registry, &artifact).map_err(bad)?;
-                let id = artifact.id.to_hex();
-                steps.insert(id.clone(), artifact.origin_step_number);
-                artifacts.insert(id, descriptor.key.clone());
+                steps.insert(artifact.id, artifact.origin_step_number);
+                artifacts.insert(artifact.id, descriptor.key.clone());
             }
         }
     }
@@ -534,18 +572,27 @@ fn rederive(registry: &TypeRegistry, staged: &Artifact) -> Result<(), String> {
 
 /// Check 5: the index lists exactly the run's artifacts, with the type and
 /// step of their content rows.
-fn check_index(loaded: &LoadedRun, steps: &BTreeMap<String, i32>) -> Result<(), Rejection> {
+fn check_index(loaded: &LoadedRun, steps: &BTreeMap<ArtifactId, i32>) -> Result<(), Rejection> {
     let index = layout::index_table();
     let empty = Vec::new();
     let batches = loaded.tables.get(&index.name).unwrap_or(&empty);
-    let ids = values(batches, "artifact_id");
-    let indexed: BTreeMap<String, String> =
-        ids.iter().cloned().zip(values(batches, "artifact_type")).collect();
+    let ids = ids(batches, "artifact_id", "index.parquet")?;
+    let indexed: BTreeMap<ArtifactId, String> =
+        ids.iter().copied().zip(values(batches, "artifact_type")).collect();
     if indexed != loaded.artifacts {
-        let missing: Vec<_> =
-            loaded.artifacts.keys().filter(|k| !indexed.contains_key(*k)).take(3).collect();
-        let extra: Vec<_> =
-            indexed.iter().filter(|(k, v)| loaded.artifacts.get(*k) != Some(v)).take(3).collect();
+        let missing: Vec<_> = loaded
+            .artifacts
+            .keys()
+            .filter(|k| !indexed.contains_key(*k))
+            .take(3)
+            .map(ArtifactId::to_hex)
+            .collect();
+        let extra: Vec<_> = indexed
+            .iter()
+            .filter(|(k, v)| loaded.artifacts.get(*k) != Some(v))
+            .take(3)
+            .map(|(k, v)| (k.to_hex(), v))
+            .collect();
         return reject(
             Some("index.parquet"),
             format!(
@@ -572,4 +619,55 @@ fn check_index(loaded: &LoadedRun, steps: &BTreeMap<String, i32>) -> Result<(), 
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use deltalake::arrow::array::{ArrayRef, BinaryArray, StringArray};
+    use deltalake::parquet::arrow::ArrowWriter;
+
+    use super::*;
+
+    fn write(path: &Path) -> RecordBatch {
+        let batch = RecordBatch::try_from_iter([
+            ("name", Arc::new(StringArray::from(vec!["a", "b", "c"])) as ArrayRef),
+            ("blob", Arc::new(BinaryArray::from(vec![&b"x"[..], b"yz", b""])) as ArrayRef),
+        ])
+        .unwrap();
+        let mut writer =
+            ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        batch
+    }
+
+    #[test]
+    fn a_staged_file_decodes_the_same_from_memory_and_from_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.parquet");
+        let written = write(&path);
+        let whole = decode_parquet(bytes::Bytes::from(std::fs::read(&path).unwrap())).unwrap();
+        let streamed = decode_parquet(File::open(&path).unwrap()).unwrap();
+        assert_eq!(whole, streamed);
+        let (declared, batches) = whole;
+        assert_eq!(declared.field(1).data_type(), &DataType::Binary);
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].schema().field(1).data_type(), &DataType::LargeBinary);
+        let blobs = batches[0].column(1).as_any().downcast_ref::<LargeBinaryArray>().unwrap();
+        assert_eq!(blobs.iter().flatten().collect::<Vec<_>>(), [&b"x"[..], b"yz", b""]);
+        assert_eq!(batches[0].column(0), written.column(0));
+        assert_eq!(read_parquet(&path, "metrics.parquet").unwrap(), (declared, batches));
+    }
+
+    #[test]
+    fn a_torn_staged_file_is_rejected_with_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.parquet");
+        write(&path);
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        let rejection = read_parquet(&path, "metrics.parquet").unwrap_err();
+        assert_eq!(rejection.file.as_deref(), Some("metrics.parquet"));
+        assert!(rejection.reason.starts_with("unreadable Parquet"), "{}", rejection.reason);
+    }
 }

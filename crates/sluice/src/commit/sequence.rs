@@ -532,20 +532,18 @@ async fn drop_orphan_edges(
     runs: &mut Vec<LoadedRun>,
     report: &mut SequenceReport,
 ) -> Result<()> {
-    let mut known_in_lake: BTreeSet<String> = BTreeSet::new();
-    let mut asked: BTreeSet<String> = BTreeSet::new();
+    let mut known_in_lake: HashSet<ArtifactId> = HashSet::new();
+    let mut asked: HashSet<ArtifactId> = HashSet::new();
     loop {
-        let in_commit: HashSet<&String> = runs.iter().flat_map(|r| r.artifacts.keys()).collect();
-        let to_ask: BTreeSet<String> = runs
+        let in_commit: HashSet<ArtifactId> =
+            runs.iter().flat_map(|r| r.artifacts.keys().copied()).collect();
+        let to_ask: Vec<ArtifactId> = runs
             .iter()
-            .flat_map(|r| r.referenced.iter())
-            .filter(|id| !in_commit.contains(id) && !asked.contains(*id))
-            .cloned()
+            .flat_map(|r| r.referenced.iter().copied())
+            .filter(|id| !in_commit.contains(id) && asked.insert(*id))
             .collect();
-        let parsed: Vec<ArtifactId> = to_ask.iter().filter_map(|id| id.parse().ok()).collect();
-        asked.extend(to_ask);
-        let present = ctx.lake.existing_ids(&layout::index_table(), parsed.into_iter()).await?;
-        known_in_lake.extend(present.iter().map(ArtifactId::to_hex));
+        let present = ctx.lake.existing_ids(&layout::index_table(), to_ask.into_iter()).await?;
+        known_in_lake.extend(present);
 
         let mut bad = Vec::new();
         for (i, run) in runs.iter().enumerate() {

@@ -167,10 +167,17 @@ async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
     staged.artifact_edges.clear();
     staged.execution_edges.truncate(1);
     let orphan = w.write(&staged).unwrap();
+    // 6: an edge naming something that is not an artifact id (upper-case
+    // hex: it would parse as an id, but joins in the lake are by its text).
+    let (mut staged, _) =
+        synthetic::execution(&SyntheticSpec { seed: 111, ..spec.clone() }, lake.registry(), 0)
+            .unwrap();
+    staged.execution_edges[0].artifact_id = "F".repeat(32);
+    let not_an_id = w.write(&staged).unwrap();
 
     let report = lake.commit().execute().await.unwrap();
     let reasons: Vec<&str> = report.quarantined.iter().map(|(_, r)| r.as_str()).collect();
-    assert_eq!(report.quarantined.len(), 5, "{reasons:#?}");
+    assert_eq!(report.quarantined.len(), 6, "{reasons:#?}");
     let has = |needle: &str| reasons.iter().any(|r| r.contains(needle));
     assert!(has("metrics.parquet: unreadable Parquet"), "{reasons:#?}");
     assert!(has("unexpected column") || has("required column"), "{reasons:#?}");
@@ -180,11 +187,16 @@ async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
     );
     assert!(has("notes.txt: unexpected file"), "{reasons:#?}");
     assert!(has(&format!("edge to unknown artifact `{}`", "f".repeat(32))), "{reasons:#?}");
+    let not_id = format!(
+        "execution_edges.parquet: column `artifact_id` row 0: `{}` is not an artifact id",
+        "F".repeat(32)
+    );
+    assert!(has(&not_id), "{reasons:#?}");
     for (path, reason) in &report.quarantined {
         let note = std::fs::read_to_string(path.join(REASON_FILE)).unwrap();
         assert_eq!(note.trim(), reason);
     }
-    assert!(!orphan.exists() && !tampered_dir.exists());
+    assert!(!orphan.exists() && !tampered_dir.exists() && !not_an_id.exists());
     assert_eq!(report.runs_committed, 4);
     assert_eq!(scalar(&lake, "SELECT count(*) FROM executions").await, "4");
 }
