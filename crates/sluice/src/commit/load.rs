@@ -312,18 +312,16 @@ fn ids(batches: &[RecordBatch], column: &str, file: &str) -> Result<Vec<Artifact
         let text = crate::lake::scan::text_column(batch, i, column)
             .map_err(|e| Rejection { file: Some(file.into()), reason: e.to_string() })?;
         for r in 0..text.len() {
-            let id = text.is_valid(r).then(|| text.value(r).parse::<ArtifactId>().ok()).flatten();
-            match id {
-                Some(id) => out.push(id),
-                None => {
-                    let shown = if text.is_valid(r) { text.value(r) } else { "null" };
-                    let row = offset + r;
-                    return reject(
-                        Some(file),
-                        format!("column `{column}` row {row}: `{shown:.80}` is not an artifact id"),
-                    );
-                }
-            }
+            // A null reads as `null`, which is not an id either.
+            let value = if text.is_valid(r) { text.value(r) } else { "null" };
+            let Ok(id) = value.parse::<ArtifactId>() else {
+                let row = offset + r;
+                return reject(
+                    Some(file),
+                    format!("column `{column}` row {row}: `{value:.80}` is not an artifact id"),
+                );
+            };
+            out.push(id);
         }
         offset += text.len();
     }
@@ -473,16 +471,14 @@ fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<ArtifactId>, Rejection
         loaded.executions.iter().enumerate().map(|(i, e)| (e.run_id.clone(), i)).collect();
     for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
         let Some(batches) = loaded.tables.get(&edges.name) else { continue };
+        let file = format!("{}.parquet", edges.name);
         let runs = values(batches, "execution_run_id");
         if let Some(other) = runs.iter().find(|r| !position.contains_key(*r)) {
-            return reject(
-                Some(&format!("{}.parquet", edges.name)),
-                format!("edge of another run `{other}`"),
-            );
+            return reject(Some(&file), format!("edge of another run `{other}`"));
         }
         if edges.name == layout::execution_edges_table().name {
             let directions = values(batches, "direction");
-            let artifacts = ids(batches, "artifact_id", &format!("{}.parquet", edges.name))?;
+            let artifacts = ids(batches, "artifact_id", &file)?;
             for ((run, direction), artifact) in runs.iter().zip(&directions).zip(artifacts) {
                 if direction == crate::records::Direction::Output.as_str() {
                     loaded.executions[position[run]].outputs.insert(artifact);

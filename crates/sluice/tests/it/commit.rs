@@ -168,7 +168,7 @@ async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
     staged.execution_edges.truncate(1);
     let orphan = w.write(&staged).unwrap();
     // 6: an edge naming something that is not an artifact id (upper-case
-    // hex: it would parse as an id, but joins in the lake are by its text).
+    // hex: ids are lower-case, and the lake's joins compare their text).
     let (mut staged, _) =
         synthetic::execution(&SyntheticSpec { seed: 111, ..spec.clone() }, lake.registry(), 0)
             .unwrap();
