@@ -350,7 +350,8 @@ impl<'a> Append<'a> {
             }
             match self.commit_new_adds(&mut table, &adds, dedup, &batches).await? {
                 Some(version) => {
-                    self.record_key_filters(version, &adds, &batches)?;
+                    let keys = batch_keys(&batches, dedup, &spec.name)?;
+                    self.record_key_filters(version, &adds, &batches, &keys)?;
                     return Ok((Appended::new_commit(version, rows, staged, skipped), table));
                 }
                 None => {
@@ -450,12 +451,19 @@ impl Append<'_> {
         }
         let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut batches = unique_rows(&self.batches, spec)?;
+        // The distinct keys of `batches`, read once (they are probed against
+        // the tip and recorded in the version's key filter).
+        let mut keys = batch_keys(&batches, dedup, &spec.name)?;
         let mut skipped = BTreeSet::new();
         // Files written for a version another writer took.
         let mut written: Option<Vec<Add>> = None;
         for _ in 0..MAX_ATTEMPTS {
-            let (left, present) = drop_present_on_tip(root, tip, spec, dedup, batches).await?;
+            let (left, present) =
+                drop_present_on_tip(root, tip, spec, dedup, batches, &keys).await?;
             batches = left;
+            if !present.is_empty() {
+                keys = batch_keys(&batches, dedup, &spec.name)?;
+            }
             if !present.is_empty()
                 && let Some(adds) = written.take()
             {
@@ -493,7 +501,9 @@ impl Append<'_> {
             let (metadata, txns) = self.commit.parts();
             match tip.commit(actions, operation, metadata, txns).await {
                 Ok(Some(version)) => {
-                    for (column, filter) in self.record_key_filters(version, &adds, &batches)? {
+                    for (column, filter) in
+                        self.record_key_filters(version, &adds, &batches, &keys)?
+                    {
                         tip.learn(version, column, filter);
                     }
                     return Ok(Appended::new_commit(version, rows, staged, skipped));
@@ -542,20 +552,20 @@ impl Append<'_> {
     }
 
     /// Write the key filters (key column, lookup columns) of the version
-    /// this append committed; those written come back, by column (`None`:
-    /// the key column).
+    /// this append committed, `keys` being the distinct keys of `batches`;
+    /// those written come back, by column (`None`: the key column).
     fn record_key_filters(
         &self,
         version: u64,
         adds: &[Add],
         batches: &[RecordBatch],
+        keys: &[Key],
     ) -> Result<Vec<(Option<&'static str>, Arc<KeyFilter>)>> {
         let spec = self.spec;
         let mut recorded = Vec::new();
-        let keys = batch_keys(batches, Dedup::of(&spec.kind), &spec.name)?;
         if !keys.is_empty()
             && let Some(filter) =
-                table::record_key_filter(self.root, spec, version, adds, None, &keys)
+                table::record_key_filter(self.root, spec, version, adds, None, keys)
         {
             recorded.push((None, filter));
         }
@@ -582,11 +592,12 @@ async fn drop_present_on_tip(
     spec: &TableSpec,
     dedup: Dedup,
     batches: Vec<RecordBatch>,
+    keys: &[Key],
 ) -> Result<(Vec<RecordBatch>, BTreeSet<String>)> {
     if dedup == Dedup::Nothing {
         return Ok((batches, BTreeSet::new()));
     }
-    if tip.holds_none(&batch_keys(&batches, dedup, &spec.name)?) {
+    if tip.holds_none(keys) {
         return Ok((batches, BTreeSet::new()));
     }
     let at_head = table::open_at(root, spec, tip.head()).await?;
@@ -691,6 +702,38 @@ pub(crate) fn lost_the_version(e: &DeltaTableError) -> bool {
 fn unique_rows(batches: &[RecordBatch], spec: &TableSpec) -> Result<Vec<RecordBatch>> {
     let columns = natural_key(&spec.kind);
     let Some(first) = batches.first() else { return Ok(Vec::new()) };
+    let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
+    let mut seen: HashSet<&[u8]> = HashSet::with_capacity(total);
+    let mut out = Vec::with_capacity(batches.len());
+    let key_column = |batch: &RecordBatch, c: &str| {
+        batch.column_by_name(c).cloned().ok_or_else(|| {
+            Error::Internal(format!("table `{}`: key column `{c}` is missing", spec.name))
+        })
+    };
+    // A key of one text column without nulls (content tables, the index,
+    // executions) is compared as its bytes in place; others through the row
+    // format.
+    let texts = match columns {
+        [column]
+            if first
+                .schema()
+                .field_with_name(column)
+                .is_ok_and(|f| *f.data_type() == DataType::Utf8) =>
+        {
+            batches
+                .iter()
+                .map(|b| scan::text_column(b, batch_index(b, column, spec)?, &spec.name))
+                .collect::<Result<Vec<_>>>()?
+        }
+        _ => Vec::new(),
+    };
+    if !texts.is_empty() && texts.iter().all(|t| t.null_count() == 0) {
+        for (batch, text) in batches.iter().zip(&texts) {
+            let mask = (0..text.len()).map(|r| seen.insert(text.value(r).as_bytes())).collect();
+            out.push(keep(batch, mask, &spec.name)?);
+        }
+        return Ok(out);
+    }
     let fields = columns
         .iter()
         .map(|c| {
@@ -700,22 +743,24 @@ fn unique_rows(batches: &[RecordBatch], spec: &TableSpec) -> Result<Vec<RecordBa
         })
         .collect::<Result<Vec<_>>>()?;
     let converter = RowConverter::new(fields).map_err(|e| Error::arrow(&spec.name, e))?;
-    let mut seen: HashSet<Vec<u8>> = HashSet::new();
-    let mut out = Vec::with_capacity(batches.len());
-    for batch in batches {
-        let arrays: Vec<ArrayRef> = columns
-            .iter()
-            .map(|c| {
-                batch.column_by_name(c).cloned().ok_or_else(|| {
-                    Error::Internal(format!("table `{}`: key column `{c}` is missing", spec.name))
-                })
-            })
-            .collect::<Result<_>>()?;
-        let rows = converter.convert_columns(&arrays).map_err(|e| Error::arrow(&spec.name, e))?;
-        let mask: Vec<bool> = rows.iter().map(|r| seen.insert(r.as_ref().to_vec())).collect();
+    let rows = batches
+        .iter()
+        .map(|batch| {
+            let arrays: Vec<ArrayRef> =
+                columns.iter().map(|c| key_column(batch, c)).collect::<Result<_>>()?;
+            converter.convert_columns(&arrays).map_err(|e| Error::arrow(&spec.name, e))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (batch, rows) in batches.iter().zip(&rows) {
+        let mask = rows.iter().map(|r| seen.insert(r.data())).collect();
         out.push(keep(batch, mask, &spec.name)?);
     }
     Ok(out)
+}
+
+/// The index of `column` in `batch`, or an error naming the table.
+fn batch_index(batch: &RecordBatch, column: &str, spec: &TableSpec) -> Result<usize> {
+    batch.schema().index_of(column).map_err(|e| Error::arrow(&spec.name, e))
 }
 
 fn keep(batch: &RecordBatch, mask: Vec<bool>, table: &str) -> Result<RecordBatch> {
@@ -743,7 +788,7 @@ fn key_of(dedup: Dedup, text: &str) -> Result<Key> {
 
 /// The distinct artifact ids of a column, as keys (for lookup sidecars).
 fn column_keys(batches: &[RecordBatch], column: &str, table: &str) -> Result<Vec<Key>> {
-    let mut keys = BTreeSet::new();
+    let mut keys = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
     for batch in batches {
         let i = batch.schema().index_of(column).map_err(|e| Error::arrow(table, e))?;
         let text = scan::text_column(batch, i, table)?;
@@ -751,18 +796,27 @@ fn column_keys(batches: &[RecordBatch], column: &str, table: &str) -> Result<Vec
             (0..text.len()).filter(|&r| text.is_valid(r)).map(|r| Key::of_value(text.value(r))),
         );
     }
-    Ok(keys.into_iter().collect())
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
 }
 
-/// The distinct keys of the rows, for the key filter of the commit.
+/// The distinct keys of the rows, sorted, for the key filter of the commit
+/// (read from the key column in place: a commit of 10k executions has 30k
+/// of them per table).
 fn batch_keys(batches: &[RecordBatch], dedup: Dedup, table: &str) -> Result<Vec<Key>> {
-    let mut keys = BTreeSet::new();
+    let Some(column) = dedup.column() else { return Ok(Vec::new()) };
+    let mut keys = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
     for batch in batches {
-        for text in key_texts(batch, dedup, table)? {
-            keys.insert(key_of(dedup, &text)?);
+        let i = batch.schema().index_of(column).map_err(|e| Error::arrow(table, e))?;
+        let text = scan::text_column(batch, i, table)?;
+        for r in 0..text.len() {
+            keys.push(key_of(dedup, text.value(r))?);
         }
     }
-    Ok(keys.into_iter().collect())
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys)
 }
 
 /// Drop the rows whose key the table holds at its current version; also
@@ -1110,4 +1164,98 @@ async fn keys_of_files(
     let keys: BTreeSet<Key> =
         values.iter().map(|v| if run_ids { Key::of_text(v) } else { Key::of_value(v) }).collect();
     Ok(keys.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deltalake::arrow::array::StringArray;
+    use deltalake::arrow::datatypes::{Field, Schema};
+
+    use crate::artifact::ArtifactId;
+    use crate::lake::layout;
+
+    fn texts(columns: &[(&str, Vec<Option<&str>>)]) -> RecordBatch {
+        let fields: Vec<Field> =
+            columns.iter().map(|(name, _)| Field::new(*name, DataType::Utf8, true)).collect();
+        let arrays: Vec<ArrayRef> = columns
+            .iter()
+            .map(|(_, values)| Arc::new(StringArray::from(values.clone())) as ArrayRef)
+            .collect();
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).unwrap()
+    }
+
+    fn column(batch: &RecordBatch, name: &str) -> Vec<Option<String>> {
+        let text = scan::text_column(batch, batch.schema().index_of(name).unwrap(), "t").unwrap();
+        text.iter().map(|v| v.map(str::to_owned)).collect()
+    }
+
+    fn id(n: u8) -> String {
+        ArtifactId::compute("metric", &[n]).to_hex()
+    }
+
+    #[test]
+    fn unique_rows_keeps_the_first_of_each_key_across_batches() {
+        let (a, b, c) = (id(1), id(2), id(3));
+        let one = texts(&[("artifact_id", vec![Some(&a), Some(&b), Some(&a)])]);
+        let two = texts(&[("artifact_id", vec![Some(&c), Some(&b)])]);
+        let kept = unique_rows(&[one, two], &layout::index_table()).unwrap();
+        assert_eq!(column(&kept[0], "artifact_id"), vec![Some(a), Some(b)]);
+        assert_eq!(column(&kept[1], "artifact_id"), vec![Some(c)]);
+    }
+
+    #[test]
+    fn unique_rows_of_a_wide_key_compares_every_key_column() {
+        let spec = layout::execution_edges_table();
+        let rows = |run: &str, direction: &str, role: &str, artifact: &str| {
+            (run.to_owned(), direction.to_owned(), role.to_owned(), artifact.to_owned())
+        };
+        let all = [
+            rows("r1", "output", "out", "x"),
+            rows("r1", "input", "out", "x"),
+            rows("r1", "output", "out", "x"),
+            rows("r2", "output", "out", "x"),
+            rows("r1", "output", "other", "x"),
+        ];
+        let pick = |f: fn(&(String, String, String, String)) -> &str| {
+            all.iter().map(|r| Some(f(r))).collect::<Vec<_>>()
+        };
+        let batch = texts(&[
+            ("execution_run_id", pick(|r| &r.0)),
+            ("direction", pick(|r| &r.1)),
+            ("role", pick(|r| &r.2)),
+            ("artifact_id", pick(|r| &r.3)),
+        ]);
+        let kept = unique_rows(&[batch], &spec).unwrap();
+        assert_eq!(kept[0].num_rows(), 4, "only the exact repeat (row 3) is dropped");
+        assert_eq!(column(&kept[0], "direction")[1], Some("input".to_owned()));
+        assert_eq!(column(&kept[0], "execution_run_id")[2], Some("r2".to_owned()));
+    }
+
+    #[test]
+    fn unique_rows_with_null_keys_treats_nulls_as_one_key_apart_from_empty_text() {
+        let batch = texts(&[("artifact_id", vec![None, Some(""), None, Some("")])]);
+        let kept = unique_rows(&[batch], &layout::index_table()).unwrap();
+        assert_eq!(column(&kept[0], "artifact_id"), vec![None, Some(String::new())]);
+    }
+
+    #[test]
+    fn batch_keys_are_sorted_distinct_and_reject_what_is_not_an_id() {
+        let (a, b) = (id(1), id(2));
+        let batch = texts(&[("artifact_id", vec![Some(&b), Some(&a), Some(&b)])]);
+        let keys = batch_keys(&[batch], Dedup::ArtifactId, "index").unwrap();
+        let mut expected: Vec<Key> =
+            [&a, &b].iter().map(|t| Key::from(t.parse::<ArtifactId>().unwrap())).collect();
+        expected.sort();
+        assert_eq!(keys, expected);
+
+        let runs = texts(&[("execution_run_id", vec![Some("r2"), Some("r1"), Some("r2")])]);
+        let keys = batch_keys(&[runs], Dedup::RunId, "executions").unwrap();
+        assert_eq!(keys.len(), 2);
+        assert!(keys.contains(&Key::of_text("r1")) && keys.contains(&Key::of_text("r2")));
+
+        let bad = texts(&[("artifact_id", vec![Some("not-an-id")])]);
+        assert!(batch_keys(&[bad], Dedup::ArtifactId, "index").is_err());
+        assert!(batch_keys(&[], Dedup::Nothing, "steps").unwrap().is_empty());
+    }
 }
