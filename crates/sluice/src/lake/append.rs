@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use deltalake::DeltaTable;
 use deltalake::DeltaTableError;
-use deltalake::arrow::array::{Array, ArrayRef, BooleanArray, Int32Array};
+use deltalake::arrow::array::{Array, ArrayRef, BooleanArray, Int32Array, StringArray};
 use deltalake::arrow::compute::filter_record_batch;
 use deltalake::arrow::datatypes::DataType;
 use deltalake::arrow::record_batch::RecordBatch;
@@ -463,11 +463,9 @@ impl Append<'_> {
             batches = left;
             if !present.is_empty() {
                 keys = batch_keys(&batches, dedup, &spec.name)?;
-            }
-            if !present.is_empty()
-                && let Some(adds) = written.take()
-            {
-                remove_files(tip.table(), &adds).await;
+                if let Some(adds) = written.take() {
+                    remove_files(tip.table(), &adds).await;
+                }
             }
             skipped.extend(present);
             let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
@@ -705,11 +703,6 @@ fn unique_rows(batches: &[RecordBatch], spec: &TableSpec) -> Result<Vec<RecordBa
     let total: usize = batches.iter().map(RecordBatch::num_rows).sum();
     let mut seen: HashSet<&[u8]> = HashSet::with_capacity(total);
     let mut out = Vec::with_capacity(batches.len());
-    let key_column = |batch: &RecordBatch, c: &str| {
-        batch.column_by_name(c).cloned().ok_or_else(|| {
-            Error::Internal(format!("table `{}`: key column `{c}` is missing", spec.name))
-        })
-    };
     // A key of one text column without nulls (content tables, the index,
     // executions) is compared as its bytes in place; others through the row
     // format.
@@ -722,7 +715,7 @@ fn unique_rows(batches: &[RecordBatch], spec: &TableSpec) -> Result<Vec<RecordBa
         {
             batches
                 .iter()
-                .map(|b| scan::text_column(b, batch_index(b, column, spec)?, &spec.name))
+                .map(|b| text_column_named(b, column, &spec.name))
                 .collect::<Result<Vec<_>>>()?
         }
         _ => Vec::new(),
@@ -743,6 +736,11 @@ fn unique_rows(batches: &[RecordBatch], spec: &TableSpec) -> Result<Vec<RecordBa
         })
         .collect::<Result<Vec<_>>>()?;
     let converter = RowConverter::new(fields).map_err(|e| Error::arrow(&spec.name, e))?;
+    let key_column = |batch: &RecordBatch, c: &str| {
+        batch.column_by_name(c).cloned().ok_or_else(|| {
+            Error::Internal(format!("table `{}`: key column `{c}` is missing", spec.name))
+        })
+    };
     let rows = batches
         .iter()
         .map(|batch| {
@@ -758,9 +756,10 @@ fn unique_rows(batches: &[RecordBatch], spec: &TableSpec) -> Result<Vec<RecordBa
     Ok(out)
 }
 
-/// The index of `column` in `batch`, or an error naming the table.
-fn batch_index(batch: &RecordBatch, column: &str, spec: &TableSpec) -> Result<usize> {
-    batch.schema().index_of(column).map_err(|e| Error::arrow(&spec.name, e))
+/// The text column `column` of `batch`, or an error naming the table.
+fn text_column_named(batch: &RecordBatch, column: &str, table: &str) -> Result<StringArray> {
+    let i = batch.schema().index_of(column).map_err(|e| Error::arrow(table, e))?;
+    scan::text_column(batch, i, table)
 }
 
 fn keep(batch: &RecordBatch, mask: Vec<bool>, table: &str) -> Result<RecordBatch> {
@@ -774,8 +773,7 @@ fn keep(batch: &RecordBatch, mask: Vec<bool>, table: &str) -> Result<RecordBatch
 /// The dedup-key text of every row, in order.
 fn key_texts(batch: &RecordBatch, dedup: Dedup, table: &str) -> Result<Vec<String>> {
     let Some(column) = dedup.column() else { return Ok(Vec::new()) };
-    let i = batch.schema().index_of(column).map_err(|e| Error::arrow(table, e))?;
-    let text = scan::text_column(batch, i, table)?;
+    let text = text_column_named(batch, column, table)?;
     Ok((0..text.len()).map(|r| text.value(r).to_owned()).collect())
 }
 
@@ -790,8 +788,7 @@ fn key_of(dedup: Dedup, text: &str) -> Result<Key> {
 fn column_keys(batches: &[RecordBatch], column: &str, table: &str) -> Result<Vec<Key>> {
     let mut keys = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
     for batch in batches {
-        let i = batch.schema().index_of(column).map_err(|e| Error::arrow(table, e))?;
-        let text = scan::text_column(batch, i, table)?;
+        let text = text_column_named(batch, column, table)?;
         keys.extend(
             (0..text.len()).filter(|&r| text.is_valid(r)).map(|r| Key::of_value(text.value(r))),
         );
@@ -808,8 +805,7 @@ fn batch_keys(batches: &[RecordBatch], dedup: Dedup, table: &str) -> Result<Vec<
     let Some(column) = dedup.column() else { return Ok(Vec::new()) };
     let mut keys = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
     for batch in batches {
-        let i = batch.schema().index_of(column).map_err(|e| Error::arrow(table, e))?;
-        let text = scan::text_column(batch, i, table)?;
+        let text = text_column_named(batch, column, table)?;
         for r in 0..text.len() {
             keys.push(key_of(dedup, text.value(r))?);
         }
@@ -1169,7 +1165,6 @@ async fn keys_of_files(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use deltalake::arrow::array::StringArray;
     use deltalake::arrow::datatypes::{Field, Schema};
 
     use crate::artifact::ArtifactId;
