@@ -535,6 +535,10 @@ pub enum BenchCommand {
         /// Puts measured.
         #[arg(long, default_value_t = 1000)]
         count: u64,
+        /// Also write each put's latency (ms, one per line, in order) here,
+        /// to see where the slow ones fall.
+        #[arg(long)]
+        latencies: Option<PathBuf>,
     },
     /// Small step commits: --count consecutive commits, each of one staged
     /// execution of --artifacts metrics, through the library's committer
@@ -546,6 +550,9 @@ pub enum BenchCommand {
         /// Metrics per staged execution.
         #[arg(long, default_value_t = 1)]
         artifacts: usize,
+        /// Also write each commit's latency (ms, one per line, in order) here.
+        #[arg(long)]
+        latencies: Option<PathBuf>,
     },
     /// A lake grown by a generator to --artifacts metrics (partitioned by
     /// step, with executions and provenance edges), measured at each size of

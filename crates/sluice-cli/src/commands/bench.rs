@@ -227,9 +227,11 @@ pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Lookup { artifacts, samples } => {
             super::bench_store::lookup(root, artifacts, samples).await?
         }
-        BenchCommand::Put { count } => super::bench_store::put(root, count).await?,
-        BenchCommand::StepCommit { count, artifacts } => {
-            super::bench_store::step_commit(root, count, artifacts).await?
+        BenchCommand::Put { count, latencies } => {
+            super::bench_store::put(root, count, latencies.as_deref()).await?
+        }
+        BenchCommand::StepCommit { count, artifacts, latencies } => {
+            super::bench_store::step_commit(root, count, artifacts, latencies.as_deref()).await?
         }
         BenchCommand::Cache { executions, specs } => {
             super::bench_store::cache(root, executions, specs).await?

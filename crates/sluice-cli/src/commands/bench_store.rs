@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use sluice::Lake;
 
 use super::bench::{fill, median_p99};
@@ -78,7 +78,7 @@ pub async fn lookup(root: &Path, artifacts: u64, samples: u64) -> anyhow::Result
 }
 
 /// `sluice bench put`.
-pub async fn put(root: &Path, count: u64) -> anyhow::Result<Vec<Figure>> {
+pub async fn put(root: &Path, count: u64, latencies: Option<&Path>) -> anyhow::Result<Vec<Figure>> {
     let lake = Lake::open(root).await?;
     let nonce = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default();
     let mut ms = Vec::with_capacity(count as usize);
@@ -92,12 +92,18 @@ pub async fn put(root: &Path, count: u64) -> anyhow::Result<Vec<Figure>> {
     }
     lake.settle().await;
     let what = format!("{count} consecutive puts of one metric, library API, one process");
+    write_latencies(latencies, &ms)?;
     small_commit_figures("put", "put of one metric", &what, ms)
 }
 
 /// `sluice bench step-commit`: what a pipeline step of one unit commits,
 /// staged as its worker stages it, committed by the library's committer.
-pub async fn step_commit(root: &Path, count: u64, artifacts: usize) -> anyhow::Result<Vec<Figure>> {
+pub async fn step_commit(
+    root: &Path,
+    count: u64,
+    artifacts: usize,
+    latencies: Option<&Path>,
+) -> anyhow::Result<Vec<Figure>> {
     use sluice::staging::synthetic::{self, SyntheticSpec};
     use sluice::staging::{StagingWriter, SyncPolicy};
     let lake = Lake::open(root).await?;
@@ -131,7 +137,15 @@ pub async fn step_commit(root: &Path, count: u64, artifacts: usize) -> anyhow::R
         "{count} consecutive commits of one staged execution of {artifacts} metric(s), \
          library API, one process"
     );
+    write_latencies(latencies, &ms)?;
     small_commit_figures("step-commit", "step commit of one execution", &what, ms)
+}
+
+/// Each commit's latency in milliseconds, one per line, in order.
+fn write_latencies(path: Option<&Path>, ms: &[f64]) -> anyhow::Result<()> {
+    let Some(path) = path else { return Ok(()) };
+    let text: String = ms.iter().map(|m| format!("{m:.3}\n")).collect();
+    std::fs::write(path, text).with_context(|| format!("writing latencies to {}", path.display()))
 }
 
 /// Median, p99 and flatness of a run of small commits (goal 6).

@@ -85,7 +85,7 @@ pub struct Tip {
     /// [`TXN_APP_ID`]) the table records at the head.
     seq: Option<i64>,
     /// The checkpoint being written, off the commit path.
-    checkpointing: Option<tokio::task::JoinHandle<()>>,
+    checkpointing: Option<std::thread::JoinHandle<()>>,
     /// Live data files, as counted from adds and removes (spaces the
     /// checkpoints).
     files: u64,
@@ -395,21 +395,32 @@ impl Tip {
         let retention = config.log_retention_duration();
         let log_store = self.table.log_store();
         let name = self.name.clone();
-        self.checkpointing = Some(tokio::spawn(async move {
-            if let Err(e) =
-                write_checkpoint(&log_store, version, cleanup.then_some(retention)).await
-            {
-                tracing::warn!(table = %name, version, error = %e, "could not write a checkpoint");
+        let retention = cleanup.then_some(retention);
+        let spawned = std::thread::Builder::new().name(format!("checkpoint {}", self.name)).spawn(
+            move || {
+                if let Err(e) = write_checkpoint(&log_store, version, retention) {
+                    tracing::warn!(table = %name, version, error = %e, "could not write a checkpoint");
+                }
+            },
+        );
+        match spawned {
+            Ok(thread) => self.checkpointing = Some(thread),
+            Err(e) => {
+                tracing::warn!(table = %self.name, version, error = %e, "could not start a checkpoint")
             }
-        }));
+        }
     }
 
     /// Wait for the checkpoint being written, if any.
     pub async fn settle(&mut self) {
-        if let Some(writing) = self.checkpointing.take()
-            && let Err(e) = writing.await
-        {
-            tracing::warn!(table = %self.name, error = %e, "a checkpoint task failed");
+        if let Some(writing) = self.checkpointing.take() {
+            match tokio::task::spawn_blocking(move || writing.join()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => tracing::warn!(table = %self.name, "a checkpoint thread panicked"),
+                Err(e) => {
+                    tracing::warn!(table = %self.name, error = %e, "a checkpoint task failed")
+                }
+            }
         }
     }
 }
@@ -460,27 +471,48 @@ const CLEANUP_EVERY: u64 = 10;
 
 /// Write the checkpoint of `version` from the kernel's snapshot; with a
 /// retention, then drop log files older than it behind a checkpoint.
-async fn write_checkpoint(
+///
+/// Runs on a thread of its own with a runtime of its own: the kernel's
+/// engine runs its reads on the runtime it is made in, and on the lake's
+/// runtime a checkpoint of a large table (seconds of log and Parquet
+/// decoding) kept its worker threads from the commits it was meant to stay
+/// out of the way of.
+fn write_checkpoint(
     log_store: &deltalake::logstore::LogStoreRef,
     version: u64,
     retention: Option<Duration>,
 ) -> std::result::Result<(), String> {
+    // One checkpoint at a time in a process: two tables written together
+    // (a put's metrics and index) reach their checkpoints together, and two
+    // at once took both cores from the commits.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("a runtime for the checkpoint: {e}"))?;
+    // Made inside the runtime (the engine asks for the current one), used
+    // outside it: its blocking calls must not run on a runtime's thread.
+    let engine = {
+        let _inside = runtime.enter();
+        log_store.engine(None)
+    };
     let root = log_store.root_url().clone();
-    let engine = log_store.engine(None);
-    tokio::task::spawn_blocking(move || {
-        let snapshot = delta_kernel::Snapshot::builder_for(root.as_str())
-            .at_version(version)
-            .build(engine.as_ref())
-            .map_err(|e| e.to_string())?;
-        snapshot.checkpoint(engine.as_ref(), None).map(drop).map_err(|e| e.to_string())
-    })
-    .await
-    .map_err(|e| e.to_string())??;
+    let snapshot = delta_kernel::Snapshot::builder_for(root.as_str())
+        .at_version(version)
+        .build(engine.as_ref())
+        .map_err(|e| e.to_string())?;
+    snapshot.checkpoint(engine.as_ref(), None).map_err(|e| e.to_string())?;
     if let Some(retention) = retention {
         let cutoff = chrono::Utc::now().timestamp_millis()
             - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-        deltalake::checkpoints::cleanup_expired_logs_for(version, log_store.as_ref(), cutoff, None)
-            .await
+        runtime
+            .block_on(deltalake::checkpoints::cleanup_expired_logs_for(
+                version,
+                log_store.as_ref(),
+                cutoff,
+                None,
+            ))
             .map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -541,7 +573,12 @@ mod tests {
         let tip = Tip::open(lake.root(), &spec).await.unwrap();
         let log = tip.dir.join("_delta_log");
         assert!(log.join(format!("{:020}.json", 0)).exists());
-        write_checkpoint(&tip.table.log_store(), tip.head(), Some(Duration::ZERO)).await.unwrap();
+        // On a thread of its own, as a tip runs it (it makes a runtime).
+        let (log_store, head) = (tip.table.log_store(), tip.head());
+        std::thread::spawn(move || write_checkpoint(&log_store, head, Some(Duration::ZERO)))
+            .join()
+            .unwrap()
+            .unwrap();
         let hint = std::fs::read_to_string(log.join("_last_checkpoint")).unwrap();
         assert!(hint.contains(&format!("\"version\":{}", tip.head())), "{hint}");
         assert!(!log.join(format!("{:020}.json", 0)).exists(), "expired and behind a checkpoint");
