@@ -19,6 +19,7 @@ pub mod key_filter;
 pub mod key_set;
 pub mod layout;
 mod lock;
+mod log_entry;
 pub mod lookup;
 pub mod restore;
 pub mod result_set;

@@ -38,8 +38,7 @@ use std::time::{Duration, Instant};
 
 use deltalake::DeltaTable;
 use deltalake::kernel::Action;
-use deltalake::kernel::transaction::{CommitData, PROTOCOL, TransactionError};
-use deltalake::logstore::CommitOrBytes;
+use deltalake::kernel::transaction::{CommitData, PROTOCOL};
 use deltalake::protocol::DeltaOperation;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::writer::RecordBatchWriter;
@@ -47,6 +46,7 @@ use deltalake::writer::RecordBatchWriter;
 use super::coverage::Coverage;
 use super::key_filter::{self, Key, KeyFilter};
 use super::layout::{TXN_APP_ID, TableSpec};
+use super::log_entry;
 use super::table;
 use crate::error::{Error, Result};
 
@@ -199,7 +199,7 @@ impl Tip {
         }
         // The head's own entry must still be there: a table made again at
         // the same path (or a log cleaned past the head) starts over.
-        let own = self.dir.join("_delta_log").join(format!("{:020}.json", self.head));
+        let own = log_entry::entry_path(&self.dir, self.head);
         if !own.exists() {
             *self = Tip::open(root, spec).await?;
             return Ok(Advanced::Reopened);
@@ -262,9 +262,9 @@ impl Tip {
         mut metadata: HashMap<String, serde_json::Value>,
         txns: Vec<deltalake::kernel::Transaction>,
     ) -> Result<Option<u64>> {
-        // Lakes are folders of a file system, whose log store writes each
-        // entry put-if-absent; one that went through a temporary file
-        // would need delta-rs's commit.
+        // Lakes are folders of a file system, where a hard link makes an
+        // entry put-if-absent; a log store that went through a temporary
+        // file or a lock table would need delta-rs's commit.
         let store = self.table.log_store().name();
         if store != "DefaultLogStore" {
             return Err(Error::Internal(format!(
@@ -280,15 +280,9 @@ impl Tip {
         metadata.insert("readVersion".into(), self.head.into());
         let data = CommitData::new(actions, operation, metadata, txns);
         let bytes = data.get_bytes().map_err(|e| Error::delta(&self.name, e.into()))?;
-        let written = self
-            .table
-            .log_store()
-            .write_commit_entry(version, CommitOrBytes::LogBytes(bytes), uuid::Uuid::new_v4())
-            .await;
-        match written {
-            Ok(()) => {}
-            Err(TransactionError::VersionAlreadyExists(_)) => return Ok(None),
-            Err(e) => return Err(Error::delta(&self.name, e.into())),
+        // Put-if-absent where the commit runs (see [`log_entry`]).
+        if !log_entry::write_if_absent(&self.dir, version, &bytes)? {
+            return Ok(None);
         }
         self.apply(version, &data.actions);
         self.head = version;
