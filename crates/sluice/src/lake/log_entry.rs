@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 
 /// The path of a version's log entry.
-pub fn entry_path(table_dir: &Path, version: u64) -> PathBuf {
+pub(crate) fn entry_path(table_dir: &Path, version: u64) -> PathBuf {
     table_dir.join("_delta_log").join(format!("{version:020}.json"))
 }
 
@@ -30,8 +30,8 @@ pub fn entry_path(table_dir: &Path, version: u64) -> PathBuf {
 /// had (the version is theirs; nothing of ours is left behind).
 pub fn write_if_absent(table_dir: &Path, version: u64, bytes: &[u8]) -> Result<bool> {
     let entry = entry_path(table_dir, version);
-    let log = table_dir.join("_delta_log");
-    let tmp = log.join(format!(".{version:020}.json.{}.tmp", uuid::Uuid::new_v4().simple()));
+    let tmp =
+        entry.with_file_name(format!(".{version:020}.json.{}.tmp", uuid::Uuid::new_v4().simple()));
     std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
     let linked = std::fs::hard_link(&tmp, &entry);
     if let Err(e) = std::fs::remove_file(&tmp) {

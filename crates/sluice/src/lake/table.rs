@@ -132,7 +132,7 @@ pub fn table_dir(root: &Path, spec: &TableSpec) -> PathBuf {
 /// long log is listed only when both are gone.)
 pub fn is_table(dir: &Path) -> bool {
     let log = dir.join("_delta_log");
-    if log.join(format!("{:020}.json", 0)).is_file() || log.join("_last_checkpoint").is_file() {
+    if super::log_entry::entry_path(dir, 0).is_file() || log.join("_last_checkpoint").is_file() {
         return true;
     }
     let Ok(entries) = std::fs::read_dir(log) else { return false };
@@ -489,7 +489,7 @@ pub fn record_result_set(
 /// `version` (see the module docs). Anything but a clear "not found" counts
 /// as "may".
 pub(crate) fn may_have_moved(dir: &Path, version: u64) -> bool {
-    let next: PathBuf = dir.join("_delta_log").join(format!("{:020}.json", version + 1));
+    let next = super::log_entry::entry_path(dir, version + 1);
     !matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 

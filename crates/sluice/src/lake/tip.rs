@@ -286,7 +286,7 @@ impl Tip {
         }
         self.apply(version, &data.actions);
         self.head = version;
-        self.checkpoint_if_due(version).await;
+        self.checkpoint_if_due(version);
         Ok(Some(version))
     }
 
@@ -369,7 +369,7 @@ impl Tip {
     /// one-row commits: every 1,000 versions instead of every 100, a tenth
     /// of the background work per commit). Delta readers accept any
     /// spacing; the interval stays the floor.
-    async fn checkpoint_if_due(&mut self, version: u64) {
+    fn checkpoint_if_due(&mut self, version: u64) {
         let Ok(snapshot) = self.table.snapshot() else { return };
         let config = snapshot.table_config();
         let interval = config.checkpoint_interval().get();
@@ -540,16 +540,16 @@ mod tests {
     #[tokio::test]
     async fn large_tables_are_checkpointed_less_often() {
         let (_dir, mut tip) = tip_of_a_new_table().await;
-        tip.checkpoint_if_due(99).await;
+        tip.checkpoint_if_due(99);
         assert!(tip.checkpointing.is_some(), "a small table: every 100 versions");
         tip.settle().await;
         assert_eq!(tip.replayed_from, 100);
         tip.files = 10_000;
         for version in [199, 499, 999] {
-            tip.checkpoint_if_due(version).await;
+            tip.checkpoint_if_due(version);
             assert!(tip.checkpointing.is_none(), "10,000 files: not at {version}");
         }
-        tip.checkpoint_if_due(1099).await;
+        tip.checkpoint_if_due(1099);
         assert!(tip.checkpointing.is_some(), "1,000 versions after the last");
         assert_eq!(tip.replayed_from, 1100);
         // (Those versions do not exist: the background write fails, logged.)
