@@ -107,6 +107,36 @@ async fn key_filters_speed_up_dedup_but_never_decide_it() {
     );
 }
 
+/// Sidecars are written after the commit and only speed look-ups up: when
+/// they cannot be written at all, puts still succeed and report no error,
+/// and both the writing handle and a fresh one find every present id (by
+/// reading the files no sidecar covers).
+#[tokio::test]
+async fn sidecars_that_cannot_be_written_cost_speed_never_a_result() {
+    let (dir, lake) = lake().await;
+    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::key_filter::KEYS_DIR);
+    let _ = std::fs::remove_dir_all(&keys);
+    std::fs::write(&keys, b"a file where the sidecar folder goes").unwrap();
+    let (a, b) = (metrics(&lake, 1, 10), metrics(&lake, 2, 10));
+    assert_eq!(lake.put(&a).await.unwrap().rows_added["metrics"], 10);
+    assert_eq!(lake.put(&b).await.unwrap().rows_added["metrics"], 10);
+    assert!(keys.is_file(), "no sidecar could be written");
+
+    let mut both = a.clone();
+    both.extend(b.iter().cloned());
+    assert_eq!(lake.put(&both).await.unwrap().already_present, 20, "the writer's handle");
+    let fresh = sluice::Lake::open(dir.path()).await.unwrap();
+    let again = fresh.put(&both).await.unwrap();
+    assert_eq!((again.already_present, again.rows_added["metrics"]), (20, 0), "files read");
+    assert_eq!(distinct_and_rows(&fresh).await, "d,n\n20,20\n");
+
+    // Once the folder can be made again, the next commit's sidecars land.
+    std::fs::remove_file(&keys).unwrap();
+    fresh.put(&metrics(&lake, 3, 10)).await.unwrap();
+    let written = std::fs::read_dir(&keys).unwrap().count();
+    assert_eq!(written, 2, "the third put's key filter and key set");
+}
+
 /// De-duplication of thousands of ids (more than one `IN` list of the old
 /// scans) against several files, some no key filter covers: exactly the
 /// present ones are skipped.
