@@ -494,8 +494,30 @@ pub(crate) fn may_have_moved(dir: &Path, version: u64) -> bool {
 }
 
 /// Relative paths of a table's active data files.
+///
+/// Read from the snapshot's file list as it is, one path per file: the
+/// add-action table of [`active_file_rows`] evaluates and flattens every
+/// file's statistics first, which made this cost grow with the table's
+/// files on every look-up, cache check and lineage walk. Paths are the
+/// log's own spelling (as the key filters name them): should the snapshot
+/// have to decode one, or hold no files (an empty table, or a handle opened
+/// without its file list, which must fail rather than look empty), the
+/// add-action table answers instead.
 pub fn active_files(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<String>> {
-    Ok(active_file_rows(table, spec)?.into_iter().map(|(path, _)| path).collect())
+    use std::borrow::Cow;
+    let state = table.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
+    let files = state.snapshot().try_log_data().map_err(|e| Error::delta(&spec.name, e))?;
+    let as_logged: Option<Vec<String>> = files
+        .iter()
+        .map(|file| match file.path() {
+            Cow::Borrowed(path) => Some(path.to_owned()),
+            Cow::Owned(_) => None,
+        })
+        .collect();
+    match as_logged {
+        Some(paths) if !paths.is_empty() => Ok(paths),
+        _ => Ok(active_file_rows(table, spec)?.into_iter().map(|(path, _)| path).collect()),
+    }
 }
 
 /// Relative paths of a table's active data files, with their row counts
@@ -590,5 +612,59 @@ mod tests {
         assert!(!is_table(dir.path()));
         std::fs::write(log.join("00000000000000000000.json"), b"{}").expect("commit");
         assert!(is_table(dir.path()));
+    }
+
+    /// The file list read as the snapshot holds it is the add-action
+    /// table's, path for path — also when partition values had to be
+    /// percent-encoded in the log, and after files were removed.
+    #[tokio::test]
+    async fn active_files_are_the_logs_paths_as_written() {
+        use deltalake::protocol::SaveMode;
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Schema::new(vec![
+            Field::new("p", DataType::Utf8, true),
+            Field::new("x", DataType::Int64, true),
+        ]);
+        let spec = TableSpec::ingestion("t", "t");
+        let table_dir = dir.path().join("t");
+        let mut table =
+            open_or_create_dir(&table_dir, "t", &schema, vec!["p".into()]).await.unwrap();
+        let empty = active_files(&table, &spec).unwrap();
+        assert!(empty.is_empty(), "{empty:?}");
+        for partitions in [vec!["a", "b"], vec!["c d%e/f", "g"]] {
+            let n = partitions.len();
+            let batch = RecordBatch::try_new(
+                Arc::new(schema.clone()),
+                vec![
+                    Arc::new(StringArray::from(partitions)) as ArrayRef,
+                    Arc::new(Int64Array::from_iter_values(0..n as i64)),
+                ],
+            )
+            .unwrap();
+            table = table.write(vec![batch]).with_save_mode(SaveMode::Append).await.unwrap();
+            let fast = active_files(&table, &spec).unwrap();
+            let rows: Vec<String> =
+                active_file_rows(&table, &spec).unwrap().into_iter().map(|(p, _)| p).collect();
+            assert_eq!(fast, rows);
+        }
+        assert_eq!(active_files(&table, &spec).unwrap().len(), 4);
+        assert!(
+            active_files(&table, &spec).unwrap().iter().any(|p| p.contains('%')),
+            "a partition value was percent-encoded in the log"
+        );
+        // Plain paths again, after an overwrite removed the encoded ones.
+        let batch = RecordBatch::try_new(
+            Arc::new(schema.clone()),
+            vec![
+                Arc::new(StringArray::from(vec!["h"])) as ArrayRef,
+                Arc::new(Int64Array::from_iter_values(0..1)),
+            ],
+        )
+        .unwrap();
+        table = table.write(vec![batch]).with_save_mode(SaveMode::Overwrite).await.unwrap();
+        let fast = active_files(&table, &spec).unwrap();
+        let rows: Vec<String> =
+            active_file_rows(&table, &spec).unwrap().into_iter().map(|(p, _)| p).collect();
+        assert_eq!((fast.len(), &fast), (1, &rows));
     }
 }
