@@ -467,14 +467,77 @@ fn in_partition(source: &FileSource, column: &str, values: &HashSet<i64>) -> boo
     value.len() == 1 && value.is_valid(0) && values.contains(&value.value(0))
 }
 
-/// The given files with their sizes and partition values (one-row arrays),
-/// from the table's add actions; every file must be active in `handle`.
+/// The given files with their sizes and partition values (one-row arrays);
+/// every file must be active in `handle`.
 fn file_sources(
     handle: &DeltaTable,
     spec: &TableSpec,
     files: &[String],
 ) -> Result<Vec<FileSource>> {
     let wanted: HashSet<&str> = files.iter().map(String::as_str).collect();
+    let out = match sources_from_file_list(handle, spec, &wanted)? {
+        Some(out) => out,
+        None => sources_from_add_actions(handle, spec, &wanted)?,
+    };
+    // A file the handle does not list would be skipped, and its rows
+    // silently missed: refuse instead.
+    if out.len() < wanted.len() {
+        let found: HashSet<&str> = out.iter().map(|s| s.path.as_str()).collect();
+        let missing: Vec<&str> = wanted.difference(&found).copied().collect();
+        return Err(Error::Internal(format!(
+            "table `{}`: look-up of files that are not active at version {}: {}",
+            spec.name,
+            handle.version().unwrap_or_default(),
+            missing.join(", ")
+        )));
+    }
+    Ok(out)
+}
+
+/// [`file_sources`] from the snapshot's file list as it is (no statistics
+/// evaluated: a look-up's cost does not grow with the table's files).
+/// `None` when it cannot answer exactly — a path the snapshot decodes (the
+/// key filters name the log's spelling) or a partition value it does not
+/// hold parsed — and the add-action table must.
+fn sources_from_file_list(
+    handle: &DeltaTable,
+    spec: &TableSpec,
+    wanted: &HashSet<&str>,
+) -> Result<Option<Vec<FileSource>>> {
+    use std::borrow::Cow;
+    let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
+    let files = state.snapshot().try_log_data().map_err(|e| Error::delta(&spec.name, e))?;
+    let mut out = Vec::with_capacity(wanted.len());
+    for file in files.iter() {
+        let Cow::Borrowed(path) = file.path() else { return Ok(None) };
+        if !wanted.contains(path) {
+            continue;
+        }
+        let mut partition = BTreeMap::new();
+        if !spec.partition_columns.is_empty() {
+            let Some(values) = file.partition_values() else { return Ok(None) };
+            for column in &spec.partition_columns {
+                let at = values.fields().iter().position(|f| f.name() == column);
+                let Some(value) = at.and_then(|i| values.values().get(i)) else {
+                    return Ok(None);
+                };
+                let Ok(array) = value.to_array(1) else { return Ok(None) };
+                partition.insert(column.clone(), array);
+            }
+        }
+        let size = u64::try_from(file.size()).unwrap_or_default();
+        out.push(FileSource { path: path.to_owned(), size, partition });
+    }
+    Ok(Some(out))
+}
+
+/// [`file_sources`] from the table's add actions (statistics flattened for
+/// every file: the general path).
+fn sources_from_add_actions(
+    handle: &DeltaTable,
+    spec: &TableSpec,
+    wanted: &HashSet<&str>,
+) -> Result<Vec<FileSource>> {
     let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
     let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;
     let paths = adds
@@ -508,18 +571,6 @@ fn file_sources(
         }
         let size = u64::try_from(sizes.value(row)).unwrap_or_default();
         out.push(FileSource { path: paths.value(row).to_owned(), size, partition });
-    }
-    // A file the handle does not list would be skipped, and its rows
-    // silently missed: refuse instead.
-    if out.len() < wanted.len() {
-        let found: HashSet<&str> = out.iter().map(|s| s.path.as_str()).collect();
-        let missing: Vec<&str> = wanted.difference(&found).copied().collect();
-        return Err(Error::Internal(format!(
-            "table `{}`: look-up of files that are not active at version {}: {}",
-            spec.name,
-            handle.version().unwrap_or_default(),
-            missing.join(", ")
-        )));
     }
     Ok(out)
 }
@@ -574,5 +625,62 @@ mod tests {
         let keys: HashSet<String> = ["a", "bbbbbbbbbbbbbbbbbbbb"].map(str::to_owned).into();
         let got = matched(&keys, &["a", "b", "bbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbc"]);
         assert_eq!(got, ["a", "bbbbbbbbbbbbbbbbbbbb"]);
+    }
+
+    /// The files' sizes and partition values read from the snapshot's file
+    /// list are those of the add-action table, file for file.
+    #[tokio::test]
+    async fn file_sources_from_the_file_list_match_the_add_actions() {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let (lake, _) = crate::Lake::init(dir.path()).await.expect("a lake");
+        for (step, n) in [(1, 3), (2, 2), (-1, 1), (7, 4)] {
+            let artifacts: Vec<_> = (0..n)
+                .map(|i| {
+                    let draft = crate::Draft::metric(serde_json::json!({"s": step, "i": i}));
+                    draft.expect("a metric").with_step(step).finalize(lake.registry()).expect("id")
+                })
+                .collect();
+            lake.put(&artifacts).await.expect("a put");
+        }
+        let spec = lake.table_spec("metrics").expect("the metrics spec");
+        let handle = table::open(lake.root(), &spec).await.expect("the metrics table");
+        let active = table::active_files(&handle, &spec).expect("its files");
+        assert_eq!(active.len(), 4);
+        let wanted: HashSet<&str> = active.iter().map(String::as_str).collect();
+        let fast = sources_from_file_list(&handle, &spec, &wanted)
+            .expect("read")
+            .expect("answered from the file list");
+        let general = sources_from_add_actions(&handle, &spec, &wanted).expect("read");
+        /// A file's path, size and partition values.
+        type Described = (String, u64, Vec<(String, i64)>);
+        let described = |sources: &[FileSource]| -> Vec<Described> {
+            let mut out: Vec<_> = sources
+                .iter()
+                .map(|s| {
+                    let values = s
+                        .partition
+                        .iter()
+                        .map(|(c, v)| {
+                            let v = cast(v, &DataType::Int64).expect("an integer partition");
+                            let v =
+                                v.as_any().downcast_ref::<deltalake::arrow::array::Int64Array>();
+                            (c.clone(), v.expect("Int64").value(0))
+                        })
+                        .collect();
+                    (s.path.clone(), s.size, values)
+                })
+                .collect();
+            out.sort();
+            out
+        };
+        let steps: Vec<i64> = described(&fast).iter().map(|(_, _, v)| v[0].1).collect();
+        assert_eq!(described(&fast), described(&general));
+        assert_eq!(steps.iter().copied().collect::<std::collections::BTreeSet<_>>().len(), 4);
+        assert!(described(&fast).iter().all(|(_, size, _)| *size > 0));
+        // Asking for one file answers one; a file not active is refused.
+        let one = file_sources(&handle, &spec, &active[..1]).expect("one file");
+        assert_eq!(one.len(), 1);
+        let err = file_sources(&handle, &spec, &["step=1/not-there.parquet".to_owned()]);
+        assert!(err.is_err());
     }
 }
