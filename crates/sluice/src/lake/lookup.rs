@@ -494,22 +494,17 @@ fn file_sources(
     Ok(out)
 }
 
-/// [`file_sources`] from the snapshot's file list as it is (no statistics
-/// evaluated: a look-up's cost does not grow with the table's files).
-/// `None` when it cannot answer exactly — a path the snapshot decodes (the
-/// key filters name the log's spelling) or a partition value it does not
-/// hold parsed — and the add-action table must.
+/// [`file_sources`] from the table's [`table::file_list`]. `None` when it
+/// cannot answer exactly — a path not in the log's spelling, or a
+/// partition value it does not hold parsed — and the add-action table must.
 fn sources_from_file_list(
     handle: &DeltaTable,
     spec: &TableSpec,
     wanted: &HashSet<&str>,
 ) -> Result<Option<Vec<FileSource>>> {
-    use std::borrow::Cow;
-    let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
-    let files = state.snapshot().try_log_data().map_err(|e| Error::delta(&spec.name, e))?;
     let mut out = Vec::with_capacity(wanted.len());
-    for file in files.iter() {
-        let Cow::Borrowed(path) = file.path() else { return Ok(None) };
+    for file in table::file_list(handle, spec)?.iter() {
+        let Some(path) = table::path_as_logged(&file) else { return Ok(None) };
         if !wanted.contains(path) {
             continue;
         }

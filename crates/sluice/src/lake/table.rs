@@ -493,26 +493,36 @@ pub(crate) fn may_have_moved(dir: &Path, version: u64) -> bool {
     !matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
-/// Relative paths of a table's active data files.
-///
-/// Read from the snapshot's file list as it is, one path per file: the
-/// add-action table of [`active_file_rows`] evaluates and flattens every
-/// file's statistics first, which made this cost grow with the table's
-/// files on every look-up, cache check and lineage walk. Paths are the
-/// log's own spelling (as the key filters name them): should the snapshot
-/// have to decode one, or hold no files (an empty table, or a handle opened
-/// without its file list, which must fail rather than look empty), the
-/// add-action table answers instead.
-pub fn active_files(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<String>> {
-    use std::borrow::Cow;
+/// The snapshot's list of active files as it holds it: no statistics
+/// evaluated, unlike Delta's add-action table (see [`active_file_rows`]),
+/// whose cost grows with the table's files on every look-up, cache check
+/// and lineage walk. Read paths through [`path_as_logged`].
+pub(crate) fn file_list<'a>(
+    table: &'a DeltaTable,
+    spec: &TableSpec,
+) -> Result<deltalake::kernel::LogDataHandler<'a>> {
     let state = table.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
-    let files = state.snapshot().try_log_data().map_err(|e| Error::delta(&spec.name, e))?;
-    let as_logged: Option<Vec<String>> = files
+    state.snapshot().try_log_data().map_err(|e| Error::delta(&spec.name, e))
+}
+
+/// A listed file's path in the log's own spelling (as the add actions and
+/// the key filters name it); `None` when the snapshot would percent-decode
+/// it, and the add-action table must answer instead.
+pub(crate) fn path_as_logged(file: &deltalake::kernel::LogicalFileView) -> Option<&str> {
+    match file.path() {
+        std::borrow::Cow::Borrowed(path) => Some(path),
+        std::borrow::Cow::Owned(_) => None,
+    }
+}
+
+/// Relative paths of a table's active data files, from its [`file_list`].
+/// A path the snapshot would decode, or an empty list (an empty table, or a
+/// handle opened without its file list, which must fail rather than look
+/// empty), has the add-action table answer instead.
+pub fn active_files(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<String>> {
+    let as_logged: Option<Vec<String>> = file_list(table, spec)?
         .iter()
-        .map(|file| match file.path() {
-            Cow::Borrowed(path) => Some(path.to_owned()),
-            Cow::Owned(_) => None,
-        })
+        .map(|file| path_as_logged(&file).map(str::to_owned))
         .collect();
     match as_logged {
         Some(paths) if !paths.is_empty() => Ok(paths),
