@@ -86,6 +86,10 @@ pub struct Handles {
     /// Writers' tips (see [`Tip`]), lent out whole: a tip is moved by
     /// its writer's commits, not shared.
     tips: Mutex<HashMap<String, Tip>>,
+    /// The last head learnt of each table this lake keeps no handle of: a
+    /// lake point reads every table's head, and a reader of two tables
+    /// would otherwise list the logs of all the others on every read.
+    heads: Mutex<HashMap<String, u64>>,
 }
 
 impl Handles {
@@ -93,11 +97,12 @@ impl Handles {
         self.kept.lock().ok().and_then(|kept| kept.get(name).cloned())
     }
 
-    /// Whether the table exists: a handle or tip of it is kept, or its log holds a
-    /// commit ([`table::is_table`], which reads the log folder).
+    /// Whether the table exists: a handle, tip or head of it is kept, or its
+    /// log holds a commit ([`table::is_table`], which reads the log folder).
     pub fn exists(&self, root: &Path, spec: &TableSpec) -> bool {
         self.kept.lock().is_ok_and(|kept| kept.contains_key(&spec.name))
             || self.tips.lock().is_ok_and(|tips| tips.contains_key(&spec.name))
+            || self.heads.lock().is_ok_and(|heads| heads.contains_key(&spec.name))
             || table::is_table(&table::table_dir(root, spec))
     }
 
@@ -110,19 +115,34 @@ impl Handles {
     /// The table's latest version, `None` when there is no such table:
     /// through the kept handle when there is one (see the module docs), else
     /// probed without loading the table (a process that reads one table of
-    /// the lake does not load the others to learn their heads).
+    /// the lake does not load the others to learn their heads): from the
+    /// head last learnt, a `stat` per version since ([`table::head_from`]);
+    /// the first time, or far behind, from a listing of the log.
     pub async fn head(&self, root: &Path, spec: &TableSpec) -> Result<Option<u64>> {
-        match self.get(&spec.name) {
-            Some(kept) => {
-                let dir = table::table_dir(root, spec);
-                let leased =
-                    Leased::latest(Some(kept), &dir, &spec.name, table::open(root, spec)).await?;
-                let head = version(&leased.table);
-                self.keep(spec, leased);
-                Ok(Some(head))
-            }
-            None if self.exists(root, spec) => table::latest_version(root, spec).await.map(Some),
-            None => Ok(None),
+        let dir = table::table_dir(root, spec);
+        if let Some(kept) = self.get(&spec.name) {
+            let leased =
+                Leased::latest(Some(kept), &dir, &spec.name, table::open(root, spec)).await?;
+            let head = version(&leased.table);
+            self.keep(spec, leased);
+            return Ok(Some(head));
+        }
+        let learnt = self.heads.lock().ok().and_then(|heads| heads.get(&spec.name).copied());
+        if let Some(head) = learnt.and_then(|known| table::head_from(&dir, known)) {
+            self.learn_head(spec, head);
+            return Ok(Some(head));
+        }
+        if !self.exists(root, spec) {
+            return Ok(None);
+        }
+        let head = table::latest_version(root, spec).await?;
+        self.learn_head(spec, head);
+        Ok(Some(head))
+    }
+
+    fn learn_head(&self, spec: &TableSpec, head: u64) {
+        if let Ok(mut heads) = self.heads.lock() {
+            heads.insert(spec.name.clone(), head);
         }
     }
 
@@ -237,6 +257,46 @@ mod tests {
         assert!(!table::may_have_moved(dir.path(), 7));
     }
 
+    /// Commits of a commit-info action alone at `versions` (as fast as
+    /// files are made).
+    fn bare_commits(table_dir: &Path, versions: std::ops::RangeInclusive<u64>) {
+        for v in versions {
+            let info = r#"{"commitInfo":{"timestamp":1764547200000,"operation":"WRITE"}}"#;
+            let file = table_dir.join("_delta_log").join(format!("{v:020}.json"));
+            std::fs::write(file, format!("{info}\n")).unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_head_learnt_is_followed_by_stats_then_by_a_listing_when_far_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
+        let spec = layout::index_table();
+        let table_dir = table::table_dir(lake.root(), &spec);
+        let handles = Handles::default();
+        let v0 = handles.head(lake.root(), &spec).await.unwrap().unwrap();
+        assert_eq!(handles.heads.lock().unwrap().get(&spec.name), Some(&v0), "learnt");
+        assert!(handles.get(&spec.name).is_none(), "no handle was opened");
+        // A few versions on: followed entry by entry.
+        bare_commits(&table_dir, v0 + 1..=v0 + 3);
+        assert_eq!(table::head_from(&table_dir, v0), Some(v0 + 3));
+        assert_eq!(handles.head(lake.root(), &spec).await.unwrap(), Some(v0 + 3));
+        // Far more than a few: the stats give up and the log is listed.
+        let far = v0 + 3 + 2 * table::HEAD_STEPS;
+        bare_commits(&table_dir, v0 + 4..=far);
+        assert_eq!(table::head_from(&table_dir, v0 + 3), None);
+        assert_eq!(handles.head(lake.root(), &spec).await.unwrap(), Some(far));
+        // Something that is neither an entry nor absent: not taken for one.
+        std::fs::create_dir(table_dir.join("_delta_log").join(format!("{:020}.json", far + 1)))
+            .unwrap();
+        assert_eq!(table::head_from(&table_dir, far), None);
+        // No such table: no head, and none learnt.
+        let missing = layout::executions_table();
+        std::fs::remove_dir_all(table::table_dir(lake.root(), &missing)).unwrap();
+        assert_eq!(handles.head(lake.root(), &missing).await.unwrap(), None);
+        assert!(!handles.heads.lock().unwrap().contains_key(&missing.name));
+    }
+
     #[tokio::test]
     async fn an_aged_handle_is_reopened_even_when_nothing_moved() {
         let dir = tempfile::tempdir().unwrap();
@@ -252,11 +312,7 @@ mod tests {
         // Moved REOPEN_AFTER + 1 versions past its opening (as by this
         // process's own commits), then nothing moved: reopened all the same.
         // (Commits of a commit-info action alone, as fast as files are made.)
-        for v in version(&opened) + 1..=version(&opened) + REOPEN_AFTER + 1 {
-            let info = r#"{"commitInfo":{"timestamp":1764547200000,"operation":"WRITE"}}"#;
-            let file = table_dir.join("_delta_log").join(format!("{v:020}.json"));
-            std::fs::write(file, format!("{info}\n")).unwrap();
-        }
+        bare_commits(&table_dir, version(&opened) + 1..=version(&opened) + REOPEN_AFTER + 1);
         let mut moved = opened.clone();
         moved.update_incremental(None).await.unwrap();
         let aged = Leased { opened_at: version(&opened), table: moved };

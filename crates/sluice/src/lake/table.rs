@@ -493,6 +493,25 @@ pub(crate) fn may_have_moved(dir: &Path, version: u64) -> bool {
     !matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
+/// Log entries [`head_from`] stats before it lists the log instead.
+pub(crate) const HEAD_STEPS: u64 = 8;
+
+/// The table's latest version, found from `known` (a version the table has
+/// reached) by `stat`ing the entries after it: Delta versions are
+/// consecutive and an entry appears whole, so the first absent one follows
+/// the head. `None` when the head is more than [`HEAD_STEPS`] versions on,
+/// or a `stat` answered neither "present" nor "not found": list the log.
+pub(crate) fn head_from(dir: &Path, known: u64) -> Option<u64> {
+    for head in known..known + HEAD_STEPS {
+        match std::fs::symlink_metadata(super::log_entry::entry_path(dir, head + 1)) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(head),
+            Ok(meta) if meta.is_file() => {}
+            _ => return None,
+        }
+    }
+    None
+}
+
 /// The snapshot's list of active files as it holds it: no statistics
 /// evaluated, unlike Delta's add-action table (see [`active_file_rows`]),
 /// whose cost grows with the table's files on every look-up, cache check
