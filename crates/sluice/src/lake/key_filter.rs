@@ -511,33 +511,67 @@ pub fn plan<K: Clone + Send + Sync>(
     keys: &[K],
     key_of: impl Fn(&K) -> Key,
 ) -> LookupPlan<K> {
-    let active_set: BTreeSet<&str> = active.iter().map(String::as_str).collect();
-    // A sidecar counts only while every file it describes is active.
-    let live: Vec<(u64, &KeyFilter)> = filters
-        .iter()
-        .filter(|(_, f)| {
-            !f.files.is_empty() && f.files.iter().all(|file| active_set.contains(file.as_str()))
-        })
-        .map(|(v, f)| (*v, f.as_ref()))
-        .collect();
-    let covered: BTreeSet<&str> =
-        live.iter().flat_map(|(_, f)| f.files.iter().map(String::as_str)).collect();
-    let hashes: Vec<(u64, u64)> = keys.iter().map(|k| key_of(k).hashes()).collect();
-    let probe = |&(version, filter): &(u64, &KeyFilter)| {
-        let mut alive: Vec<u32> = (0..keys.len() as u32).collect();
-        filter.retain_candidates(&hashes, &mut alive);
-        let hits: Vec<K> = alive.iter().map(|&i| keys[i as usize].clone()).collect();
-        (!hits.is_empty()).then(|| Candidates { version, files: filter.files.clone(), keys: hits })
-    };
-    let candidates: Vec<Option<Candidates<K>>> =
-        if keys.len().saturating_mul(live.len()) >= PROBES_ON_CORES {
-            crate::host::on_cores(&live, probe)
-        } else {
-            live.iter().map(probe).collect()
+    Planner::new(active, filters).plan(keys, key_of)
+}
+
+/// What every plan over one table version shares: the filters that still
+/// describe active files only, and the active files none of them covers.
+#[derive(Debug, Clone, Default)]
+pub struct Planner {
+    live: Vec<(u64, Arc<KeyFilter>)>,
+    uncovered: Vec<String>,
+}
+
+impl Planner {
+    /// The planner of a version with `active` files and sidecar `filters`.
+    pub fn new(active: &[String], filters: &BTreeMap<u64, Arc<KeyFilter>>) -> Self {
+        let active_set: BTreeSet<&str> = active.iter().map(String::as_str).collect();
+        // A sidecar counts only while every file it describes is active.
+        let live: Vec<(u64, Arc<KeyFilter>)> = filters
+            .iter()
+            .filter(|(_, f)| {
+                !f.files.is_empty() && f.files.iter().all(|file| active_set.contains(file.as_str()))
+            })
+            .map(|(v, f)| (*v, f.clone()))
+            .collect();
+        let covered: BTreeSet<&str> =
+            live.iter().flat_map(|(_, f)| f.files.iter().map(String::as_str)).collect();
+        let uncovered = active.iter().filter(|f| !covered.contains(f.as_str())).cloned().collect();
+        Planner { live, uncovered }
+    }
+
+    /// Active files no filter covers.
+    pub fn uncovered(&self) -> &[String] {
+        &self.uncovered
+    }
+
+    /// Which files must be read to look up `keys`.
+    pub fn plan<K: Clone + Send + Sync>(
+        &self,
+        keys: &[K],
+        key_of: impl Fn(&K) -> Key,
+    ) -> LookupPlan<K> {
+        let hashes: Vec<(u64, u64)> = keys.iter().map(|k| key_of(k).hashes()).collect();
+        let probe = |(version, filter): &(u64, Arc<KeyFilter>)| {
+            let mut alive: Vec<u32> = (0..keys.len() as u32).collect();
+            filter.retain_candidates(&hashes, &mut alive);
+            let hits: Vec<K> = alive.iter().map(|&i| keys[i as usize].clone()).collect();
+            (!hits.is_empty()).then(|| Candidates {
+                version: *version,
+                files: filter.files.clone(),
+                keys: hits,
+            })
         };
-    LookupPlan {
-        uncovered: active.iter().filter(|f| !covered.contains(f.as_str())).cloned().collect(),
-        candidates: candidates.into_iter().flatten().collect(),
+        let candidates: Vec<Option<Candidates<K>>> =
+            if keys.len().saturating_mul(self.live.len()) >= PROBES_ON_CORES {
+                crate::host::on_cores(&self.live, probe)
+            } else {
+                self.live.iter().map(probe).collect()
+            };
+        LookupPlan {
+            uncovered: self.uncovered.clone(),
+            candidates: candidates.into_iter().flatten().collect(),
+        }
     }
 }
 

@@ -14,7 +14,7 @@
 //! offsets): partition values are taken from the add actions, columns a file
 //! predates are null, and file types are cast to the table's.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use deltalake::DeltaTable;
@@ -31,10 +31,9 @@ use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuil
 use parquet::file::metadata::ParquetMetaData;
 
 use super::file_reader::FileReader;
-use super::key_filter::{self, Candidates, Key, KeyFilter, LookupPlan};
+use super::key_filter::LookupPlan;
 use super::layout::TableSpec;
 use super::table;
-use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 
 /// Files read at once.
@@ -58,62 +57,74 @@ struct FileRead {
     keys: Arc<HashSet<String>>,
     schema: SchemaRef,
     reader: FileReader,
-    source: FileSource,
+    source: Arc<FileSource>,
 }
 
 /// Where a data file's rows come from, and its partition values.
+#[derive(Debug)]
 struct FileSource {
     path: String,
     size: u64,
     partition: BTreeMap<String, ArrayRef>,
 }
 
-/// Which data files of one table may hold given artifact ids, by its key
-/// filters (files no filter covers included): a look-up by id reads the
-/// files of the commits that added those ids instead of every file (ids are
-/// random, so file statistics cannot prune). Active files and sidecars are
-/// read once, for every chunk of ids planned with them.
-pub(crate) struct IdFiles {
-    active: Vec<String>,
-    filters: BTreeMap<u64, Arc<KeyFilter>>,
+/// The size and partition values of every active file of one table
+/// version, by path as the log spells it: what a look-up needs to read a
+/// file, kept with the version's [`IdFiles`](super::id_files::IdFiles) so
+/// that a look-up does not walk the table's file list to find its few.
+#[derive(Debug, Default)]
+pub(crate) struct FileIndex {
+    files: HashMap<String, Arc<FileSource>>,
 }
 
-impl IdFiles {
-    /// The table's active files and the sidecars of its lookup column
-    /// `column`, or of its de-duplication key when `None`.
-    pub(crate) fn new(
-        root: &std::path::Path,
+impl FileIndex {
+    /// The index of `handle`'s version, from its file list; `None` when
+    /// that cannot answer exactly (see [`sources_from_file_list`]). Files
+    /// `previous` (an index of the same table) holds are taken from it.
+    pub(crate) fn of(
         handle: &DeltaTable,
         spec: &TableSpec,
-        column: Option<&str>,
-    ) -> Result<Self> {
-        let dir = table::table_dir(root, spec);
-        let filters = match column {
-            Some(column) => key_filter::read_column(&dir, column),
-            None => key_filter::read_all(&dir),
-        };
-        Ok(IdFiles { active: table::active_files(handle, spec)?, filters })
+        previous: Option<&FileIndex>,
+    ) -> Result<Option<FileIndex>> {
+        let files = sources_from_file_list(handle, spec, |_| true, previous)?;
+        Ok(files.map(|files| FileIndex {
+            files: files.into_iter().map(|s| (s.path.clone(), s)).collect(),
+        }))
     }
 
-    /// The files no filter covers (read for every id) and those whose
-    /// filter may hold some of `ids` (read for those only, see
-    /// [`Lookup::read_planned`]); `None` when no file can hold any.
-    pub(crate) fn plan(&self, ids: &[ArtifactId]) -> Option<LookupPlan<String>> {
-        let plan = key_filter::plan(&self.active, &self.filters, ids, |id| Key::from(id));
-        let plan = LookupPlan {
-            uncovered: plan.uncovered,
-            candidates: plan
-                .candidates
-                .into_iter()
-                .map(|c| Candidates {
-                    version: c.version,
-                    files: c.files,
-                    keys: c.keys.iter().map(ArtifactId::to_hex).collect(),
-                })
-                .collect(),
-        };
-        (!plan.uncovered.is_empty() || !plan.candidates.is_empty()).then_some(plan)
+    /// The active files.
+    pub(crate) fn paths(&self) -> Vec<String> {
+        self.files.keys().cloned().collect()
     }
+
+    /// The sources of `files`, every one of which must be active.
+    fn sources(
+        &self,
+        spec: &TableSpec,
+        version: Option<u64>,
+        files: &[String],
+    ) -> Result<Vec<Arc<FileSource>>> {
+        let mut out = Vec::with_capacity(files.len());
+        let mut missing = Vec::new();
+        for file in files {
+            match self.files.get(file) {
+                Some(source) => out.push(source.clone()),
+                None => missing.push(file.as_str()),
+            }
+        }
+        if missing.is_empty() { Ok(out) } else { Err(not_active(spec, version, &missing)) }
+    }
+}
+
+/// A look-up of files not active at the version read: their rows would be
+/// silently missed, so the look-up is refused.
+fn not_active(spec: &TableSpec, version: Option<u64>, missing: &[&str]) -> Error {
+    Error::Internal(format!(
+        "table `{}`: look-up of files that are not active at version {}: {}",
+        spec.name,
+        version.unwrap_or_default(),
+        missing.join(", ")
+    ))
 }
 
 impl Lookup {
@@ -152,7 +163,7 @@ impl Lookup {
         files: &[String],
     ) -> Result<Vec<RecordBatch>> {
         let all = files.iter().map(|f| (f.clone(), self.keys.clone())).collect();
-        self.read_each(handle, spec, all).await
+        self.read_each(handle, spec, all, None).await
     }
 
     /// Read the matching rows of the files a key-filter [`LookupPlan`]
@@ -165,6 +176,18 @@ impl Lookup {
         spec: &TableSpec,
         plan: &LookupPlan<String>,
     ) -> Result<Vec<RecordBatch>> {
+        self.read_planned_in(handle, spec, plan, None).await
+    }
+
+    /// [`Lookup::read_planned`], the files' sizes and partition values
+    /// taken from `index` (of `handle`'s version) when there is one.
+    pub(crate) async fn read_planned_in(
+        &self,
+        handle: &DeltaTable,
+        spec: &TableSpec,
+        plan: &LookupPlan<String>,
+        index: Option<&FileIndex>,
+    ) -> Result<Vec<RecordBatch>> {
         let mut reads: Vec<(String, Arc<HashSet<String>>)> =
             plan.uncovered.iter().map(|f| (f.clone(), self.keys.clone())).collect();
         for candidates in &plan.candidates {
@@ -173,7 +196,7 @@ impl Lookup {
             );
             reads.extend(candidates.files.iter().map(|f| (f.clone(), hits.clone())));
         }
-        self.read_each(handle, spec, reads).await
+        self.read_each(handle, spec, reads, index).await
     }
 
     /// Read the rows of each file whose key is one of that file's keys.
@@ -182,6 +205,7 @@ impl Lookup {
         handle: &DeltaTable,
         spec: &TableSpec,
         mut reads: Vec<(String, Arc<HashSet<String>>)>,
+        index: Option<&FileIndex>,
     ) -> Result<Vec<RecordBatch>> {
         reads.retain(|(_, keys)| !keys.is_empty());
         if reads.is_empty() {
@@ -189,7 +213,10 @@ impl Lookup {
         }
         let schema = self.output_schema(handle, spec)?;
         let files: Vec<String> = reads.iter().map(|(f, _)| f.clone()).collect();
-        let mut sources = file_sources(handle, spec, &files)?;
+        let mut sources = match index {
+            Some(index) => index.sources(spec, handle.version(), &files)?,
+            None => file_sources(handle, spec, &files)?,
+        };
         if let Some((column, values)) = &self.partitions {
             sources.retain(|source| in_partition(source, column, values));
         }
@@ -473,9 +500,9 @@ fn file_sources(
     handle: &DeltaTable,
     spec: &TableSpec,
     files: &[String],
-) -> Result<Vec<FileSource>> {
+) -> Result<Vec<Arc<FileSource>>> {
     let wanted: HashSet<&str> = files.iter().map(String::as_str).collect();
-    let out = match sources_from_file_list(handle, spec, &wanted)? {
+    let out = match sources_from_file_list(handle, spec, |path| wanted.contains(path), None)? {
         Some(out) => out,
         None => sources_from_add_actions(handle, spec, &wanted)?,
     };
@@ -484,28 +511,29 @@ fn file_sources(
     if out.len() < wanted.len() {
         let found: HashSet<&str> = out.iter().map(|s| s.path.as_str()).collect();
         let missing: Vec<&str> = wanted.difference(&found).copied().collect();
-        return Err(Error::Internal(format!(
-            "table `{}`: look-up of files that are not active at version {}: {}",
-            spec.name,
-            handle.version().unwrap_or_default(),
-            missing.join(", ")
-        )));
+        return Err(not_active(spec, handle.version(), &missing));
     }
     Ok(out)
 }
 
-/// [`file_sources`] from the table's [`table::file_list`]. `None` when it
-/// cannot answer exactly — a path not in the log's spelling, or a
-/// partition value it does not hold parsed — and the add-action table must.
+/// The sources of the files of the table's [`table::file_list`] that
+/// `wanted` picks (those `previous` holds taken from it). `None` when it
+/// cannot answer exactly — a path not in the log's spelling, or a partition
+/// value it does not hold parsed — and the add-action table must.
 fn sources_from_file_list(
     handle: &DeltaTable,
     spec: &TableSpec,
-    wanted: &HashSet<&str>,
-) -> Result<Option<Vec<FileSource>>> {
-    let mut out = Vec::with_capacity(wanted.len());
+    wanted: impl Fn(&str) -> bool,
+    previous: Option<&FileIndex>,
+) -> Result<Option<Vec<Arc<FileSource>>>> {
+    let mut out = Vec::new();
     for file in table::file_list(handle, spec)?.iter() {
         let Some(path) = table::path_as_logged(&file) else { return Ok(None) };
-        if !wanted.contains(path) {
+        if !wanted(path) {
+            continue;
+        }
+        if let Some(known) = previous.and_then(|p| p.files.get(path)) {
+            out.push(known.clone());
             continue;
         }
         let mut partition = BTreeMap::new();
@@ -521,7 +549,7 @@ fn sources_from_file_list(
             }
         }
         let size = u64::try_from(file.size()).unwrap_or_default();
-        out.push(FileSource { path: path.to_owned(), size, partition });
+        out.push(Arc::new(FileSource { path: path.to_owned(), size, partition }));
     }
     Ok(Some(out))
 }
@@ -532,7 +560,7 @@ fn sources_from_add_actions(
     handle: &DeltaTable,
     spec: &TableSpec,
     wanted: &HashSet<&str>,
-) -> Result<Vec<FileSource>> {
+) -> Result<Vec<Arc<FileSource>>> {
     let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
     let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;
     let paths = adds
@@ -565,7 +593,7 @@ fn sources_from_add_actions(
             partition.insert(column.clone(), values.slice(row, 1));
         }
         let size = u64::try_from(sizes.value(row)).unwrap_or_default();
-        out.push(FileSource { path: paths.value(row).to_owned(), size, partition });
+        out.push(Arc::new(FileSource { path: paths.value(row).to_owned(), size, partition }));
     }
     Ok(out)
 }
@@ -642,13 +670,13 @@ mod tests {
         let active = table::active_files(&handle, &spec).expect("its files");
         assert_eq!(active.len(), 4);
         let wanted: HashSet<&str> = active.iter().map(String::as_str).collect();
-        let fast = sources_from_file_list(&handle, &spec, &wanted)
+        let fast = sources_from_file_list(&handle, &spec, |p| wanted.contains(p), None)
             .expect("read")
             .expect("answered from the file list");
         let general = sources_from_add_actions(&handle, &spec, &wanted).expect("read");
         /// A file's path, size and partition values.
         type Described = (String, u64, Vec<(String, i64)>);
-        let described = |sources: &[FileSource]| -> Vec<Described> {
+        let described = |sources: &[Arc<FileSource>]| -> Vec<Described> {
             let mut out: Vec<_> = sources
                 .iter()
                 .map(|s| {
@@ -677,5 +705,23 @@ mod tests {
         assert_eq!(one.len(), 1);
         let err = file_sources(&handle, &spec, &["step=1/not-there.parquet".to_owned()]);
         assert!(err.is_err());
+        // The version's index answers the same, and refuses the same.
+        let index = FileIndex::of(&handle, &spec, None).expect("read").expect("an index");
+        let mut paths = index.paths();
+        paths.sort();
+        let mut sorted = active.clone();
+        sorted.sort();
+        assert_eq!(paths, sorted);
+        let indexed = index.sources(&spec, handle.version(), &active).expect("every file");
+        assert_eq!(described(&indexed), described(&general));
+        assert!(index.sources(&spec, handle.version(), &["step=1/x.parquet".into()]).is_err());
+        // The next version's index takes the files still active from it.
+        let more = crate::Draft::metric(serde_json::json!({"more": 1})).expect("a metric");
+        lake.put(&[more.with_step(3).finalize(lake.registry()).expect("id")]).await.expect("put");
+        let moved = table::open(lake.root(), &spec).await.expect("the metrics table");
+        let next = FileIndex::of(&moved, &spec, Some(&index)).expect("read").expect("an index");
+        assert_eq!(next.paths().len(), 5);
+        let reused = active.iter().filter(|f| Arc::ptr_eq(&next.files[*f], &index.files[*f]));
+        assert_eq!(reused.count(), 4);
     }
 }

@@ -13,6 +13,7 @@ pub mod config;
 mod coverage;
 mod file_reader;
 pub(crate) mod handles;
+pub(crate) mod id_files;
 pub mod journal;
 pub mod journal_tip;
 pub mod key_filter;
@@ -68,6 +69,8 @@ pub struct Lake {
     journal: Arc<std::sync::Mutex<Option<Arc<journal::Journal>>>>,
     /// The committer's journal, kept between commits (see [`journal_tip`]).
     journal_tip: Arc<std::sync::Mutex<Option<journal_tip::JournalTip>>>,
+    /// What look-ups by id plan with, per table version (see [`id_files`]).
+    id_files: Arc<id_files::KeptIdFiles>,
 }
 
 /// What [`Lake::init`] or [`Lake::open`] did to each table.
@@ -147,6 +150,7 @@ impl Lake {
             handles: Arc::default(),
             journal: Arc::default(),
             journal_tip: Arc::default(),
+            id_files: Arc::default(),
         })
     }
 

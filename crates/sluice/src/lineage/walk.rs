@@ -11,7 +11,7 @@ use crate::artifact::arrow_convert::read_value;
 use crate::error::{Error, Result};
 use crate::lake::key_filter::{self, Key};
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::lookup::{IdFiles, Lookup};
+use crate::lake::lookup::Lookup;
 use crate::lake::scan;
 use crate::lake::table;
 use crate::lake::{Lake, snapshot::LakeSnapshot};
@@ -79,7 +79,7 @@ async fn edges_touching(
 ) -> Result<Vec<LineageEdge>> {
     let column = if up { "target_artifact_id" } else { "source_artifact_id" };
     let ids: Vec<ArtifactId> = ids.iter().copied().collect();
-    let planner = IdFiles::new(lake.root(), handle, spec, Some(column))?;
+    let planner = lake.id_files(handle, spec, Some(column))?;
     let mut out = Vec::new();
     for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
         let Some(plan) = planner.plan(chunk) else { continue };
@@ -91,7 +91,7 @@ async fn edges_touching(
                 "source_role",
                 "target_role",
             ])
-            .read_planned(handle, spec, &plan)
+            .read_planned_in(handle, spec, &plan, planner.index())
             .await?;
         for batch in &batches {
             let text = |i| scan::text_column(batch, i, &spec.name);
@@ -156,12 +156,12 @@ async fn producers(
     let spec = layout::execution_edges_table();
     let Some(handle) = lake.read_table(&spec, point).await? else { return Ok(BTreeMap::new()) };
     let mut runs: BTreeMap<ArtifactId, Vec<String>> = BTreeMap::new();
-    let planner = IdFiles::new(lake.root(), &handle, &spec, Some("artifact_id"))?;
+    let planner = lake.id_files(&handle, &spec, Some("artifact_id"))?;
     for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
         let Some(plan) = planner.plan(chunk) else { continue };
         let batches = Lookup::new("artifact_id", chunk.iter().map(ArtifactId::to_hex))
             .columns(&["artifact_id", "execution_run_id", "direction"])
-            .read_planned(&handle, &spec, &plan)
+            .read_planned_in(&handle, &spec, &plan, planner.index())
             .await?;
         let output = crate::records::Direction::Output.as_str();
         for batch in &batches {

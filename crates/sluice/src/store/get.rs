@@ -7,7 +7,7 @@ use crate::artifact::{Artifact, ArtifactId};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::lookup::{IdFiles, Lookup};
+use crate::lake::lookup::Lookup;
 use crate::lake::scan::{self, Select};
 use crate::lake::snapshot::LakeSnapshot;
 use crate::store::rows;
@@ -45,13 +45,13 @@ impl Lake {
     ) -> Result<BTreeMap<ArtifactId, IndexEntry>> {
         let spec = layout::index_table();
         let Some(handle) = self.read_table(&spec, point).await? else { return Ok(BTreeMap::new()) };
-        let id_files = IdFiles::new(self.root(), &handle, &spec, None)?;
+        let id_files = self.id_files(&handle, &spec, None)?;
         let mut out = BTreeMap::new();
         for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
             let Some(plan) = id_files.plan(chunk) else { continue };
             let batches = Lookup::new("artifact_id", chunk.iter().map(ArtifactId::to_hex))
                 .columns(&["artifact_id", "artifact_type", layout::STEP_COLUMN])
-                .read_planned(&handle, &spec, &plan)
+                .read_planned_in(&handle, &spec, &plan, id_files.index())
                 .await?;
             for batch in &batches {
                 let ids = scan::text_column(batch, 0, &spec.name)?;
@@ -107,7 +107,7 @@ impl Lake {
         for (type_key, wanted) in by_type {
             let spec = TableSpec::content(self.registry().descriptor(type_key)?);
             let Some(handle) = self.read_table(&spec, point).await? else { continue };
-            let id_files = IdFiles::new(self.root(), &handle, &spec, None)?;
+            let id_files = self.id_files(&handle, &spec, None)?;
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
                 let chunk_ids: Vec<ArtifactId> = chunk.iter().map(|(id, _)| *id).collect();
                 let Some(plan) = id_files.plan(&chunk_ids) else { continue };
@@ -116,7 +116,7 @@ impl Lake {
                 let steps = chunk.iter().map(|(_, step)| i64::from(*step));
                 let batches = Lookup::new("artifact_id", chunk_ids.iter().map(ArtifactId::to_hex))
                     .in_partitions(layout::STEP_COLUMN, steps)
-                    .read_planned(&handle, &spec, &plan)
+                    .read_planned_in(&handle, &spec, &plan, id_files.index())
                     .await?;
                 for artifact in self.artifacts(&spec, type_key, &batches)? {
                     out.insert(artifact.id, artifact);
