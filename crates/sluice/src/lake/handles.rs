@@ -64,8 +64,12 @@ impl Leased {
                 return Ok(leased);
             }
         }
-        let table = open.await?;
-        Ok(Leased { opened_at: version(&table), table })
+        Ok(Leased::opened(open.await?))
+    }
+
+    /// A lease of a table just opened.
+    pub fn opened(table: DeltaTable) -> Leased {
+        Leased { opened_at: version(&table), table }
     }
 
     /// The same lease, moved on to `table` (the same table after a commit).
@@ -295,6 +299,25 @@ mod tests {
         std::fs::remove_dir_all(table::table_dir(lake.root(), &missing)).unwrap();
         assert_eq!(handles.head(lake.root(), &missing).await.unwrap(), None);
         assert!(!handles.heads.lock().unwrap().contains_key(&missing.name));
+    }
+
+    #[tokio::test]
+    async fn a_lake_opened_keeps_the_handles_that_checked_its_schemas_and_follows_them() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::Lake::init(dir.path()).await.unwrap();
+        let lake = crate::Lake::open(dir.path()).await.unwrap();
+        for spec in lake.table_specs() {
+            assert!(lake.handles().get(&spec.name).is_some(), "{} kept", spec.name);
+        }
+        // Another lake object commits after the opening: the kept handles
+        // are brought up to date, not trusted as they were.
+        let other = crate::Lake::open(dir.path()).await.unwrap();
+        let a = crate::Draft::metric(serde_json::json!({"after": 1}))
+            .unwrap()
+            .finalize(other.registry())
+            .unwrap();
+        other.put(std::slice::from_ref(&a)).await.unwrap();
+        assert_eq!(lake.get(a.id).await.unwrap().id, a.id);
     }
 
     #[tokio::test]

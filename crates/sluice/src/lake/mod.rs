@@ -161,7 +161,14 @@ impl Lake {
             if !create && !table::is_table(&dir) {
                 continue;
             }
-            match table::ensure(&self.root, &spec).await? {
+            let (outcome, opened) = table::ensure_opened(&self.root, &spec).await?;
+            // The handle that checked the schema is kept: the lake's first
+            // read of the table brings it up to date instead of opening it
+            // again (a `sluice show` reads two tables right after opening).
+            if let Some(opened) = opened {
+                self.handles.keep(&spec, handles::Leased::opened(opened));
+            }
+            match outcome {
                 EnsureOutcome::Created => report.created.push(spec.name),
                 EnsureOutcome::Unchanged => report.unchanged.push(spec.name),
                 EnsureOutcome::Evolved(columns) => {

@@ -165,16 +165,25 @@ pub enum EnsureOutcome {
 /// any missing columns (as nullable). A column whose type conflicts, or a
 /// partitioning that differs, is an error naming the table and column.
 pub async fn ensure(root: &Path, spec: &TableSpec) -> Result<EnsureOutcome> {
+    ensure_opened(root, spec).await.map(|(outcome, _)| outcome)
+}
+
+/// [`ensure`], with the handle it opened to check an unchanged table's
+/// schema (loaded at the version checked), for the caller to keep.
+pub async fn ensure_opened(
+    root: &Path,
+    spec: &TableSpec,
+) -> Result<(EnsureOutcome, Option<DeltaTable>)> {
     let dir = table_dir(root, spec);
     if is_table(&dir) {
         let table = open(root, spec).await?;
         let missing = check_schema(&table, spec)?;
         if missing.is_empty() {
-            return Ok(EnsureOutcome::Unchanged);
+            return Ok((EnsureOutcome::Unchanged, Some(table)));
         }
         let names = missing.iter().map(|f| f.name().clone()).collect();
         table.add_columns().with_fields(missing).await.map_err(|e| Error::delta(&spec.name, e))?;
-        return Ok(EnsureOutcome::Evolved(names));
+        return Ok((EnsureOutcome::Evolved(names), None));
     }
     std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     let table = DeltaTable::try_from_url(table_url(&dir)?)
@@ -193,7 +202,7 @@ pub async fn ensure(root: &Path, spec: &TableSpec) -> Result<EnsureOutcome> {
         .with_save_mode(SaveMode::ErrorIfExists)
         .await
         .map_err(|e| Error::delta(&spec.name, e))?;
-    Ok(EnsureOutcome::Created)
+    Ok((EnsureOutcome::Created, None))
 }
 
 /// Open the table in `dir`, creating it with the columns of `schema` (and
