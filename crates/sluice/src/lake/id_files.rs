@@ -49,9 +49,11 @@ const SETTLED: Duration = Duration::from_secs(2);
 pub(crate) struct IdFiles {
     version: Option<u64>,
     planner: Planner,
+    /// The version's active files.
+    active: Arc<Vec<String>>,
     /// Sizes and partition values of the version's files (`None`: the file
     /// list cannot say, and each look-up asks the add-action table).
-    index: Option<FileIndex>,
+    index: Option<Arc<FileIndex>>,
     /// The sidecar folder's modification time when its sidecars were read,
     /// if it was settled then.
     sidecars_seen: Option<SystemTime>,
@@ -59,8 +61,10 @@ pub(crate) struct IdFiles {
 
 impl IdFiles {
     /// Read the planning state of `handle`'s version: active files and the
-    /// sidecars of `column` (the de-duplication key when `None`). Files
-    /// `previous` (of an older version) indexed are taken from it.
+    /// sidecars of `column` (the de-duplication key when `None`). From
+    /// `previous` (kept for this table and column), the active files and
+    /// index are taken whole when it is of the same version (only its
+    /// sidecars changed), else the sources of files it indexed.
     fn read(
         root: &Path,
         handle: &DeltaTable,
@@ -75,14 +79,23 @@ impl IdFiles {
             Some(column) => key_filter::read_column(&dir, column),
             None => key_filter::read_all(&dir),
         };
-        let index = FileIndex::of(handle, spec, previous.and_then(|p| p.index.as_ref()))?;
-        let active = match &index {
-            Some(index) => index.paths(),
-            None => table::active_files(handle, spec)?,
+        let version = handle.version();
+        let (active, index) = match previous.filter(|p| p.version == version) {
+            Some(same) => (same.active.clone(), same.index.clone()),
+            None => {
+                let previous = previous.and_then(|p| p.index.as_deref());
+                let index = FileIndex::of(handle, spec, previous)?.map(Arc::new);
+                let active = match &index {
+                    Some(index) => index.paths(),
+                    None => table::active_files(handle, spec)?,
+                };
+                (Arc::new(active), index)
+            }
         };
         Ok(IdFiles {
-            version: handle.version(),
+            version,
             planner: Planner::new(&active, &filters),
+            active,
             index,
             sidecars_seen,
         })
@@ -119,7 +132,7 @@ impl IdFiles {
 
     /// Sizes and partition values of the version's files, when known.
     pub(crate) fn index(&self) -> Option<&FileIndex> {
-        self.index.as_ref()
+        self.index.as_deref()
     }
 }
 
@@ -250,6 +263,9 @@ mod tests {
         assert_eq!(recent.sidecars_seen, None);
         let next = lake.id_files(&handle, &spec, None).expect("planned");
         assert!(!Arc::ptr_eq(&recent, &next), "not kept while the folder is unsettled");
+        assert!(Arc::ptr_eq(&recent.active, &next.active), "the version's files not read again");
+        let (Some(a), Some(b)) = (&recent.index, &next.index) else { panic!("indexed") };
+        assert!(Arc::ptr_eq(a, b));
         // The folder's last change long past: kept while nothing changes.
         age(&keys, Duration::from_secs(3600));
         let uncovered = lake.id_files(&handle, &spec, None).expect("planned");
