@@ -49,6 +49,7 @@ use super::layout::{STEP_COLUMN, TableKind, TableSpec};
 use super::lookup::Lookup;
 use super::result_set;
 use super::scan::{self, Select};
+use super::sidecar::{Bundle, Part};
 use super::table;
 use super::tip::Tip;
 use crate::error::{Error, Result};
@@ -549,9 +550,12 @@ impl Append<'_> {
         Ok(found)
     }
 
-    /// Write the key filters (key column, lookup columns) of the version
-    /// this append committed, `keys` being the distinct keys of `batches`;
-    /// those written come back, by column (`None`: the key column).
+    /// Write the sidecar bundle (key filters of the key column and lookup
+    /// columns, key set, result set) of the version this append committed,
+    /// `keys` being the distinct keys of `batches`; the filters written
+    /// come back, by column (`None`: the key column). A bundle that could
+    /// not be written is logged and none come back: its files count as
+    /// uncovered, which only costs look-up speed.
     fn record_key_filters(
         &self,
         version: u64,
@@ -560,25 +564,38 @@ impl Append<'_> {
         keys: &[Key],
     ) -> Result<Vec<(Option<&'static str>, Arc<KeyFilter>)>> {
         let spec = self.spec;
+        let files: Vec<String> = adds.iter().map(|a| a.path.clone()).collect();
+        let mut bundle = Bundle::new();
         let mut recorded = Vec::new();
-        if !keys.is_empty()
-            && let Some(filter) =
-                table::record_key_filter(self.root, spec, version, adds, None, keys)
-        {
-            recorded.push((None, filter));
+        if !keys.is_empty() {
+            let filter = KeyFilter::new(files.clone(), keys);
+            bundle.part(Part::KeySet, key_set::encode(&files, keys));
+            bundle.part(Part::Filter(None), filter.encode());
+            recorded.push((None, Arc::new(filter)));
         }
         for &column in spec.lookup_columns() {
             let keys = column_keys(batches, column, &spec.name)?;
-            if let Some(filter) =
-                table::record_key_filter(self.root, spec, version, adds, Some(column), &keys)
-            {
-                recorded.push((Some(column), filter));
-            }
+            let filter = KeyFilter::new(files.clone(), &keys);
+            bundle.part(Part::Filter(Some(column)), filter.encode());
+            recorded.push((Some(column), Arc::new(filter)));
         }
         if spec.kind == TableKind::Executions {
-            table::record_result_set(self.root, spec, version, adds, batches);
+            match result_set::results_of(batches, &spec.name) {
+                Ok(results) => {
+                    add_results(&mut bundle, &files, &results);
+                }
+                Err(e) => {
+                    tracing::warn!(table = %spec.name, version, error = %e, "could not record a result set");
+                }
+            }
         }
-        Ok(recorded)
+        match bundle.write(&table::table_dir(self.root, spec), version) {
+            Ok(()) => Ok(recorded),
+            Err(e) => {
+                tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
+                Ok(Vec::new())
+            }
+        }
     }
 }
 
@@ -1093,14 +1110,18 @@ pub async fn write_key_filters(
         .into_iter()
         .chain(spec.lookup_columns().iter().map(|c| (Some(*c), *c)))
         .collect();
+    let mut bundle = Bundle::new();
     for (sidecar, column) in columns {
         let keys = keys_of_files(handle, spec, column, sidecar.is_none(), &added).await?;
         if sidecar.is_none() {
-            key_set::write(&dir, version, &added, &keys)?;
+            bundle.part(Part::KeySet, key_set::encode(&added, &keys));
         }
-        key_filter::write_for(&dir, version, sidecar, &KeyFilter::new(added.clone(), &keys))?;
+        bundle.part(Part::Filter(sidecar), KeyFilter::new(added.clone(), &keys).encode());
     }
-    write_result_set(handle, spec, &dir, version, &added).await
+    if spec.kind == TableKind::Executions {
+        add_results(&mut bundle, &added, &results_of_files(handle, spec, &added).await?);
+    }
+    bundle.write(&dir, version)
 }
 
 /// Write the key set of a version whose key filter names `files` (a lake
@@ -1133,6 +1154,32 @@ async fn write_result_set(
     if spec.kind != TableKind::Executions {
         return Ok(());
     }
+    result_set::write(dir, version, files, &results_of_files(handle, spec, files).await?)
+}
+
+/// Add the result set of an executions version held by `files` to its
+/// bundle; none when a run id is too long for a record (the version is then
+/// read from its files).
+fn add_results(
+    bundle: &mut Bundle,
+    files: &[String],
+    results: &BTreeMap<Key, result_set::SpecResult>,
+) {
+    match result_set::encode(files, results) {
+        Some(bytes) => {
+            bundle.part(Part::Results, bytes);
+        }
+        None => tracing::debug!("a run id is too long for a result set; none written"),
+    }
+}
+
+/// The latest successful result of each spec in `files` of the executions
+/// table.
+async fn results_of_files(
+    handle: &DeltaTable,
+    spec: &TableSpec,
+    files: &[String],
+) -> Result<BTreeMap<Key, result_set::SpecResult>> {
     let mut latest = BTreeMap::new();
     Select::columns(scan::columns(&result_set::COLUMNS))
         .files(files.to_vec())
@@ -1140,7 +1187,7 @@ async fn write_result_set(
             result_set::add_batch(&mut latest, batch, &spec.name)
         })
         .await?;
-    result_set::write(dir, version, files, &latest)
+    Ok(latest)
 }
 
 /// The distinct keys of `column` in `files`, as the table's key filters

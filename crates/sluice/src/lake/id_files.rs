@@ -176,7 +176,7 @@ impl Lake {
 
 /// The modification time of the table's sidecar folder.
 fn folder_stamp(table_dir: &Path) -> Option<SystemTime> {
-    std::fs::metadata(key_filter::keys_dir(table_dir)).and_then(|m| m.modified()).ok()
+    std::fs::metadata(super::sidecar::keys_dir(table_dir)).and_then(|m| m.modified()).ok()
 }
 
 /// [`folder_stamp`], if it is old enough to stand for every change so far.
@@ -251,8 +251,8 @@ mod tests {
         let second = put_metrics(&lake, "second", 2).await;
         let handle = index_handle(&lake).await;
         let version = handle.version().expect("a version");
-        let keys = key_filter::keys_dir(&table::table_dir(lake.root(), &spec));
-        let sidecar = keys.join(format!("{version:020}.keys"));
+        let keys = super::super::sidecar::keys_dir(&table::table_dir(lake.root(), &spec));
+        let sidecar = keys.join(format!("{version:020}.side"));
         let bytes = std::fs::read(&sidecar).expect("the last version's sidecar");
         // The sidecar not written yet; the folder changed just now, too
         // recently to tell a later change from it: read again each time.

@@ -3,9 +3,11 @@
 //! Content ids are uniformly random, so no file layout lets a lookup of many
 //! new ids skip files by min/max statistics: every file's range covers almost
 //! the whole id space. Instead, every sluice write to a content table or the
-//! index leaves a small sidecar next to the table,
-//! `<table>/_sluice_keys/{version:020}.keys`, holding a Bloom filter of the ids
-//! that version added and the data files that hold them.
+//! index leaves a small sidecar next to the table, holding a Bloom filter of
+//! the ids that version added and the data files that hold them: a part of
+//! the version's bundle, `<table>/_sluice_keys/{version:020}.side` (see
+//! [`sidecar`](super::sidecar)), or in the older layout a file of its own,
+//! `{version:020}.keys`.
 //!
 //! To find which of K incoming ids a table already has:
 //!
@@ -26,11 +28,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::sidecar::{self, Part, keys_dir};
 use crate::artifact::ArtifactId;
-use crate::error::{Error, Result};
 
-/// Sidecar directory inside a table.
-pub const KEYS_DIR: &str = "_sluice_keys";
+pub use super::sidecar::KEYS_DIR;
 
 /// Format tags. A sidecar's tag says how its probes are placed: `SLKEYS05`
 /// (written now) by a multiply-shift of each probe hash *mixed*;
@@ -238,7 +239,8 @@ impl KeyFilter {
         self.positions(&key).all(|bit| self.is_set(bit))
     }
 
-    fn encode(&self) -> Vec<u8> {
+    /// The filter's bytes, as a sidecar holds them.
+    pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(16 + self.bits.len() * 8 + CHECKSUM_LEN);
         out.extend_from_slice(match self.scheme {
             Scheme::Modulo => MAGIC_V3,
@@ -261,7 +263,7 @@ impl KeyFilter {
 
     /// Parse a sidecar; `None` for anything that is not a whole, intact
     /// sidecar of this format (a flipped bit fails the checksum).
-    fn decode(bytes: &[u8]) -> Option<Self> {
+    pub(super) fn decode(bytes: &[u8]) -> Option<Self> {
         let (body, checksum) = bytes.split_at_checked(bytes.len().checked_sub(CHECKSUM_LEN)?)?;
         if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *checksum {
             return None;
@@ -305,10 +307,6 @@ pub fn files_of(bytes: &[u8]) -> Option<Vec<String>> {
     KeyFilter::decode(bytes).map(|f| f.files)
 }
 
-pub(super) fn keys_dir(table_dir: &Path) -> PathBuf {
-    table_dir.join(KEYS_DIR)
-}
-
 /// The file name of a sidecar: `{version}.keys` for the table's key
 /// column, `{version}.{column}.keys` for a lookup column.
 fn sidecar_name(version: u64, column: Option<&str>) -> String {
@@ -318,35 +316,16 @@ fn sidecar_name(version: u64, column: Option<&str>) -> String {
     }
 }
 
-/// Write the sidecar of a table version (atomically; best effort is enough,
-/// a missing sidecar only costs speed).
-pub fn write(table_dir: &Path, version: u64, filter: &KeyFilter) -> Result<()> {
-    write_for(table_dir, version, None, filter)
+/// Write the key filter of a table version in the older layout, a file of
+/// its own (sluice writes a version's sidecars as one bundle now; lakes
+/// written before hold these, and the readers' tests make them).
+#[cfg(test)]
+pub fn write(table_dir: &Path, version: u64, filter: &KeyFilter) -> crate::error::Result<()> {
+    sidecar::write_file(&keys_dir(table_dir), &sidecar_name(version, None), &filter.encode())
 }
 
-/// Write the sidecar of one lookup column of a table version (edge tables
-/// keep one per id column, so a lineage walk reads only the files that can
-/// hold its frontier).
-pub fn write_for(
-    table_dir: &Path,
-    version: u64,
-    column: Option<&str>,
-    filter: &KeyFilter,
-) -> Result<()> {
-    write_sidecar(&keys_dir(table_dir), &sidecar_name(version, column), &filter.encode())
-}
-
-/// Write one file of `_sluice_keys` whole or not at all: into a temporary
-/// name, then renamed, so a reader never sees a torn sidecar or key set.
-pub(super) fn write_sidecar(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-    std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
-}
-
-/// Parsed sidecars of this process, by path, with the inode number they
+/// Parsed sidecars of this process, by path (and, for a version's bundle,
+/// the column whose filter it is), with the inode number they
 /// had when parsed (a sidecar is written once, by a rename, but a lake can
 /// be deleted and made again at the same path). The inode comes with the
 /// directory listing, so a cached sidecar costs no `stat`. Should a new
@@ -354,7 +333,7 @@ pub(super) fn write_sidecar(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> 
 /// old lake, and [`plan`] ignores a filter unless every file it names is
 /// active: slower, never wrong. Unreadable ones are remembered as `None` so
 /// they are reported once.
-type SidecarCache = HashMap<PathBuf, (u64, Option<Arc<KeyFilter>>)>;
+type SidecarCache = HashMap<(PathBuf, Option<String>), (u64, Option<Arc<KeyFilter>>)>;
 
 fn sidecar_cache() -> &'static Mutex<SidecarCache> {
     static CACHE: OnceLock<Mutex<SidecarCache>> = OnceLock::new();
@@ -375,15 +354,19 @@ pub fn read_all(table_dir: &Path) -> BTreeMap<u64, Arc<KeyFilter>> {
 pub fn files_all(table_dir: &Path) -> BTreeMap<u64, Vec<String>> {
     sidecars_of(table_dir, None)
         .into_iter()
-        .filter_map(|(version, entry)| Some((version, parse(&entry.path())?.files)))
+        .filter_map(|listed| Some((listed.version, listed.parse(None).ok()??.files)))
         .collect()
 }
 
-/// The sidecar of one version, of the table's key column (`None`) or of a
-/// lookup column; `None` when it is absent or unreadable (its files then
-/// count as uncovered).
+/// The filter of one version, of the table's key column (`None`) or of a
+/// lookup column: the part of the version's sidecar bundle, else its single
+/// file of the older layout; `None` when absent or unreadable (its files
+/// then count as uncovered).
 pub fn read_one(table_dir: &Path, version: u64, column: Option<&str>) -> Option<Arc<KeyFilter>> {
-    parse(&keys_dir(table_dir).join(sidecar_name(version, column))).map(Arc::new)
+    sidecar::locate(table_dir, version, Part::Filter(column))
+        .and_then(|span| KeyFilter::decode(&span.read()?))
+        .or_else(|| parse(&keys_dir(table_dir).join(sidecar_name(version, column))))
+        .map(Arc::new)
 }
 
 /// A sidecar file parsed (`None` if missing or unreadable).
@@ -391,9 +374,37 @@ fn parse(path: &Path) -> Option<KeyFilter> {
     std::fs::read(path).ok().and_then(|b| KeyFilter::decode(&b))
 }
 
-/// The sidecar files of a table's key column (`None`) or of one lookup
-/// column, with their versions.
-fn sidecars_of(table_dir: &Path, column: Option<&str>) -> Vec<(u64, std::fs::DirEntry)> {
+/// A file of `_sluice_keys` that may hold a filter of the column asked
+/// for: its single file of the older layout, or a version's bundle.
+struct Listed {
+    version: u64,
+    path: PathBuf,
+    /// What tells this file from another later at the same path.
+    stamp: Option<u64>,
+    bundle: bool,
+}
+
+impl Listed {
+    /// The filter of `column` this file holds: `Ok(None)` when it is a
+    /// bundle without that part (or whose directory is unreadable, which
+    /// the bundle reports itself), `Err` when the filter is unreadable.
+    fn parse(&self, column: Option<&str>) -> std::result::Result<Option<KeyFilter>, ()> {
+        if !self.bundle {
+            return parse(&self.path).map(Some).ok_or(());
+        }
+        let Ok(meta) = std::fs::metadata(&self.path) else { return Ok(None) };
+        let id = sidecar::file_id(&meta);
+        let Some(span) = sidecar::locate_in(&self.path, id, meta.len(), Part::Filter(column))
+        else {
+            return Ok(None);
+        };
+        span.read().and_then(|b| KeyFilter::decode(&b)).map(Some).ok_or(())
+    }
+}
+
+/// The files of a table's `_sluice_keys` that may hold a filter of its key
+/// column (`None`) or of one lookup column, with their versions.
+fn sidecars_of(table_dir: &Path, column: Option<&str>) -> Vec<Listed> {
     let suffix = match column {
         None => ".keys".to_owned(),
         Some(c) => format!(".{c}.keys"),
@@ -403,8 +414,11 @@ fn sidecars_of(table_dir: &Path, column: Option<&str>) -> Vec<(u64, std::fs::Dir
         .flatten()
         .filter_map(|entry| {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let version = name.strip_suffix(&suffix)?.parse::<u64>().ok()?;
-            Some((version, entry))
+            let (version, bundle) = match name.strip_suffix(&suffix).map(str::parse::<u64>) {
+                Some(Ok(version)) => (version, false),
+                _ => (sidecar::version_of(&name)?, true),
+            };
+            Some(Listed { version, path: entry.path(), stamp: identity(&entry), bundle })
         })
         .collect()
 }
@@ -417,34 +431,35 @@ pub fn read_column(table_dir: &Path, column: &str) -> BTreeMap<u64, Arc<KeyFilte
 fn read_sidecars(table_dir: &Path, column: Option<&str>) -> BTreeMap<u64, Arc<KeyFilter>> {
     let mut out = BTreeMap::new();
     let mut unparsed = Vec::new();
-    for (version, entry) in sidecars_of(table_dir, column) {
-        let path = entry.path();
-        let Some(stamp) = identity(&entry) else { continue };
+    for listed in sidecars_of(table_dir, column) {
+        let Some(stamp) = listed.stamp else { continue };
+        let key = (listed.path.clone(), listed.bundle.then(|| column.unwrap_or("").to_owned()));
         let cached = sidecar_cache()
             .lock()
             .ok()
-            .and_then(|c| c.get(&path).filter(|(at, _)| *at == stamp).map(|e| e.1.clone()));
+            .and_then(|c| c.get(&key).filter(|(at, _)| *at == stamp).map(|e| e.1.clone()));
         match cached {
             Some(Some(filter)) => {
-                out.insert(version, filter);
+                out.insert(listed.version, filter);
             }
             Some(None) => {}
-            None => unparsed.push((version, path, stamp)),
+            None => unparsed.push((listed, key, stamp)),
         }
     }
     // A process's first look at a large table parses hundreds of MB of
     // filters (checksum and copy): on every core.
-    let parsed = crate::host::on_cores(&unparsed, |(_, path, _)| parse(path).map(Arc::new));
+    let parsed = crate::host::on_cores(&unparsed, |(listed, _, _)| listed.parse(column));
     let mut cache = sidecar_cache().lock().ok();
-    for ((version, path, stamp), filter) in unparsed.into_iter().zip(parsed) {
-        if filter.is_none() {
-            tracing::warn!(path = %path.display(), "ignoring an unreadable key filter");
+    for ((listed, key, stamp), filter) in unparsed.into_iter().zip(parsed) {
+        if filter.is_err() {
+            tracing::warn!(path = %listed.path.display(), "ignoring an unreadable key filter");
         }
+        let filter = filter.ok().flatten().map(Arc::new);
         if let Some(filter) = &filter {
-            out.insert(version, filter.clone());
+            out.insert(listed.version, filter.clone());
         }
         if let Some(cache) = cache.as_mut() {
-            cache.insert(path, (stamp, filter));
+            cache.insert(key, (stamp, filter));
         }
     }
     out

@@ -9,7 +9,9 @@
 //! lake of 10M artifacts decoded most of the table's key column.
 //!
 //! So next to each version's key filter, a sluice write leaves that
-//! version's keys sorted, `<table>/_sluice_keys/{version:020}.set`:
+//! version's keys sorted: a part of its bundle
+//! (`<table>/_sluice_keys/{version:020}.side`, see [`sidecar`](super::sidecar)),
+//! or in the older layout (and when repair writes one) `{version:020}.set`:
 //!
 //! ```text
 //! block 0 … block n-1   keys, 16 bytes each, ascending, 256 per block
@@ -39,7 +41,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::key_filter::{self, Key, LookupPlan};
+use super::key_filter::{Key, LookupPlan};
+use super::sidecar::{self, FileId, Part, Span};
 use crate::error::Result;
 
 /// Format tag, at the end of the file.
@@ -61,7 +64,7 @@ fn set_name(version: u64) -> String {
 }
 
 fn set_path(table_dir: &Path, version: u64) -> PathBuf {
-    key_filter::keys_dir(table_dir).join(set_name(version))
+    sidecar::keys_dir(table_dir).join(set_name(version))
 }
 
 /// A digest of the data files a set describes (as the version's key filter
@@ -84,7 +87,7 @@ pub(super) fn block_sum(block: &[u8]) -> [u8; BLOCK_SUM_LEN] {
 }
 
 /// The bytes of the key set of `keys` held by `files`.
-fn encode(files: &[String], keys: &[Key]) -> Vec<u8> {
+pub fn encode(files: &[String], keys: &[Key]) -> Vec<u8> {
     let mut sorted = keys.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
@@ -126,11 +129,7 @@ pub(super) fn seal(
 /// Write the key set of a table version (atomically, by a rename). A
 /// missing set only costs speed, so callers may log a failure and go on.
 pub fn write(table_dir: &Path, version: u64, files: &[String], keys: &[Key]) -> Result<()> {
-    key_filter::write_sidecar(
-        &key_filter::keys_dir(table_dir),
-        &set_name(version),
-        &encode(files, keys),
-    )
+    sidecar::write_file(&sidecar::keys_dir(table_dir), &set_name(version), &encode(files, keys))
 }
 
 /// Whether a block (sorted keys of `KEY_LEN` bytes) holds `key`.
@@ -150,7 +149,9 @@ fn block_holds(block: &[u8], key: &[u8; KEY_LEN]) -> bool {
 /// An opened key set: its index in memory, its blocks on disk.
 #[derive(Debug)]
 pub struct KeySet {
+    /// The file the set lies in, and where in it the set starts.
     path: PathBuf,
+    base: u64,
     files: [u8; 16],
     len: usize,
     first_keys: Vec<Key>,
@@ -161,36 +162,33 @@ pub struct KeySet {
 /// they were read from (a lake can be made again at the same path).
 /// Unreadable ones are kept as `None`, so they are reported once.
 pub(super) type Opened<T> = Mutex<HashMap<PathBuf, (FileId, Option<Arc<T>>)>>;
-pub(super) type FileId = (u64, u64, u128);
 
 fn set_cache() -> &'static Opened<KeySet> {
     static CACHE: OnceLock<Opened<KeySet>> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Open the set file at `path` through `cache`: `parse(size)` runs once
-/// per file (a new file at the path, same name or not, is parsed again).
+/// Open the set at `span` through `cache`: `parse` runs once per file (a
+/// new file at the path, same name or not, is parsed again).
 pub(super) fn open_cached<T>(
     cache: &Opened<T>,
-    path: &Path,
+    span: &Span,
     what: &str,
-    parse: impl FnOnce(u64) -> Option<T>,
+    parse: impl FnOnce(&Span) -> Option<T>,
 ) -> Option<Arc<T>> {
-    let meta = std::fs::metadata(path).ok()?;
-    let id = file_id(&meta);
     let cached = cache
         .lock()
         .ok()
-        .and_then(|c| c.get(path).filter(|(at, _)| *at == id).map(|e| e.1.clone()));
+        .and_then(|c| c.get(&span.path).filter(|(at, _)| *at == span.id).map(|e| e.1.clone()));
     if let Some(set) = cached {
         return set;
     }
-    let parsed = parse(meta.len()).map(Arc::new);
+    let parsed = parse(span).map(Arc::new);
     if parsed.is_none() {
-        tracing::warn!(path = %path.display(), "ignoring an unreadable {what}");
+        tracing::warn!(path = %span.path.display(), "ignoring an unreadable {what}");
     }
     if let Ok(mut c) = cache.lock() {
-        c.insert(path.to_owned(), (id, parsed.clone()));
+        c.insert(span.path.clone(), (span.id, parsed.clone()));
     }
     parsed
 }
@@ -209,20 +207,19 @@ pub(super) struct Sealed {
     pub index: Vec<u8>,
 }
 
-/// Read the tail of the set file at `path` (`size` bytes), check its
-/// format tag and block size, and read and check the index it covers
-/// (`entry` bytes per block).
+/// Read the tail of the set at `span`, check its format tag and block
+/// size, and read and check the index it covers (`entry` bytes per block).
+/// Offsets in the answer are from the start of the set.
 pub(super) fn read_sealed(
-    path: &Path,
-    size: u64,
+    span: &Span,
     magic: &[u8; 8],
     per_block: usize,
     entry: usize,
 ) -> Option<Sealed> {
-    let mut file = File::open(path).ok()?;
-    let size = usize::try_from(size).ok()?;
+    let mut file = File::open(&span.path).ok()?;
+    let size = usize::try_from(span.len).ok()?;
     let tail_at = size.checked_sub(TAIL)?;
-    file.seek(SeekFrom::Start(tail_at as u64)).ok()?;
+    file.seek(SeekFrom::Start(span.base + tail_at as u64)).ok()?;
     let mut tail = [0u8; TAIL];
     file.read_exact(&mut tail).ok()?;
     let (digest, rest) = tail.split_at(16);
@@ -236,7 +233,7 @@ pub(super) fn read_sealed(
     let blocks = len.div_ceil(per_block);
     let index_at = tail_at.checked_sub(blocks.checked_mul(entry)?)?;
     let mut index = vec![0u8; size - index_at];
-    file.seek(SeekFrom::Start(index_at as u64)).ok()?;
+    file.seek(SeekFrom::Start(span.base + index_at as u64)).ok()?;
     file.read_exact(&mut index).ok()?;
     let (body, checksum) = index.split_at(index.len() - CHECKSUM_LEN);
     if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *checksum {
@@ -248,34 +245,26 @@ pub(super) fn read_sealed(
     Some(Sealed { files, len, blocks, index_at, index })
 }
 
-/// What tells one set file from another at the same path: inode (where
-/// there are inodes), size and modification time.
-fn file_id(meta: &std::fs::Metadata) -> FileId {
-    #[cfg(unix)]
-    let inode = std::os::unix::fs::MetadataExt::ino(meta);
-    #[cfg(not(unix))]
-    let inode = 0;
-    let modified = meta
-        .modified()
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_nanos());
-    (inode, meta.len(), modified)
-}
-
 impl KeySet {
     /// The key set of a version, if it exists, is intact and describes
     /// exactly `files` (the data files of that version's key filter).
+    /// The set is the part of the version's sidecar bundle or, when that
+    /// is missing or not believed, the single file of the older layout
+    /// (which repair writes).
     pub fn open(table_dir: &Path, version: u64, files: &[String]) -> Option<Arc<KeySet>> {
-        let path = set_path(table_dir, version);
-        let set =
-            open_cached(set_cache(), &path, "key set", |size| KeySet::read_index(&path, size))?;
-        (set.files == files_digest(files)).then_some(set)
+        let digest = files_digest(files);
+        let open = |span: Span| {
+            open_cached(set_cache(), &span, "key set", KeySet::read_index)
+                .filter(|set| set.files == digest)
+        };
+        sidecar::locate(table_dir, version, Part::KeySet)
+            .and_then(open)
+            .or_else(|| Span::whole(set_path(table_dir, version)).and_then(open))
     }
 
-    /// Read and check the index and tail of a set of `size` bytes.
-    fn read_index(path: &Path, size: u64) -> Option<KeySet> {
-        let sealed = read_sealed(path, size, MAGIC, BLOCK_KEYS, INDEX_ENTRY)?;
+    /// Read and check the index and tail of the set at `span`.
+    fn read_index(span: &Span) -> Option<KeySet> {
+        let sealed = read_sealed(span, MAGIC, BLOCK_KEYS, INDEX_ENTRY)?;
         if sealed.index_at != sealed.len.checked_mul(KEY_LEN)? {
             return None;
         }
@@ -286,7 +275,8 @@ impl KeySet {
             sums.push(entry[KEY_LEN..].try_into().ok()?);
         }
         Some(KeySet {
-            path: path.to_owned(),
+            path: span.path.clone(),
+            base: span.base,
             files: sealed.files,
             len: sealed.len,
             first_keys,
@@ -320,6 +310,7 @@ impl KeySet {
         let mut held: Option<(usize, usize)> = None; // blocks in `bytes`
         if touched as f64 > READ_ALL_ABOVE * blocks as f64 {
             bytes.resize(self.len * KEY_LEN, 0);
+            file.seek(SeekFrom::Start(self.base)).ok()?;
             file.read_exact(&mut bytes).ok()?;
             held = Some((0, blocks));
         }
@@ -339,7 +330,7 @@ impl KeySet {
                 let start = first * BLOCK_KEYS * KEY_LEN;
                 let end = ((last + 1) * BLOCK_KEYS).min(self.len) * KEY_LEN;
                 bytes.resize(end - start, 0);
-                file.seek(SeekFrom::Start(start as u64)).ok()?;
+                file.seek(SeekFrom::Start(self.base + start as u64)).ok()?;
                 file.read_exact(&mut bytes).ok()?;
                 held = Some((first, last + 1));
             }

@@ -25,6 +25,7 @@ pub mod lookup;
 pub mod restore;
 pub mod result_set;
 pub mod scan;
+pub mod sidecar;
 pub mod snapshot;
 pub mod table;
 pub mod tip;

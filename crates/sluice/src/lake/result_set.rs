@@ -10,8 +10,10 @@
 //! check.
 //!
 //! So next to the key set of each version of the executions table, a sluice
-//! write leaves `<table>/_sluice_keys/{version:020}.results`: for every spec
-//! with a successful execution in that version, its latest one.
+//! write leaves, for every spec with a successful execution in that version,
+//! its latest one: a part of the version's bundle (see
+//! [`sidecar`](super::sidecar)), or in the older layout (and when repair
+//! writes one) `<table>/_sluice_keys/{version:020}.results`.
 //!
 //! ```text
 //! blocks                 records ascending by spec key, 64 per block;
@@ -43,9 +45,10 @@ use deltalake::arrow::array::{Array, BooleanArray, Int64Array};
 use deltalake::arrow::datatypes::DataType;
 use deltalake::arrow::record_batch::RecordBatch;
 
-use super::key_filter::{self, Key, LookupPlan};
+use super::key_filter::{Key, LookupPlan};
 use super::key_set::{self, BLOCK_SUM_LEN, KEY_LEN, Opened, block_sum, files_digest, open_cached};
 use super::scan;
+use super::sidecar::{self, Part, Span};
 use crate::error::{Error, Result};
 
 /// Format tag, at the end of the file.
@@ -92,7 +95,7 @@ fn set_name(version: u64) -> String {
 }
 
 fn set_path(table_dir: &Path, version: u64) -> PathBuf {
-    key_filter::keys_dir(table_dir).join(set_name(version))
+    sidecar::keys_dir(table_dir).join(set_name(version))
 }
 
 /// Call `f(spec id, result)` for each successful execution in `batch`, a
@@ -151,7 +154,7 @@ pub fn results_of(batches: &[RecordBatch], table: &str) -> Result<BTreeMap<Key, 
 /// The bytes of the result set of `results` held by `files`; `None` when a
 /// run id is too long for a record (the version is then read from its
 /// files).
-fn encode(files: &[String], results: &BTreeMap<Key, SpecResult>) -> Option<Vec<u8>> {
+pub fn encode(files: &[String], results: &BTreeMap<Key, SpecResult>) -> Option<Vec<u8>> {
     let records: Vec<(&Key, &SpecResult)> = results.iter().collect();
     let mut out = Vec::new();
     let mut blocks: Vec<(Key, usize, usize)> = Vec::new();
@@ -190,13 +193,15 @@ pub fn write(
         tracing::debug!(version, "a run id is too long for a result set; none written");
         return Ok(());
     };
-    key_filter::write_sidecar(&key_filter::keys_dir(table_dir), &set_name(version), &bytes)
+    sidecar::write_file(&sidecar::keys_dir(table_dir), &set_name(version), &bytes)
 }
 
 /// An opened result set: its index in memory, its blocks on disk.
 #[derive(Debug)]
 pub struct ResultSet {
+    /// The file the set lies in, and where in it the set starts.
     path: PathBuf,
+    base: u64,
     files: [u8; 16],
     len: usize,
     first_keys: Vec<Key>,
@@ -213,17 +218,23 @@ fn set_cache() -> &'static Opened<ResultSet> {
 impl ResultSet {
     /// The result set of a version, if it exists, is intact and describes
     /// exactly `files` (the data files of that version's key filter).
+    /// The set is the part of the version's sidecar bundle or, when that
+    /// is missing or not believed, the single file of the older layout
+    /// (which repair writes).
     pub fn open(table_dir: &Path, version: u64, files: &[String]) -> Option<Arc<ResultSet>> {
-        let path = set_path(table_dir, version);
-        let set = open_cached(set_cache(), &path, "result set", |size| {
-            ResultSet::read_index(&path, size)
-        })?;
-        (set.files == files_digest(files)).then_some(set)
+        let digest = files_digest(files);
+        let open = |span: Span| {
+            open_cached(set_cache(), &span, "result set", ResultSet::read_index)
+                .filter(|set| set.files == digest)
+        };
+        sidecar::locate(table_dir, version, Part::Results)
+            .and_then(open)
+            .or_else(|| Span::whole(set_path(table_dir, version)).and_then(open))
     }
 
-    /// Read and check the index and tail of a set of `size` bytes.
-    fn read_index(path: &Path, size: u64) -> Option<ResultSet> {
-        let sealed = key_set::read_sealed(path, size, MAGIC, BLOCK_RECORDS, INDEX_ENTRY)?;
+    /// Read and check the index and tail of the set at `span`.
+    fn read_index(span: &Span) -> Option<ResultSet> {
+        let sealed = key_set::read_sealed(span, MAGIC, BLOCK_RECORDS, INDEX_ENTRY)?;
         let mut first_keys = Vec::with_capacity(sealed.blocks);
         let mut starts = Vec::with_capacity(sealed.blocks);
         let mut sums = Vec::with_capacity(sealed.blocks);
@@ -246,7 +257,8 @@ impl ResultSet {
             return None;
         }
         Some(ResultSet {
-            path: path.to_owned(),
+            path: span.path.clone(),
+            base: span.base,
             files: sealed.files,
             len: sealed.len,
             first_keys,
@@ -310,7 +322,7 @@ impl ResultSet {
             }
             let from = self.ranges[first].0;
             bytes.resize(self.ranges[last].1 - from, 0);
-            file.seek(SeekFrom::Start(from as u64)).ok()?;
+            file.seek(SeekFrom::Start(self.base + from as u64)).ok()?;
             file.read_exact(&mut bytes).ok()?;
             for b in first..=last {
                 if at >= wanted.len() || wanted[at].0 != b {

@@ -423,8 +423,8 @@ pub async fn commit_actions(
     deltalake::logstore::get_actions(version, &bytes).map_err(|e| Error::delta(name, e))
 }
 
-/// Record the key filter of the ids a version of a table added (see
-/// [`key_filter`](super::key_filter)). Failure only costs lookup speed, so it
+/// Record the key filter and key set of the ids a version of a table added
+/// (see [`sidecar`](super::sidecar)). Failure only costs lookup speed, so it
 /// is logged, not returned.
 pub async fn record_keys(
     root: &Path,
@@ -440,57 +440,14 @@ pub async fn record_keys(
     let result = commit_actions(table, &spec.name, version).await.and_then(|actions| {
         let files = super::key_filter::added_files(&actions);
         let keys: Vec<super::key_filter::Key> = ids.iter().map(Into::into).collect();
-        super::key_set::write(&dir, version, &files, &keys)?;
-        super::key_filter::write(&dir, version, &super::key_filter::KeyFilter::new(files, ids))
+        let filter = super::key_filter::KeyFilter::new(files.clone(), ids);
+        super::sidecar::Bundle::new()
+            .part(super::sidecar::Part::KeySet, super::key_set::encode(&files, &keys))
+            .part(super::sidecar::Part::Filter(None), filter.encode())
+            .write(&dir, version)
     });
     if let Err(e) = result {
         tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
-    }
-}
-
-/// Record the key filter of a version whose data files (`adds`) hold
-/// `keys`. Failure only costs lookup speed, so it is logged, not returned.
-pub fn record_key_filter(
-    root: &Path,
-    spec: &TableSpec,
-    version: u64,
-    adds: &[deltalake::kernel::Add],
-    column: Option<&str>,
-    keys: &[super::key_filter::Key],
-) -> Option<std::sync::Arc<super::key_filter::KeyFilter>> {
-    let files: Vec<String> = adds.iter().map(|a| a.path.clone()).collect();
-    let dir = table_dir(root, spec);
-    if column.is_none()
-        && let Err(e) = super::key_set::write(&dir, version, &files, keys)
-    {
-        tracing::warn!(table = %spec.name, version, error = %e, "could not record a key set");
-    }
-    let filter = super::key_filter::KeyFilter::new(files, keys);
-    match super::key_filter::write_for(&dir, version, column, &filter) {
-        Ok(()) => Some(std::sync::Arc::new(filter)),
-        Err(e) => {
-            tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
-            None
-        }
-    }
-}
-
-/// Record the result set of a version of the executions table whose data
-/// files (`adds`) hold `batches` (see [`result_set`](super::result_set)).
-/// Failure only costs cache-check speed, so it is logged, not returned.
-pub fn record_result_set(
-    root: &Path,
-    spec: &TableSpec,
-    version: u64,
-    adds: &[deltalake::kernel::Add],
-    batches: &[deltalake::arrow::record_batch::RecordBatch],
-) {
-    let files: Vec<String> = adds.iter().map(|a| a.path.clone()).collect();
-    let result = super::result_set::results_of(batches, &spec.name).and_then(|results| {
-        super::result_set::write(&table_dir(root, spec), version, &files, &results)
-    });
-    if let Err(e) = result {
-        tracing::warn!(table = %spec.name, version, error = %e, "could not record a result set");
     }
 }
 

@@ -17,9 +17,9 @@ use deltalake::operations::vacuum::VacuumMode;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::lake::key_filter;
 use crate::lake::layout::STAGING_DIR;
 use crate::lake::{Lake, WriterLock, table};
+use crate::lake::{key_filter, sidecar};
 use crate::progress::Progress;
 
 /// The default retention: 7 days.
@@ -138,22 +138,30 @@ async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> 
         let handle = table::open(lake.root(), &spec).await?;
         let active: std::collections::BTreeSet<String> =
             table::active_files(&handle, &spec)?.into_iter().collect();
-        let stale_filter = |path: &std::path::Path| {
-            std::fs::read(path)
-                .ok()
+        // The data files a sidecar file describes: a bundle's filters name
+        // them; a single key or result set goes with its version's single
+        // key filter (same name, `.keys`) or, beside a bundle (repair adds
+        // one there), with the bundle.
+        let bundle_files = |path: &std::path::Path| {
+            sidecar::first_filter(path)
+                .and_then(|span| span.read())
                 .and_then(|b| key_filter::files_of(&b))
-                .is_none_or(|files| files.iter().all(|f| !active.contains(f)))
+        };
+        let files_named = |path: &std::path::Path| -> Option<Vec<String>> {
+            let single = |path: &std::path::Path| {
+                std::fs::read(path).ok().and_then(|b| key_filter::files_of(&b))
+            };
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("side") => bundle_files(path),
+                Some("set" | "results") => single(&path.with_extension("keys"))
+                    .or_else(|| bundle_files(&path.with_extension("side"))),
+                _ => single(path),
+            }
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            // A version's key set and result set go with its key filter
-            // (same name, `.set` or `.results` for `.keys`), which names
-            // the files.
-            let stale = if path.extension().is_some_and(|e| e == "set" || e == "results") {
-                stale_filter(&path.with_extension("keys"))
-            } else {
-                stale_filter(&path)
-            };
+            let stale =
+                files_named(&path).is_none_or(|files| files.iter().all(|f| !active.contains(f)));
             if stale && older_than(&path, options.retention) {
                 found.push(path);
             }

@@ -7,6 +7,7 @@ use crate::common::lake;
 use sluice::Lake;
 use sluice::artifact::FieldValue;
 use sluice::commit::REASON_FILE;
+use sluice::lake::sidecar::{self, Part};
 use sluice::query::OutputFormat;
 use sluice::query::format::render;
 use sluice::staging::synthetic::{self, SyntheticSpec};
@@ -234,52 +235,44 @@ async fn the_execution_cache_finds_specs_through_key_filters_and_without_them() 
         }
         lake.commit().execute().await.unwrap();
     }
-    let keys =
-        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table())
-            .join(sluice::lake::key_filter::KEYS_DIR);
-    let spec_filters = std::fs::read_dir(&keys)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".execution_spec_id.keys")
-        })
-        .count();
-    assert_eq!(spec_filters, 3, "one spec-id key filter per commit");
+    let table_dir =
+        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table());
+    let keys = table_dir.join(sluice::lake::key_filter::KEYS_DIR);
+    let results = crate::common::bundles(&table_dir);
+    for (version, _) in &results {
+        for part in [Part::Filter(Some("execution_spec_id")), Part::Results] {
+            assert!(sidecar::locate(&table_dir, *version, part).is_some(), "{part:?}");
+        }
+    }
+    assert_eq!(results.len(), 3, "one spec-id key filter and result set per commit");
     let wanted: HashSet<String> =
         ["s-1", "s-2", "s-3", "s-4", "s-5"].iter().map(|s| (*s).to_owned()).collect();
     let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
     assert_eq!(found, expected);
     // Each commit left a result set, which answered the check above; with
     // one damaged and one gone, their versions' files are read instead.
-    let mut results: Vec<std::path::PathBuf> = std::fs::read_dir(&keys)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "results"))
-        .collect();
-    results.sort();
-    assert_eq!(results.len(), 3, "one result set per commit");
     // A sound set is believed without its files being read: one rewritten
     // for the second commit's files, naming another run for `s-3`, is what
     // the check answers.
-    let table_dir =
-        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table());
-    let version: u64 = results[1].file_stem().unwrap().to_str().unwrap().parse().unwrap();
-    let files = sluice::lake::key_filter::read_one(&table_dir, version, Some("execution_spec_id"))
-        .unwrap()
-        .files
-        .clone();
+    let version = results[1].0;
+    let filter = |column| sluice::lake::key_filter::read_one(&table_dir, version, column).unwrap();
+    let (by_id, by_spec) = (filter(None), filter(Some("execution_spec_id")));
     let forged = sluice::lake::result_set::SpecResult { end: 20, run_id: "forged-run".into() };
     let key = sluice::lake::key_filter::Key::of_value("s-3");
     let sets = std::collections::BTreeMap::from([(key, forged)]);
-    sluice::lake::result_set::write(&table_dir, version, &files, &sets).unwrap();
+    sidecar::Bundle::new()
+        .part(Part::Filter(None), by_id.encode())
+        .part(Part::Filter(Some("execution_spec_id")), by_spec.encode())
+        .part(Part::Results, sluice::lake::result_set::encode(&by_spec.files, &sets).unwrap())
+        .write(&table_dir, version)
+        .unwrap();
     let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
     assert_eq!(found["s-3"], "forged-run");
-    std::fs::remove_file(&results[1]).unwrap();
+    std::fs::remove_file(&results[1].1).unwrap();
     let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
-    assert_eq!(found, expected, "without the set, its files are read");
-    let mut bytes = std::fs::read(&results[2]).unwrap();
-    bytes[3] ^= 0x40;
-    std::fs::write(&results[2], bytes).unwrap();
-    std::fs::remove_file(&results[0]).unwrap();
+    assert_eq!(found, expected, "without the sidecar, its files are read");
+    crate::common::damage_part(&table_dir, results[2].0, Part::Results, Some(3));
+    std::fs::remove_file(&results[0].1).unwrap();
     let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();
     assert_eq!(found, expected);
     // Without any key filter every file is read, with the same answer.

@@ -42,3 +42,34 @@ pub fn log_actions(table_dir: &std::path::Path) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+/// The sidecar bundles of a table folder (one per version a sluice write
+/// made), by version.
+pub fn bundles(table_dir: &std::path::Path) -> Vec<(u64, std::path::PathBuf)> {
+    let keys = table_dir.join(sluice::lake::key_filter::KEYS_DIR);
+    let mut found: Vec<_> = std::fs::read_dir(&keys)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter_map(|p| {
+            let name = p.file_name()?.to_str()?;
+            Some((name.strip_suffix(".side")?.parse().ok()?, p))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Flip one byte of one part of a version's bundle, `at` bytes into it
+/// (`None`: its last byte, inside the checksum that ends every part).
+pub fn damage_part(
+    table_dir: &std::path::Path,
+    version: u64,
+    part: sluice::lake::sidecar::Part<'_>,
+    at: Option<u64>,
+) {
+    let span = sluice::lake::sidecar::locate(table_dir, version, part).expect("the part exists");
+    let mut bytes = std::fs::read(&span.path).unwrap();
+    let at = span.base + at.unwrap_or(span.len - 1);
+    bytes[at as usize] ^= 0x40;
+    std::fs::write(&span.path, bytes).unwrap();
+}

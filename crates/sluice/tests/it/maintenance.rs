@@ -7,7 +7,8 @@ use sluice::query::AsOf;
 use sluice::staging::synthetic::{self, SyntheticSpec};
 
 use crate::commit::{scalar, writer};
-use crate::common::{lake, metrics};
+use crate::common::{bundles, damage_part, lake, metrics};
+use sluice::lake::sidecar::{self, Part};
 
 async fn digest(lake: &sluice::Lake, table: &str, key: &str) -> String {
     scalar(lake, &format!("SELECT count(*) || ':' || sum(length({key})) || ':' || min({key}) || ':' || max({key}) FROM {table}")).await
@@ -90,20 +91,19 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
         scalar(&lake, "SELECT count(*) - count(DISTINCT artifact_id) FROM metrics").await,
         "0"
     );
-    let keys = lake.root().join("artifacts/metrics/_sluice_keys");
     let version = metrics_report.version.unwrap();
+    let metrics_dir = lake.root().join("artifacts/metrics");
     assert!(
-        keys.join(format!("{version:020}.keys")).exists(),
+        sidecar::locate(&metrics_dir, version, Part::Filter(None)).is_some(),
         "compaction wrote the key filter of its files"
     );
-    assert!(keys.join(format!("{version:020}.set")).exists(), "and the key set");
+    assert!(sidecar::locate(&metrics_dir, version, Part::KeySet).is_some(), "and the key set");
     // The compacted executions have a result set; the cache answers as before.
     let executions = reports.iter().find(|r| r.table == "executions").unwrap();
     let version = executions.version.unwrap();
-    let results =
-        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table())
-            .join(format!("_sluice_keys/{version:020}.results"));
-    assert!(results.exists(), "{executions:?}");
+    let executions_dir =
+        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table());
+    assert!(sidecar::locate(&executions_dir, version, Part::Results).is_some(), "{executions:?}");
     assert_eq!(sluice::pipeline::cache::successful_runs(&lake, &specs).await.unwrap(), cached);
     // Lookups by id through the compacted files.
     let any = metrics(&lake, 1, 1);
@@ -153,28 +153,26 @@ async fn vacuum_dry_run_lists_what_it_removes_and_keeps_time_travel_in_retention
     assert_eq!(dry.files, real.files, "the dry run lists exactly what is removed");
     assert!(real.bytes > 0 && dry.bytes == real.bytes, "{dry:?} {real:?}");
     assert!(real.files.iter().any(|(t, f)| t == "metrics" && !f.is_empty()), "{real:?}");
-    // Key sets go with their key filters: those of compacted-away files
-    // are removed, the compaction's stays.
-    let keys = lake.root().join("artifacts/metrics/_sluice_keys");
-    let names: std::collections::BTreeSet<String> = std::fs::read_dir(&keys)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    let sets: Vec<&String> = names.iter().filter(|n| n.ends_with(".set")).collect();
-    assert!(!sets.is_empty(), "{names:?}");
-    assert!(sets.iter().all(|s| names.contains(&s.replace(".set", ".keys"))), "{names:?}");
-    assert!(real.leftovers.iter().any(|l| l.ends_with(".set")), "{real:?}");
-    // The executions were not compacted: their result sets, whose files
-    // are live, all stay.
+    // Sidecars go with the files their filters name: those of
+    // compacted-away files are removed, the compaction's stays.
+    let metrics_dir = lake.root().join("artifacts/metrics");
+    let left = bundles(&metrics_dir);
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(sidecar::locate(&metrics_dir, left[0].0, Part::KeySet).is_some());
+    assert!(
+        real.leftovers.iter().any(|l| l.starts_with("artifacts/metrics/") && l.ends_with(".side")),
+        "{real:?}"
+    );
+    // The executions were not compacted: their sidecars (and result sets),
+    // whose files are live, all stay.
     let executions =
-        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table())
-            .join("_sluice_keys");
-    let results = std::fs::read_dir(&executions)
-        .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "results"))
+        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table());
+    let results = bundles(&executions)
+        .iter()
+        .filter(|(v, _)| sidecar::locate(&executions, *v, Part::Results).is_some())
         .count();
     assert_eq!(results, 8, "{real:?}");
-    assert!(!real.leftovers.iter().any(|l| l.ends_with(".results")), "{real:?}");
+    assert!(!real.leftovers.iter().any(|l| l.starts_with("orchestration/executions/")), "{real:?}");
     assert_eq!(
         scalar(&lake, "SELECT count(*) - count(DISTINCT artifact_id) FROM metrics").await,
         "0"
@@ -366,16 +364,15 @@ async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
 
     // Key sets lost (or a lake written before them): reported, not unclean,
     // and written again from the files by --repair.
-    let keys = table::table_dir(lake.root(), &layout::index_table()).join("_sluice_keys");
-    let sets: Vec<_> = std::fs::read_dir(&keys)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "set"))
+    let index_dir = table::table_dir(lake.root(), &layout::index_table());
+    let sets: Vec<_> = bundles(&index_dir)
+        .into_iter()
+        .map(|(v, _)| {
+            damage_part(&index_dir, v, Part::KeySet, None);
+            index_dir.join(format!("_sluice_keys/{v:020}.set"))
+        })
         .collect();
     assert!(!sets.is_empty());
-    for set in &sets {
-        std::fs::remove_file(set).unwrap();
-    }
     let unset = integrity::check(&lake).await.unwrap();
     assert!(unset.is_clean(), "{unset:?}");
     assert_eq!(unset.versions_without_key_sets["index"].len(), sets.len(), "{unset:?}");
@@ -408,16 +405,15 @@ async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
     let specs = spec_ids(&lake).await;
     let cached = sluice::pipeline::cache::successful_runs(&lake, &specs).await.unwrap();
     assert!(!cached.is_empty());
-    let keys = table::table_dir(lake.root(), &layout::executions_table()).join("_sluice_keys");
-    let results: Vec<_> = std::fs::read_dir(&keys)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "results"))
+    let executions_dir = table::table_dir(lake.root(), &layout::executions_table());
+    let results: Vec<_> = bundles(&executions_dir)
+        .into_iter()
+        .map(|(v, _)| {
+            damage_part(&executions_dir, v, Part::Results, None);
+            executions_dir.join(format!("_sluice_keys/{v:020}.results"))
+        })
         .collect();
     assert_eq!(results.len(), 8, "one per commit");
-    for set in &results {
-        std::fs::remove_file(set).unwrap();
-    }
     let unset = integrity::check(&lake).await.unwrap();
     assert_eq!(unset.versions_without_key_sets["executions"].len(), 8, "{unset:?}");
     let repaired = integrity::repair(&lake).await.unwrap();

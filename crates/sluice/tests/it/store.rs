@@ -1,7 +1,8 @@
 //! Putting and getting artifacts of the built-in types.
 
-use crate::common::{lake, metrics};
+use crate::common::{bundles, damage_part, lake, metrics};
 use serde_json::json;
+use sluice::lake::sidecar::Part;
 use sluice::store::ListFilter;
 use sluice::{ArtifactId, Draft};
 
@@ -82,14 +83,9 @@ async fn key_filters_speed_up_dedup_but_never_decide_it() {
     let b = metrics(&lake, 2, 10);
     lake.put(&a).await.unwrap();
     lake.put(&b).await.unwrap();
-    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::key_filter::KEYS_DIR);
-    let mut sidecars: Vec<_> = std::fs::read_dir(&keys)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "keys"))
-        .collect();
-    sidecars.sort();
-    assert_eq!(sidecars.len(), 2, "one key filter per write: {sidecars:?}");
+    let sidecars: Vec<_> =
+        bundles(&dir.path().join("artifacts/metrics")).into_iter().map(|(_, p)| p).collect();
+    assert_eq!(sidecars.len(), 2, "one sidecar file per write: {sidecars:?}");
 
     let mut both = a.clone();
     both.extend(b.iter().cloned());
@@ -133,8 +129,13 @@ async fn sidecars_that_cannot_be_written_cost_speed_never_a_result() {
     // Once the folder can be made again, the next commit's sidecars land.
     std::fs::remove_file(&keys).unwrap();
     fresh.put(&metrics(&lake, 3, 10)).await.unwrap();
-    let written = std::fs::read_dir(&keys).unwrap().count();
-    assert_eq!(written, 2, "the third put's key filter and key set");
+    let written: Vec<_> = std::fs::read_dir(&keys).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(written.len(), 1, "the third put's sidecar: {written:?}");
+    let version = bundles(&dir.path().join("artifacts/metrics"))[0].0;
+    let metrics = dir.path().join("artifacts/metrics");
+    for part in [Part::Filter(None), Part::KeySet] {
+        assert!(sluice::lake::sidecar::locate(&metrics, version, part).is_some(), "{part:?}");
+    }
 }
 
 /// De-duplication of thousands of ids (more than one `IN` list of the old
@@ -173,22 +174,14 @@ async fn key_sets_confirm_present_ids_and_damaged_or_foreign_ones_are_read_aroun
         lake.put(batch).await.unwrap();
     }
     // Every version that added metrics left its key set beside its filter.
-    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::key_filter::KEYS_DIR);
-    let named = |suffix: &str| -> Vec<std::path::PathBuf> {
-        let mut found: Vec<_> = std::fs::read_dir(&keys)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.to_string_lossy().ends_with(suffix))
-            .collect();
-        found.sort();
-        found
-    };
-    let (filters, sets) = (named(".keys"), named(".set"));
+    let table_dir = dir.path().join("artifacts/metrics");
+    let sets = bundles(&table_dir);
     assert_eq!(sets.len(), 4, "{sets:?}");
-    assert_eq!(
-        sets.iter().map(|p| p.with_extension("")).collect::<Vec<_>>(),
-        filters.iter().map(|p| p.with_extension("")).collect::<Vec<_>>()
-    );
+    for (version, _) in &sets {
+        for part in [Part::Filter(None), Part::KeySet] {
+            assert!(sluice::lake::sidecar::locate(&table_dir, *version, part).is_some());
+        }
+    }
 
     // Re-run part of every step: confirmed from the sets alone, so even a
     // data file made unreadable is not opened for it.
@@ -202,14 +195,13 @@ async fn key_sets_confirm_present_ids_and_damaged_or_foreign_ones_are_read_aroun
     assert_eq!((put.already_present, put.rows_added["metrics"]), (4000, 500));
     std::fs::write(&file, original).unwrap();
 
-    // Damage one set's keys, put another version's set in place of a third
-    // (its files differ), truncate the fourth: each falls back to its files.
-    let mut bytes = std::fs::read(&sets[0]).unwrap();
-    bytes[4000] ^= 0x40;
-    std::fs::write(&sets[0], &bytes).unwrap();
-    std::fs::copy(&sets[2], &sets[1]).unwrap();
-    let torn = std::fs::read(&sets[3]).unwrap();
-    std::fs::write(&sets[3], &torn[..torn.len() / 2]).unwrap();
+    // Damage one set's keys (its filter intact), put another version's
+    // sidecar in place of a third (its files differ), truncate the fourth:
+    // each falls back to its files.
+    damage_part(&table_dir, sets[0].0, Part::KeySet, Some(4000));
+    std::fs::copy(&sets[2].1, &sets[1].1).unwrap();
+    let torn = std::fs::read(&sets[3].1).unwrap();
+    std::fs::write(&sets[3].1, &torn[..torn.len() / 2]).unwrap();
     let mut again: Vec<_> = batches.iter().flat_map(|b| b[500..2500].iter().cloned()).collect();
     again.extend(metrics(&lake, 6, 700));
     let put = lake.put(&again).await.unwrap();
