@@ -143,7 +143,7 @@ pub(crate) fn check_journal(root: &Path, trial: u64) {
         );
         let mut tokens_per_seq = std::collections::BTreeMap::new();
         let mut completed = std::collections::BTreeMap::new();
-        for e in &journal.entries {
+        for e in journal.entries() {
             tokens_per_seq
                 .entry(e.seq)
                 .or_insert_with(std::collections::BTreeSet::new)

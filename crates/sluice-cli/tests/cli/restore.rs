@@ -28,7 +28,7 @@ fn restored(root: &std::path::Path) -> bool {
     rt.block_on(async {
         let journal = sluice::lake::journal::read(root, None).await.unwrap();
         journal
-            .entries
+            .entries()
             .iter()
             .any(|e| e.is_restore() && e.phase() == sluice::lake::journal::Phase::Completed)
     })

@@ -85,7 +85,7 @@ pub async fn diagnose(lake: &Lake) -> Result<Diagnosis> {
     let journal = journal::read(lake.root(), None).await?;
     out.unfinished_sequences = journal.unfinished().iter().map(|e| e.seq).collect();
     out.abandoned_sequences = journal
-        .entries
+        .entries()
         .iter()
         .filter(|e| e.phase() == Phase::Abandoned)
         .map(|e| (e.seq, e.reason.clone().unwrap_or_default()))

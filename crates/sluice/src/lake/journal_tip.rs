@@ -90,7 +90,7 @@ impl JournalTip {
     fn index(&mut self) {
         self.ended.clear();
         self.open.clear();
-        for entry in &self.journal.entries {
+        for entry in self.journal.entries() {
             note(&mut self.ended, &mut self.open, entry);
         }
     }
@@ -163,8 +163,7 @@ impl JournalTip {
         for entry in &rows {
             note(&mut self.ended, &mut self.open, entry);
         }
-        self.journal.entries.extend(rows);
-        self.journal.entries.sort_by_key(|e| (e.position, e.seq, e.phase()));
+        self.journal.extend(rows);
         self.journal.version = Some(self.tip.head());
         Ok(&self.journal)
     }
@@ -202,7 +201,7 @@ impl JournalTip {
                     self.live.extend(adds.iter().map(|a| (a.path.clone(), Some(1))));
                     self.positions.extend(adds.iter().map(|a| (a.path.clone(), vec![version])));
                     note(&mut self.ended, &mut self.open, &entry);
-                    self.journal.entries.push(entry.clone());
+                    self.journal.extend(vec![entry.clone()]);
                     self.journal.version = Some(version);
                     return Ok(Some(entry));
                 }
@@ -295,7 +294,7 @@ impl JournalTip {
     ) -> Result<Option<Vec<JournalEntry>>> {
         let known: Option<Vec<&Vec<u64>>> = files.iter().map(|f| self.positions.get(f)).collect();
         if let Some(known) = known {
-            let entries = &self.journal.entries;
+            let entries = self.journal.entries();
             let mut rows = Vec::new();
             let mut wanted: Vec<u64> = known.into_iter().flatten().copied().collect();
             wanted.sort_unstable();
@@ -405,7 +404,7 @@ mod tests {
         assert!(kept.live.values().all(|rows| *rows == Some(1)), "{:?}", kept.live);
         // A `make` that declines writes nothing.
         assert_eq!(kept.append(root, |_| Ok(None)).await.unwrap(), None);
-        assert_eq!(kept.journal().entries.len(), 3);
+        assert_eq!(kept.journal().entries().len(), 3);
 
         // Another kept journal appends and merges its small files (a
         // rewrite without data change): nothing to read again, the rows
@@ -488,7 +487,7 @@ mod tests {
         let (again, _) = crate::Lake::init(dir.path()).await.unwrap();
         journal::append(again.root(), |_| Ok(Some(started(1, "new")))).await.unwrap();
         let journal = kept.advance(again.root()).await.unwrap();
-        assert_eq!(journal.entries.len(), 1);
-        assert_eq!(journal.entries[0].token, "new");
+        assert_eq!(journal.entries().len(), 1);
+        assert_eq!(journal.entries()[0].token, "new");
     }
 }

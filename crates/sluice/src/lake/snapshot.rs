@@ -92,10 +92,10 @@ pub async fn resolve(root: &Path, specs: &[TableSpec], point: &LakePoint) -> Res
             };
             let position = done.position;
             let heads = done.table_versions.clone();
-            let prefix = Journal {
-                entries: journal.entries.into_iter().filter(|e| e.position <= position).collect(),
-                version: Some(position),
-            };
+            let prefix = Journal::new(
+                journal.into_entries().into_iter().filter(|e| e.position <= position).collect(),
+                Some(position),
+            );
             (heads, prefix, true)
         }
         LakePoint::Time(at) => {
@@ -142,7 +142,7 @@ pub fn settle(
     }
     hide_partial_sequences(journal, &mut cut);
     let sequence = journal
-        .entries
+        .entries()
         .iter()
         .filter(|e| e.phase() == Phase::Completed)
         .filter(|e| wholly_visible(e, &cut))
@@ -177,7 +177,7 @@ fn wholly_visible(entry: &JournalEntry, cut: &BTreeMap<String, u64>) -> bool {
 fn hide_partial_sequences(journal: &Journal, cut: &mut BTreeMap<String, u64>) {
     loop {
         let mut changed = false;
-        for entry in journal.entries.iter().filter(|e| e.phase() == Phase::Completed) {
+        for entry in journal.entries().iter().filter(|e| e.phase() == Phase::Completed) {
             let visible: Vec<(&String, &u64)> = entry
                 .table_commits
                 .iter()
@@ -198,7 +198,7 @@ fn hide_partial_sequences(journal: &Journal, cut: &mut BTreeMap<String, u64>) {
 }
 
 fn last_completed(journal: &Journal) -> Option<i64> {
-    journal.entries.iter().filter(|e| e.phase() == Phase::Completed).map(|e| e.seq).max()
+    journal.entries().iter().filter(|e| e.phase() == Phase::Completed).map(|e| e.seq).max()
 }
 
 /// Every table's version at an instant (tables created later are absent).
@@ -249,13 +249,13 @@ mod tests {
     fn a_sequence_seen_in_part_is_hidden_everywhere() {
         // Sequence 2 committed metrics v5, index v7, executions v3; the reader
         // read executions before its commit (v2) and the rest after.
-        let journal = Journal {
-            entries: vec![
+        let journal = Journal::new(
+            vec![
                 completed(1, &[("metrics", 4), ("executions", 2)]),
                 completed(2, &[("metrics", 5), ("index", 7), ("executions", 3)]),
             ],
-            version: Some(4),
-        };
+            Some(4),
+        );
         let mut cut: BTreeMap<String, u64> = [("metrics", 5), ("index", 7), ("executions", 2)]
             .map(|(t, v)| (t.to_owned(), v))
             .into();
@@ -263,7 +263,7 @@ mod tests {
         assert_eq!(cut["metrics"], 4);
         assert_eq!(cut["index"], 6);
         assert_eq!(cut["executions"], 2);
-        assert!(wholly_visible(&journal.entries[0], &cut));
-        assert!(!wholly_visible(&journal.entries[1], &cut));
+        assert!(wholly_visible(&journal.entries()[0], &cut));
+        assert!(!wholly_visible(&journal.entries()[1], &cut));
     }
 }

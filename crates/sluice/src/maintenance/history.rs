@@ -49,7 +49,7 @@ fn rfc3339_micros(us: i64) -> String {
 pub async fn lake_history(lake: &Lake, limit: Option<usize>) -> Result<Vec<LakeVersion>> {
     let journal = journal::read(lake.root(), None).await?;
     let mut out: Vec<LakeVersion> = journal
-        .entries
+        .entries()
         .iter()
         .filter(|e| e.phase() == Phase::Completed)
         .map(|e| LakeVersion {

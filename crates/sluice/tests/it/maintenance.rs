@@ -526,9 +526,9 @@ async fn racing_journal_rewrites_never_duplicate_a_row() {
     }
     assert!(rewrote >= 1, "one rewrite lands");
     let after = journal::read(lake.root(), None).await.unwrap();
-    assert_eq!(after.entries.len(), rows, "every row once");
+    assert_eq!(after.entries().len(), rows, "every row once");
     let tokens: std::collections::BTreeSet<&str> =
-        after.entries.iter().map(|e| e.token.as_str()).collect();
+        after.entries().iter().map(|e| e.token.as_str()).collect();
     assert_eq!(tokens.len(), rows);
     assert!(!journal::compact_if_fragmented(lake.root()).await.unwrap(), "now one file");
 }
