@@ -363,9 +363,9 @@ pub fn files_all(table_dir: &Path) -> BTreeMap<u64, Vec<String>> {
 /// file of the older layout; `None` when absent or unreadable (its files
 /// then count as uncovered).
 pub fn read_one(table_dir: &Path, version: u64, column: Option<&str>) -> Option<Arc<KeyFilter>> {
-    sidecar::locate(table_dir, version, Part::Filter(column))
-        .and_then(|span| KeyFilter::decode(&span.read()?))
-        .or_else(|| parse(&keys_dir(table_dir).join(sidecar_name(version, column))))
+    let single = keys_dir(table_dir).join(sidecar_name(version, column));
+    sidecar::spans(table_dir, version, Part::Filter(column), single)
+        .find_map(|span| KeyFilter::decode(&span.read()?))
         .map(Arc::new)
 }
 
@@ -392,10 +392,7 @@ impl Listed {
         if !self.bundle {
             return parse(&self.path).map(Some).ok_or(());
         }
-        let Ok(meta) = std::fs::metadata(&self.path) else { return Ok(None) };
-        let id = sidecar::file_id(&meta);
-        let Some(span) = sidecar::locate_in(&self.path, id, meta.len(), Part::Filter(column))
-        else {
+        let Some(span) = sidecar::locate_at(&self.path, Part::Filter(column)) else {
             return Ok(None);
         };
         span.read().and_then(|b| KeyFilter::decode(&b)).map(Some).ok_or(())

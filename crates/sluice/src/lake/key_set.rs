@@ -253,13 +253,12 @@ impl KeySet {
     /// (which repair writes).
     pub fn open(table_dir: &Path, version: u64, files: &[String]) -> Option<Arc<KeySet>> {
         let digest = files_digest(files);
-        let open = |span: Span| {
-            open_cached(set_cache(), &span, "key set", KeySet::read_index)
-                .filter(|set| set.files == digest)
-        };
-        sidecar::locate(table_dir, version, Part::KeySet)
-            .and_then(open)
-            .or_else(|| Span::whole(set_path(table_dir, version)).and_then(open))
+        sidecar::spans(table_dir, version, Part::KeySet, set_path(table_dir, version)).find_map(
+            |span| {
+                open_cached(set_cache(), &span, "key set", KeySet::read_index)
+                    .filter(|set| set.files == digest)
+            },
+        )
     }
 
     /// Read and check the index and tail of the set at `span`.

@@ -223,13 +223,12 @@ impl ResultSet {
     /// (which repair writes).
     pub fn open(table_dir: &Path, version: u64, files: &[String]) -> Option<Arc<ResultSet>> {
         let digest = files_digest(files);
-        let open = |span: Span| {
-            open_cached(set_cache(), &span, "result set", ResultSet::read_index)
-                .filter(|set| set.files == digest)
-        };
-        sidecar::locate(table_dir, version, Part::Results)
-            .and_then(open)
-            .or_else(|| Span::whole(set_path(table_dir, version)).and_then(open))
+        sidecar::spans(table_dir, version, Part::Results, set_path(table_dir, version)).find_map(
+            |span| {
+                open_cached(set_cache(), &span, "result set", ResultSet::read_index)
+                    .filter(|set| set.files == digest)
+            },
+        )
     }
 
     /// Read and check the index and tail of the set at `span`.

@@ -240,16 +240,30 @@ fn directories() -> &'static Directories {
 /// The part of a version's bundle, if the bundle exists, its directory is
 /// intact and it holds that part.
 pub fn locate(table_dir: &Path, version: u64, part: Part<'_>) -> Option<Span> {
-    let path = path(table_dir, version);
-    let meta = std::fs::metadata(&path).ok()?;
-    locate_in(&path, file_id(&meta), meta.len(), part)
+    locate_at(&path(table_dir, version), part)
 }
 
-/// The part of the bundle at `path` (identified by `id`, `size` bytes).
-pub(super) fn locate_in(path: &Path, id: FileId, size: u64, part: Part<'_>) -> Option<Span> {
-    let directory = directory(path, id, size)?;
+/// The part of the bundle at `path`.
+pub(super) fn locate_at(path: &Path, part: Part<'_>) -> Option<Span> {
+    let meta = std::fs::metadata(path).ok()?;
+    let id = file_id(&meta);
+    let directory = directory(path, id, meta.len())?;
     let &(offset, len) = directory.get(&(part.kind(), part.column().to_owned()))?;
     Some(Span { path: path.to_owned(), base: offset, len, id })
+}
+
+/// Where a version's part may lie, in the order readers believe them: its
+/// bundle's part, then `single`, its file of the older layout (each looked
+/// for only when the one before did not serve).
+pub(super) fn spans<'a>(
+    table_dir: &'a Path,
+    version: u64,
+    part: Part<'a>,
+    single: PathBuf,
+) -> impl Iterator<Item = Span> + 'a {
+    std::iter::once_with(move || locate(table_dir, version, part))
+        .chain(std::iter::once_with(move || Span::whole(single)))
+        .flatten()
 }
 
 /// The directory of the bundle at `path`, from this process's cache or
