@@ -22,7 +22,7 @@
 //! transaction (`sluice-commit`) and its token in the commit metadata, so the
 //! journal can be checked against, and rebuilt from, the tables themselves.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use deltalake::arrow::record_batch::RecordBatch;
@@ -130,6 +130,9 @@ pub struct Journal {
     /// step commits 1.5× slower by its end.
     phases: HashMap<String, u8>,
     max_seq: i64,
+    /// Tokens with a `started` row and neither a `completed` nor an
+    /// `abandoned` one: every commit asks whether any is unfinished.
+    open: HashSet<String>,
 }
 
 /// The order of a journal's rows.
@@ -144,6 +147,9 @@ fn phase_bit(phase: Phase) -> u8 {
         Phase::Abandoned => 4,
     }
 }
+
+/// The phases that end a sequence attempt.
+const ENDED: u8 = 2 | 4;
 
 impl Journal {
     /// A journal of `entries` (in any order) at `version`.
@@ -168,7 +174,13 @@ impl Journal {
     pub(crate) fn extend(&mut self, mut rows: Vec<JournalEntry>) {
         rows.sort_by_key(journal_order);
         for row in &rows {
-            *self.phases.entry(row.token.clone()).or_default() |= phase_bit(row.phase());
+            let bits = self.phases.entry(row.token.clone()).or_default();
+            *bits |= phase_bit(row.phase());
+            if *bits & ENDED == 0 {
+                self.open.insert(row.token.clone());
+            } else {
+                self.open.remove(&row.token);
+            }
             self.max_seq = self.max_seq.max(row.seq);
         }
         let in_order = match (self.entries.last(), rows.first()) {
@@ -189,6 +201,12 @@ impl Journal {
     /// The rows of one sequence attempt.
     pub fn of_token<'a>(&'a self, token: &'a str) -> impl Iterator<Item = &'a JournalEntry> + 'a {
         self.entries.iter().filter(move |e| e.token == token)
+    }
+
+    /// Whether some sequence attempt is started and not ended
+    /// ([`Journal::unfinished`] is not empty).
+    pub fn has_unfinished(&self) -> bool {
+        !self.open.is_empty()
     }
 
     /// Whether a sequence attempt has a row in `phase`.
@@ -604,6 +622,7 @@ mod tests {
                     prop_assert_eq!(journal.has(&token, phase), scanned);
                 }
             }
+            prop_assert_eq!(journal.has_unfinished(), !journal.unfinished().is_empty());
             prop_assert_eq!(Journal::new(rows, None), journal.clone());
         }
     }

@@ -24,7 +24,7 @@
 //! touches more than 16 files — whose rows come from memory when this tip
 //! wrote or read them (a row's `position` is the version that appended it).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use deltalake::arrow::record_batch::RecordBatch;
@@ -34,7 +34,7 @@ use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::protocol::DeltaOperation;
 
 use super::append;
-use super::journal::{self, Journal, JournalEntry, Phase};
+use super::journal::{self, Journal, JournalEntry};
 use super::layout::{self, TableSpec};
 use super::table;
 use super::tip::{Advanced, Tip};
@@ -51,12 +51,6 @@ pub struct JournalTip {
     /// row's position is the version that appended it, one file each, so
     /// these files can be merged from the rows in memory.
     positions: HashMap<String, Vec<u64>>,
-    /// Tokens of sequences that ended (completed or abandoned), and of
-    /// those started and not ended: every commit asks whether any is
-    /// unfinished, which [`Journal::unfinished`] answers in a pass over
-    /// every row.
-    ended: HashSet<String>,
-    open: HashSet<String>,
 }
 
 /// Row files of one tier merged into one file of the next.
@@ -69,30 +63,12 @@ impl JournalTip {
         let tip = Tip::open(root, &spec).await?;
         let journal = journal::read_table(tip.table(), &spec).await?;
         let live = table::active_file_rows(tip.table(), &spec)?.into_iter().collect();
-        let mut kept = JournalTip {
-            tip,
-            journal,
-            live,
-            positions: HashMap::new(),
-            ended: HashSet::new(),
-            open: HashSet::new(),
-        };
-        kept.index();
-        Ok(kept)
+        Ok(JournalTip { tip, journal, live, positions: HashMap::new() })
     }
 
     /// Whether a sequence is started and not ended (as of the last advance).
     pub fn has_unfinished(&self) -> bool {
-        !self.open.is_empty()
-    }
-
-    /// Rebuild the ended and open tokens from every row.
-    fn index(&mut self) {
-        self.ended.clear();
-        self.open.clear();
-        for entry in self.journal.entries() {
-            note(&mut self.ended, &mut self.open, entry);
-        }
+        self.journal.has_unfinished()
     }
 
     /// The journal as of the last [`JournalTip::advance`] or append.
@@ -137,7 +113,6 @@ impl JournalTip {
             self.journal = journal::read_table(self.tip.table(), &spec).await?;
             self.live = table::active_file_rows(self.tip.table(), &spec)?.into_iter().collect();
             self.positions.clear();
-            self.index();
             return Ok(&self.journal);
         }
         let mut rows = Vec::new();
@@ -159,9 +134,6 @@ impl JournalTip {
         if rewritten {
             *self = Self::open(root).await?;
             return Ok(&self.journal);
-        }
-        for entry in &rows {
-            note(&mut self.ended, &mut self.open, entry);
         }
         self.journal.extend(rows);
         self.journal.version = Some(self.tip.head());
@@ -200,7 +172,6 @@ impl JournalTip {
                 Ok(Some(version)) => {
                     self.live.extend(adds.iter().map(|a| (a.path.clone(), Some(1))));
                     self.positions.extend(adds.iter().map(|a| (a.path.clone(), vec![version])));
-                    note(&mut self.ended, &mut self.open, &entry);
                     self.journal.extend(vec![entry.clone()]);
                     self.journal.version = Some(version);
                     return Ok(Some(entry));
@@ -264,21 +235,6 @@ impl JournalTip {
                 append::remove_files(self.tip.table(), &adds).await;
                 Err(e)
             }
-        }
-    }
-}
-
-/// Account for one journal row in the ended and open tokens.
-fn note(ended: &mut HashSet<String>, open: &mut HashSet<String>, entry: &JournalEntry) {
-    match entry.phase() {
-        Phase::Started => {
-            if !ended.contains(&entry.token) {
-                open.insert(entry.token.clone());
-            }
-        }
-        Phase::Completed | Phase::Abandoned => {
-            open.remove(&entry.token);
-            ended.insert(entry.token.clone());
         }
     }
 }
