@@ -86,9 +86,13 @@ pub struct Tip {
     seq: Option<i64>,
     /// The checkpoint being written, off the commit path.
     checkpointing: Option<std::thread::JoinHandle<()>>,
-    /// Live data files, as counted from adds and removes (spaces the
-    /// checkpoints).
-    files: u64,
+    /// The entries a checkpoint of the head holds (spaces the
+    /// checkpoints): live files and the tombstones of removed ones. An
+    /// add is one more; a remove turns a file's entry into a tombstone,
+    /// kept for the table's deleted-file retention (a week by default).
+    /// Tombstones that expire are still counted: an over-estimate, which
+    /// spaces checkpoints a little wider.
+    entries: u64,
     /// The first version a reader replays from JSON: the one after the
     /// last checkpoint (0: none known).
     replayed_from: u64,
@@ -114,8 +118,8 @@ impl Tip {
             .map_err(|e| Error::delta(&spec.name, e))?;
         Ok(Tip {
             name: spec.name.clone(),
-            files: live.len() as u64,
-            replayed_from: last_checkpoint(&dir).map_or(0, |v| v + 1),
+            entries: checkpoint_entries(&dir, live.len() as u64),
+            replayed_from: last_checkpoint(&dir).map_or(0, |hint| hint.version + 1),
             key: (!spec.indexed_columns().is_empty())
                 .then(|| Coverage::new(live, key_filter::read_all(&dir))),
             columns: BTreeMap::new(),
@@ -307,15 +311,10 @@ impl Tip {
         }
     }
 
-    /// Apply one version's actions: live files, and the sequence number.
+    /// Apply one version's actions: live files, checkpoint entries, and
+    /// the sequence number.
     fn apply(&mut self, version: u64, actions: &[Action]) {
-        for action in actions {
-            match action {
-                Action::Add(_) => self.files += 1,
-                Action::Remove(_) => self.files = self.files.saturating_sub(1),
-                _ => {}
-            }
-        }
+        self.entries += actions.iter().filter(|a| matches!(a, Action::Add(_))).count() as u64;
         for coverage in self.key.iter_mut().chain(self.columns.values_mut()) {
             coverage.apply(version, actions);
         }
@@ -361,21 +360,13 @@ impl Tip {
     /// Expired log files (as the table's settings say) are looked for with
     /// every [`CLEANUP_EVERY`]-th checkpoint: looking lists the whole log.
     ///
-    /// A large table is checkpointed less often: every
-    /// `max(interval, √(live files × interval))` versions. A checkpoint
-    /// rewrites every live file's entry while a reader opening the table
-    /// replays the commits since the last one, so spacing them by the
-    /// square root keeps both costs in step (a 10,000-file table of
-    /// one-row commits: every 1,000 versions instead of every 100, a tenth
-    /// of the background work per commit). Delta readers accept any
-    /// spacing; the interval stays the floor.
+    /// A large table is checkpointed less often: see [`Tip::spacing`].
     fn checkpoint_if_due(&mut self, version: u64) {
         let Ok(snapshot) = self.table.snapshot() else { return };
         let config = snapshot.table_config();
         let interval = config.checkpoint_interval().get();
-        let spacing = interval.max(self.files.saturating_mul(interval).isqrt());
         let replayed = (version + 1).saturating_sub(self.replayed_from);
-        if !(version + 1).is_multiple_of(interval) || replayed < spacing {
+        if !(version + 1).is_multiple_of(interval) || replayed < self.spacing(interval) {
             return;
         }
         if self.checkpointing.as_ref().is_some_and(|c| !c.is_finished()) {
@@ -403,6 +394,21 @@ impl Tip {
                 tracing::warn!(table = %self.name, version, error = %e, "could not start a checkpoint")
             }
         }
+    }
+
+    /// Versions between two checkpoints: `max(interval, √(entries ×
+    /// interval))`. A checkpoint rewrites every entry (live file or
+    /// tombstone) while a reader opening the table replays the commits
+    /// since the last one, so spacing them by the square root keeps both
+    /// costs in step: a 10,000-file table of one-row commits is
+    /// checkpointed every 1,000 versions instead of every 100, a tenth of
+    /// the background work per commit. Tombstones count as live files do:
+    /// the journal, whose row files are merged as they come, holds a few
+    /// dozen live files beside thousands of tombstones, and every 100 of
+    /// its versions rewrote all of them. Delta readers accept any spacing;
+    /// the interval stays the floor.
+    fn spacing(&self, interval: u64) -> u64 {
+        interval.max(self.entries.saturating_mul(interval).isqrt())
     }
 
     /// Wait for the checkpoint being written, if any.
@@ -453,11 +459,26 @@ fn beyond_plain_appends(table: &DeltaTable) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// The version `_delta_log/_last_checkpoint` names, if it is readable.
-fn last_checkpoint(table_dir: &Path) -> Option<u64> {
+/// What `_delta_log/_last_checkpoint` says, if it is readable.
+struct CheckpointHint {
+    version: u64,
+    /// Actions in the checkpoint (absent from some writers' hints).
+    size: Option<u64>,
+}
+
+fn last_checkpoint(table_dir: &Path) -> Option<CheckpointHint> {
     let text = std::fs::read(table_dir.join("_delta_log").join("_last_checkpoint")).ok()?;
     let hint: serde_json::Value = serde_json::from_slice(&text).ok()?;
-    hint.get("version")?.as_u64()
+    let version = hint.get("version")?.as_u64()?;
+    Some(CheckpointHint { version, size: hint.get("size").and_then(serde_json::Value::as_u64) })
+}
+
+/// The entries a checkpoint of a table would hold, as far as its opening
+/// knows: its live files, or the last checkpoint's actions (tombstones
+/// among them) when more.
+fn checkpoint_entries(table_dir: &Path, live: u64) -> u64 {
+    let checkpointed = last_checkpoint(table_dir).and_then(|hint| hint.size).unwrap_or(0);
+    live.max(checkpointed)
 }
 
 /// Checkpoint intervals between two looks for expired log files.
@@ -530,6 +551,26 @@ mod tests {
         Action::Add(deltalake::kernel::Add { path: path.into(), ..Default::default() })
     }
 
+    fn remove(path: &str) -> Action {
+        Action::Remove(deltalake::kernel::Remove {
+            path: path.into(),
+            data_change: true,
+            // (Now: a checkpoint drops tombstones past the retention.)
+            deletion_timestamp: Some(chrono::Utc::now().timestamp_millis()),
+            ..Default::default()
+        })
+    }
+
+    /// A new lake with `count` puts of one metric.
+    async fn lake_of_puts(count: i32) -> (tempfile::TempDir, crate::Lake) {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
+        for i in 0..count {
+            lake.put(&[metric(&lake, i)]).await.unwrap();
+        }
+        (dir, lake)
+    }
+
     async fn tip_of_a_new_table() -> (tempfile::TempDir, Tip) {
         let dir = tempfile::tempdir().unwrap();
         let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
@@ -544,7 +585,7 @@ mod tests {
         assert!(tip.checkpointing.is_some(), "a small table: every 100 versions");
         tip.settle().await;
         assert_eq!(tip.replayed_from, 100);
-        tip.files = 10_000;
+        tip.entries = 10_000;
         for version in [199, 499, 999] {
             tip.checkpoint_if_due(version);
             assert!(tip.checkpointing.is_none(), "10,000 files: not at {version}");
@@ -558,11 +599,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_checkpoint_with_no_retention_drops_the_log_behind_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
-        for i in 0..30 {
-            lake.put(&[metric(&lake, i)]).await.unwrap();
-        }
+        let (_dir, lake) = lake_of_puts(30).await;
         let spec = super::super::layout::index_table();
         let tip = Tip::open(lake.root(), &spec).await.unwrap();
         let log = tip.dir.join("_delta_log");
@@ -584,12 +621,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn tombstones_count_toward_the_checkpoint_spacing() {
+        let (_dir, lake) = lake_of_puts(6).await;
+        let spec = super::super::layout::index_table();
+        let mut tip = Tip::open(lake.root(), &spec).await.unwrap();
+        assert_eq!(tip.entries, 6, "no checkpoint yet: the live files");
+        // Four files removed (as a rewrite does): their entries become
+        // tombstones, which a checkpoint still holds.
+        let live: Vec<String> = tip.key.as_ref().unwrap().live_files().cloned().collect();
+        let removes = live[..4].iter().map(|path| remove(path)).collect();
+        let operation = DeltaOperation::Delete { predicate: None };
+        tip.commit(removes, operation, HashMap::new(), Vec::new()).await.unwrap().unwrap();
+        assert_eq!(tip.entries, 6);
+        tip.apply(tip.head() + 1, &[add("a"), add("b")]);
+        assert_eq!(tip.entries, 8);
+        assert_eq!(tip.spacing(100), 100, "the interval is the floor");
+        tip.entries = 2_500;
+        assert_eq!(tip.spacing(100), 500);
+        // A tip opened behind a checkpoint of the removes counts the
+        // tombstones in it.
+        let (log_store, head) = (tip.table.log_store(), tip.head());
+        std::thread::spawn(move || write_checkpoint(&log_store, head, None))
+            .join()
+            .unwrap()
+            .unwrap();
+        let reopened = Tip::open(lake.root(), &spec).await.unwrap();
+        assert_eq!(reopened.key.as_ref().unwrap().live.len(), 2);
+        assert!(reopened.entries >= 6, "{} entries: the checkpoint's tombstones", reopened.entries);
+    }
+
+    #[tokio::test]
     async fn a_table_made_again_at_the_same_path_reopens_the_tip() {
-        let dir = tempfile::tempdir().unwrap();
-        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
-        for i in 0..3 {
-            lake.put(&[metric(&lake, i)]).await.unwrap();
-        }
+        let (dir, lake) = lake_of_puts(3).await;
         let spec = super::super::layout::index_table();
         let mut tip = Tip::open(lake.root(), &spec).await.unwrap();
         let old_head = tip.head();

@@ -9,9 +9,10 @@
 //! starts no new compaction after `budget_seconds`. Unpartitioned tables
 //! (index, edges, executions) are left to `sluice compact`.
 //!
-//! Checkpoints need no help: every commit sluice makes runs Delta's
-//! post-commit hook, which writes a checkpoint every
-//! `delta.checkpointInterval` commits (100) and drops expired log files.
+//! Checkpoints need no help: the writer of a table starts one in the
+//! background after every `delta.checkpointInterval`-th commit (spaced wider
+//! for tables of many entries) and drops expired log files behind it (see
+//! [`crate::lake::tip`]).
 //!
 //! Off with `[maintenance] auto = false` in `sluice.toml` or
 //! `SLUICE_AUTO_MAINTENANCE=0`.
