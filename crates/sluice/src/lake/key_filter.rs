@@ -392,10 +392,10 @@ impl Listed {
         if !self.bundle {
             return parse(&self.path).map(Some).ok_or(());
         }
-        let Some(span) = sidecar::locate_at(&self.path, Part::Filter(column)) else {
-            return Ok(None);
-        };
-        span.read().and_then(|b| KeyFilter::decode(&b)).map(Some).ok_or(())
+        match sidecar::read_part(&self.path, Part::Filter(column))? {
+            Some(bytes) => KeyFilter::decode(&bytes).map(Some).ok_or(()),
+            None => Ok(None),
+        }
     }
 }
 

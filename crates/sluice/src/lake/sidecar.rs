@@ -247,9 +247,29 @@ pub fn locate(table_dir: &Path, version: u64, part: Part<'_>) -> Option<Span> {
 pub(super) fn locate_at(path: &Path, part: Part<'_>) -> Option<Span> {
     let meta = std::fs::metadata(path).ok()?;
     let id = file_id(&meta);
-    let directory = directory(path, id, meta.len())?;
+    let directory = directory(path, id, meta.len(), None)?;
     let &(offset, len) = directory.get(&(part.kind(), part.column().to_owned()))?;
     Some(Span { path: path.to_owned(), base: offset, len, id })
+}
+
+/// The bytes of one part of the bundle at `path`, read through one open
+/// file (a process's first look at a table reads one part of every
+/// version's bundle: [`locate_at`] then [`Span::read`] opened each twice).
+/// `Ok(None)` when the bundle is unreadable or holds no such part (as
+/// [`locate_at`]), `Err` when the part cannot be read.
+pub(super) fn read_part(path: &Path, part: Part<'_>) -> std::result::Result<Option<Vec<u8>>, ()> {
+    let Ok(mut file) = File::open(path) else { return Ok(None) };
+    let Ok(meta) = file.metadata() else { return Ok(None) };
+    let Some(directory) = directory(path, file_id(&meta), meta.len(), Some(&mut file)) else {
+        return Ok(None);
+    };
+    let Some(&(base, len)) = directory.get(&(part.kind(), part.column().to_owned())) else {
+        return Ok(None);
+    };
+    let mut bytes = vec![0u8; usize::try_from(len).map_err(drop)?];
+    file.seek(SeekFrom::Start(base)).map_err(drop)?;
+    file.read_exact(&mut bytes).map_err(drop)?;
+    Ok(Some(bytes))
 }
 
 /// Where a version's part may lie, in the order readers believe them: its
@@ -267,8 +287,13 @@ pub(super) fn spans<'a>(
 }
 
 /// The directory of the bundle at `path`, from this process's cache or
-/// read and checked.
-fn directory(path: &Path, id: FileId, size: u64) -> Option<Arc<Directory>> {
+/// read and checked (through `open`, the bundle already opened, if given).
+fn directory(
+    path: &Path,
+    id: FileId,
+    size: u64,
+    open: Option<&mut File>,
+) -> Option<Arc<Directory>> {
     let cached = directories()
         .lock()
         .ok()
@@ -276,7 +301,11 @@ fn directory(path: &Path, id: FileId, size: u64) -> Option<Arc<Directory>> {
     if let Some(directory) = cached {
         return directory;
     }
-    let read = read_directory(path, size).map(Arc::new);
+    let read = match open {
+        Some(file) => read_directory(file, size),
+        None => File::open(path).ok().and_then(|mut file| read_directory(&mut file, size)),
+    }
+    .map(Arc::new);
     if read.is_none() {
         tracing::warn!(path = %path.display(), "ignoring an unreadable sidecar");
     }
@@ -287,8 +316,7 @@ fn directory(path: &Path, id: FileId, size: u64) -> Option<Arc<Directory>> {
 }
 
 /// Read and check the tail and directory of a bundle of `size` bytes.
-fn read_directory(path: &Path, size: u64) -> Option<Directory> {
-    let mut file = File::open(path).ok()?;
+fn read_directory(file: &mut File, size: u64) -> Option<Directory> {
     let tail_at = size.checked_sub(TAIL as u64)?;
     file.seek(SeekFrom::Start(tail_at)).ok()?;
     let mut tail = [0u8; TAIL];
@@ -329,7 +357,7 @@ fn read_directory(path: &Path, size: u64) -> Option<Directory> {
 pub fn first_filter(path: &Path) -> Option<Span> {
     let meta = std::fs::metadata(path).ok()?;
     let id = file_id(&meta);
-    let directory = directory(path, id, meta.len())?;
+    let directory = directory(path, id, meta.len(), None)?;
     let (_, &(base, len)) = directory
         .iter()
         .filter(|((kind, _), _)| *kind == Part::Filter(None).kind())
@@ -388,6 +416,15 @@ mod tests {
         assert!(locate(dir.path(), 7, Part::Results).is_none(), "no result set was added");
         assert!(locate(dir.path(), 7, Part::Filter(Some("other"))).is_none());
         assert!(locate(dir.path(), 8, Part::KeySet).is_none(), "no bundle for version 8");
+        // Read through one open file: the same bytes, the same absences.
+        let at = path(dir.path(), 7);
+        for part in [Part::Filter(None), Part::Filter(Some("artifact_id")), Part::KeySet] {
+            let located = locate_at(&at, part).and_then(|s| s.read());
+            assert_eq!(read_part(&at, part), Ok(located.clone()));
+            assert!(located.is_some());
+        }
+        assert_eq!(read_part(&at, Part::Results), Ok(None));
+        assert_eq!(read_part(&path(dir.path(), 8), Part::KeySet), Ok(None));
 
         let set = super::super::key_set::KeySet::open(dir.path(), 7, &files(&["a", "b"]))
             .expect("the key set part opens");
@@ -452,6 +489,7 @@ mod tests {
             assert!(locate(dir.path(), 3, Part::Filter(None)).is_none(), "{damage}");
             assert!(locate(dir.path(), 3, Part::KeySet).is_none(), "{damage}");
             assert!(first_filter(&path).is_none(), "{damage}");
+            assert_eq!(read_part(&path, Part::Filter(None)), Ok(None), "{damage}");
         }
     }
 
