@@ -165,13 +165,22 @@ impl Handles {
         Ok(Leased { opened_at: at, table })
     }
 
-    /// The kept tip of the table, or a new one (the table must exist).
+    /// The kept tip of the table, or a new one (the table must exist):
+    /// over the kept handle brought up to date when there is one (the
+    /// handle a lake's opening checked the schema with), so a process that
+    /// opens the lake and then writes loads each table's log once.
     pub async fn take_tip(&self, root: &Path, spec: &TableSpec) -> Result<Tip> {
         let kept = self.tips.lock().ok().and_then(|mut tips| tips.remove(&spec.name));
-        match kept {
-            Some(tip) => Ok(tip),
-            None => Tip::open(root, spec).await,
+        if let Some(tip) = kept {
+            return Ok(tip);
         }
+        if self.get(&spec.name).is_none() {
+            return Tip::open(root, spec).await;
+        }
+        let leased = self.latest(root, spec).await?;
+        let tip = Tip::from_table(root, spec, leased.table.clone()).await?;
+        self.keep(spec, leased);
+        Ok(tip)
     }
 
     /// The kept tip of the table (or a new one), brought to the table's

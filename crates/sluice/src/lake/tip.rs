@@ -107,7 +107,13 @@ pub struct Tip {
 impl Tip {
     /// Open the table of `spec` and read its live files and key filters.
     pub async fn open(root: &Path, spec: &TableSpec) -> Result<Tip> {
-        let table = table::open(root, spec).await?;
+        Tip::from_table(root, spec, table::open(root, spec).await?).await
+    }
+
+    /// A tip over `table`, a handle of the table of `spec` loaded at its
+    /// latest version (as [`table::open`] loads it): its live files, and
+    /// their key filters read.
+    pub async fn from_table(root: &Path, spec: &TableSpec, table: DeltaTable) -> Result<Tip> {
         let head = table.version().unwrap_or_default();
         let live = table::active_files(&table, spec)?;
         let dir = table::table_dir(root, spec);
