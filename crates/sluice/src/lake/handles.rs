@@ -97,6 +97,11 @@ pub struct Handles {
 }
 
 impl Handles {
+    /// Whether a handle of the table is kept (without cloning it).
+    fn has_handle(&self, name: &str) -> bool {
+        self.kept.lock().is_ok_and(|kept| kept.contains_key(name))
+    }
+
     fn get(&self, name: &str) -> Option<Leased> {
         self.kept.lock().ok().and_then(|kept| kept.get(name).cloned())
     }
@@ -104,7 +109,7 @@ impl Handles {
     /// Whether the table exists: a handle, tip or head of it is kept, or its
     /// log holds a commit ([`table::is_table`], which reads the log folder).
     pub fn exists(&self, root: &Path, spec: &TableSpec) -> bool {
-        self.kept.lock().is_ok_and(|kept| kept.contains_key(&spec.name))
+        self.has_handle(&spec.name)
             || self.tips.lock().is_ok_and(|tips| tips.contains_key(&spec.name))
             || self.heads.lock().is_ok_and(|heads| heads.contains_key(&spec.name))
             || table::is_table(&table::table_dir(root, spec))
@@ -174,7 +179,7 @@ impl Handles {
         if let Some(tip) = kept {
             return Ok(tip);
         }
-        if self.get(&spec.name).is_none() {
+        if !self.has_handle(&spec.name) {
             return Tip::open(root, spec).await;
         }
         let leased = self.latest(root, spec).await?;

@@ -117,6 +117,10 @@ impl Tip {
         let head = table.version().unwrap_or_default();
         let live = table::active_files(&table, spec)?;
         let dir = table::table_dir(root, spec);
+        let hint = last_checkpoint(&dir);
+        // A checkpoint holds the live files, and the last one's actions
+        // (tombstones among them) when more.
+        let checkpointed = hint.as_ref().and_then(|h| h.size).unwrap_or(0);
         let snapshot = table.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
         let seq = snapshot
             .transaction_version(table.log_store().as_ref(), TXN_APP_ID)
@@ -124,8 +128,8 @@ impl Tip {
             .map_err(|e| Error::delta(&spec.name, e))?;
         Ok(Tip {
             name: spec.name.clone(),
-            entries: checkpoint_entries(&dir, live.len() as u64),
-            replayed_from: last_checkpoint(&dir).map_or(0, |hint| hint.version + 1),
+            entries: (live.len() as u64).max(checkpointed),
+            replayed_from: hint.map_or(0, |h| h.version + 1),
             key: (!spec.indexed_columns().is_empty())
                 .then(|| Coverage::new(live, key_filter::read_all(&dir))),
             columns: BTreeMap::new(),
@@ -477,14 +481,6 @@ fn last_checkpoint(table_dir: &Path) -> Option<CheckpointHint> {
     let hint: serde_json::Value = serde_json::from_slice(&text).ok()?;
     let version = hint.get("version")?.as_u64()?;
     Some(CheckpointHint { version, size: hint.get("size").and_then(serde_json::Value::as_u64) })
-}
-
-/// The entries a checkpoint of a table would hold, as far as its opening
-/// knows: its live files, or the last checkpoint's actions (tombstones
-/// among them) when more.
-fn checkpoint_entries(table_dir: &Path, live: u64) -> u64 {
-    let checkpointed = last_checkpoint(table_dir).and_then(|hint| hint.size).unwrap_or(0);
-    live.max(checkpointed)
 }
 
 /// Checkpoint intervals between two looks for expired log files.
