@@ -18,6 +18,9 @@
 #   every dependency at opt-level 1                ~36 min (issue 11's figure)
 #   commit of 2000 staged executions: 6.3 s with every dependency at opt 0,
 #   3.6 s with the hot crates at opt 2 (1.8x faster for 28 s more build).
+# 2026-12-04, a new machine of the same kind, fresh clone, empty target dir:
+#   make demo 9 min 38 s; then the test build compiled only the
+#   dev-dependencies (criterion, proptest) and the two workspace crates.
 export CARGO_TARGET_DIR ?= /var/tmp/sluice-target
 export SLUICE_VENV ?= /var/tmp/sluice-venv
 CARGO ?= cargo
