@@ -612,11 +612,22 @@ async fn drop_present_on_tip(
     if dedup == Dedup::Nothing {
         return Ok((batches, BTreeSet::new()));
     }
+    let clock = std::time::Instant::now();
     if tip.holds_none(keys) {
         return Ok((batches, BTreeSet::new()));
     }
+    let probed = clock.elapsed();
     let at_head = table::open_at(root, spec, tip.head()).await?;
-    drop_present(root, &at_head, spec, dedup, batches, None).await
+    let opened = clock.elapsed();
+    let dropped = drop_present(root, &at_head, spec, dedup, batches, None).await;
+    tracing::debug!(
+        table = %spec.name, keys = keys.len(),
+        probe_ms = probed.as_secs_f64() * 1e3,
+        open_ms = (opened - probed).as_secs_f64() * 1e3,
+        confirm_ms = (clock.elapsed() - opened).as_secs_f64() * 1e3,
+        "keys the filters may hold confirmed"
+    );
+    dropped
 }
 
 /// The first version in `from..=head` whose commit carries `token`.

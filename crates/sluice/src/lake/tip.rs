@@ -126,12 +126,19 @@ impl Tip {
             .transaction_version(table.log_store().as_ref(), TXN_APP_ID)
             .await
             .map_err(|e| Error::delta(&spec.name, e))?;
+        let clock = std::time::Instant::now();
+        let filters = (!spec.indexed_columns().is_empty()).then(|| key_filter::read_all(&dir));
+        tracing::debug!(
+            table = %spec.name, head, files = live.len(),
+            filters = filters.as_ref().map_or(0, |f| f.len()),
+            filters_ms = clock.elapsed().as_secs_f64() * 1e3,
+            "tip opened"
+        );
         Ok(Tip {
             name: spec.name.clone(),
             entries: (live.len() as u64).max(checkpointed),
             replayed_from: hint.map_or(0, |h| h.version + 1),
-            key: (!spec.indexed_columns().is_empty())
-                .then(|| Coverage::new(live, key_filter::read_all(&dir))),
+            key: filters.map(|filters| Coverage::new(live, filters)),
             columns: BTreeMap::new(),
             lookup: spec.lookup_columns(),
             seq,
