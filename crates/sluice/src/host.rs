@@ -15,13 +15,34 @@ pub fn hostname() -> &'static str {
     })
 }
 
+/// The cores this process may use, read once (std reads the cgroup's
+/// quota files on every call: four opens, which a step commit of one run
+/// paid each time).
+pub fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Threads for work that mostly waits on reads (random blocks of sidecars
+/// not in the page cache): more than the cores, so the device has several
+/// reads to serve at once.
+pub const IO_THREADS: usize = 8;
+
 /// `f` over every item on up to `threads` cores (at most 8), results in
 /// item order. Each thread takes the next unclaimed item, so items of very
 /// different cost (a sidecar of one key beside one of a million) spread
 /// evenly. A panic in `f` is resumed on the caller.
 pub fn on_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
-    if items.len() <= 1 || threads == 1 {
+    on_threads(items, cores().min(8), f)
+}
+
+/// [`on_cores`] on up to `threads` threads, for work that waits on reads.
+pub fn on_threads<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    if items.len() <= 1 || threads <= 1 {
         // (A thread costs more than one small item: a step commit of one run.)
         return items.iter().map(f).collect();
     }

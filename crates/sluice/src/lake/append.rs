@@ -895,18 +895,34 @@ pub async fn present_keys(
     if active.is_empty() || wanted.is_empty() {
         return Ok(BTreeSet::new());
     }
+    let clock = std::time::Instant::now();
     let wanted: Vec<String> = wanted.iter().cloned().collect();
     let dir = table::table_dir(root, spec);
     let filters = key_filter::read_all(&dir);
+    let filters_at = clock.elapsed();
     let key = |k: &String| key_of(dedup, k).unwrap_or_else(|_| Key::of_text(k));
     let mut plan = key_filter::plan(&active, &filters, &wanted, key);
+    let planned_at = clock.elapsed();
+    let candidates: usize = plan.candidates.iter().map(|c| c.keys.len()).sum();
+    let versions = plan.candidates.len();
     let mut present: BTreeSet<String> = key_set::settle(&dir, &mut plan, key).into_iter().collect();
-    if plan.uncovered.is_empty() && plan.candidates.is_empty() {
-        return Ok(present);
+    let settled_at = clock.elapsed();
+    let unsettled = !(plan.uncovered.is_empty() && plan.candidates.is_empty());
+    if unsettled {
+        let batches = Lookup::new(column, wanted.clone())
+            .columns(&[column])
+            .read_planned(table, spec, &plan)
+            .await?;
+        present.extend(texts(&batches, &spec.name)?);
     }
-    let batches =
-        Lookup::new(column, wanted).columns(&[column]).read_planned(table, spec, &plan).await?;
-    present.extend(texts(&batches, &spec.name)?);
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    tracing::debug!(
+        table = %spec.name, keys = wanted.len(), versions, candidates,
+        uncovered = plan.uncovered.len(), unsettled = plan.candidates.len(),
+        filters_ms = ms(filters_at), plan_ms = ms(planned_at - filters_at),
+        settle_ms = ms(settled_at - planned_at), read_ms = ms(clock.elapsed() - settled_at),
+        "present keys found"
+    );
     Ok(present)
 }
 

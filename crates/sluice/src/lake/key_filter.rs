@@ -291,13 +291,15 @@ impl KeyFilter {
             files.push(String::from_utf8(take(len)?.to_vec()).ok()?);
         }
         let words = u32_at(take(4)?);
-        let mut bits = Vec::with_capacity(words.min(1 << 24));
-        for _ in 0..words {
-            let w = take(8)?;
-            let mut a = [0u8; 8];
-            a.copy_from_slice(w);
-            bits.push(u64::from_le_bytes(a));
-        }
+        // One pass over the words (a filter of 10M keys is 5M of them).
+        let bits: Vec<u64> = take(words.checked_mul(8)?)?
+            .chunks_exact(8)
+            .map(|w| {
+                let mut a = [0u8; 8];
+                a.copy_from_slice(w);
+                u64::from_le_bytes(a)
+            })
+            .collect();
         (words > 0 && rest.is_empty()).then_some(KeyFilter { files, bits, scheme })
     }
 }

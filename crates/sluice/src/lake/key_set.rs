@@ -38,6 +38,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -302,15 +303,14 @@ impl KeySet {
         if wanted.is_empty() {
             return Some(out);
         }
-        let mut file = File::open(&self.path).ok()?;
+        let file = File::open(&self.path).ok()?;
         let blocks = self.first_keys.len();
         let touched = 1 + wanted.windows(2).filter(|w| w[0].0 != w[1].0).count();
         let mut bytes = Vec::new();
         let mut held: Option<(usize, usize)> = None; // blocks in `bytes`
         if touched as f64 > READ_ALL_ABOVE * blocks as f64 {
             bytes.resize(self.len * KEY_LEN, 0);
-            file.seek(SeekFrom::Start(self.base)).ok()?;
-            file.read_exact(&mut bytes).ok()?;
+            file.read_exact_at(&mut bytes, self.base).ok()?;
             held = Some((0, blocks));
         }
         let mut checked = vec![false; blocks];
@@ -329,8 +329,7 @@ impl KeySet {
                 let start = first * BLOCK_KEYS * KEY_LEN;
                 let end = ((last + 1) * BLOCK_KEYS).min(self.len) * KEY_LEN;
                 bytes.resize(end - start, 0);
-                file.seek(SeekFrom::Start(self.base + start as u64)).ok()?;
-                file.read_exact(&mut bytes).ok()?;
+                file.read_exact_at(&mut bytes, self.base + start as u64).ok()?;
                 held = Some((first, last + 1));
             }
             let (from, _) = held?;
@@ -369,25 +368,74 @@ pub(super) fn blocks_wanted(first_keys: &[Key], keys: &[Key]) -> Vec<(usize, usi
     wanted
 }
 
+/// Keys of one version confirmed by one task of [`settle`]: a sorted run
+/// of a version's candidate keys, so each task reads its own blocks.
+const KEYS_PER_TASK: usize = 1024;
+
 /// Answer from key sets what a lookup plan can: each candidate sidecar whose
 /// set opens (intact, for the same files) leaves the plan, and the keys its
 /// set holds are returned. What remains in the plan must still be read.
-pub fn settle<K: Clone>(
+///
+/// The keys of every version are confirmed in sorted runs on
+/// [`IO_THREADS`](crate::host::IO_THREADS) threads: each confirmation reads
+/// a block the page cache may not hold, and a device serves several such
+/// reads at once far sooner than one after another (a commit confirming
+/// 15,000 ids in a lake of 10M: ~15,000 blocks over 160 MB of sets).
+pub fn settle<K: Clone + Sync>(
     table_dir: &Path,
     plan: &mut LookupPlan<K>,
     key_of: impl Fn(&K) -> Key,
 ) -> Vec<K> {
-    let mut present = Vec::new();
-    plan.candidates.retain(|candidates| {
+    struct Task {
+        candidate: usize,
+        set: Arc<KeySet>,
+        /// (key, its index among the candidate's keys), sorted by key.
+        keys: Vec<(Key, usize)>,
+    }
+    let mut tasks = Vec::new();
+    let mut opened = vec![false; plan.candidates.len()];
+    for (candidate, candidates) in plan.candidates.iter().enumerate() {
         let Some(set) = KeySet::open(table_dir, candidates.version, &candidates.files) else {
-            return true;
+            continue;
         };
-        let keys: Vec<Key> = candidates.keys.iter().map(&key_of).collect();
-        let Some(held) = set.contains_each(&keys) else { return true };
-        present.extend(
-            candidates.keys.iter().zip(held).filter(|(_, held)| *held).map(|(k, _)| k.clone()),
-        );
-        false
+        opened[candidate] = true;
+        let mut keys: Vec<(Key, usize)> =
+            candidates.keys.iter().enumerate().map(|(i, k)| (key_of(k), i)).collect();
+        keys.sort_unstable();
+        for run in keys.chunks(KEYS_PER_TASK) {
+            tasks.push(Task { candidate, set: set.clone(), keys: run.to_vec() });
+        }
+    }
+    let answers = crate::host::on_threads(&tasks, crate::host::IO_THREADS, |task| {
+        let keys: Vec<Key> = task.keys.iter().map(|(k, _)| *k).collect();
+        task.set.contains_each(&keys)
+    });
+    // Per candidate: the positions of its keys the sets hold, or `None`
+    // when a block could not be read (the candidate then stays in the plan).
+    let mut held: Vec<Option<Vec<usize>>> = vec![Some(Vec::new()); plan.candidates.len()];
+    for (task, answer) in tasks.iter().zip(answers) {
+        match (answer, &mut held[task.candidate]) {
+            (Some(answer), Some(positions)) => positions.extend(
+                task.keys.iter().zip(answer).filter(|(_, held)| *held).map(|((_, i), _)| *i),
+            ),
+            (None, slot) => *slot = None,
+            (Some(_), None) => {}
+        }
+    }
+    let mut present = Vec::new();
+    let mut candidate = 0;
+    plan.candidates.retain(|candidates| {
+        let at = candidate;
+        candidate += 1;
+        match (&held[at], opened[at]) {
+            (Some(positions), true) => {
+                let mut positions = positions.clone();
+                positions.sort_unstable();
+                present.extend(positions.into_iter().map(|i| candidates.keys[i].clone()));
+                false
+            }
+            _ => true,
+        }
     });
     present
 }
@@ -510,6 +558,60 @@ mod tests {
         assert_eq!(plan.candidates.len(), 1);
         assert_eq!(plan.candidates[0].version, 2);
         assert_eq!(plan.uncovered, files(&["foreign"]));
+    }
+
+    #[test]
+    fn settle_splits_many_keys_into_runs_and_a_damaged_run_keeps_its_version_in_the_plan() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        // Two versions of 20,000 keys each; 5,000 asked of each (five runs
+        // of keys per version), half held.
+        let held = |v: u64| (0..20_000).map(|i| key(v * 1_000_000 + i)).collect::<Vec<_>>();
+        let (one, two) = (held(1), held(2));
+        write(dir.path(), 1, &files(&["a"]), &one).expect("write");
+        write(dir.path(), 2, &files(&["b"]), &two).expect("write");
+        let asked =
+            |held: &[Key], v: u64| -> Vec<Key> {
+                (0..5_000)
+                    .map(|i| {
+                        if i % 2 == 0 {
+                            held[i * 3]
+                        } else {
+                            key(v * 1_000_000 + 500_000 + i as u64)
+                        }
+                    })
+                    .collect()
+            };
+        let plan = |a: Vec<Key>, b: Vec<Key>| LookupPlan {
+            uncovered: Vec::new(),
+            candidates: vec![
+                Candidates { version: 1, files: files(&["a"]), keys: a },
+                Candidates { version: 2, files: files(&["b"]), keys: b },
+            ],
+        };
+        let (ask_one, ask_two) = (asked(&one, 1), asked(&two, 2));
+        let mut whole = plan(ask_one.clone(), ask_two.clone());
+        let present = settle(dir.path(), &mut whole, |k| *k);
+        let expected: Vec<Key> = ask_one
+            .iter()
+            .chain(&ask_two)
+            .filter(|k| one.contains(k) || two.contains(k))
+            .copied()
+            .collect();
+        assert_eq!(present, expected, "in plan order, each held key once");
+        assert!(whole.candidates.is_empty());
+
+        // A damaged block in version 2's set: version 1 is still settled,
+        // version 2 stays in the plan with all of its keys, none reported.
+        let path = set_path(dir.path(), 2);
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[40 * BLOCK_KEYS * KEY_LEN + 7] ^= 1;
+        std::fs::write(&path, &bytes).expect("write back");
+        let mut damaged = plan(ask_one.clone(), ask_two.clone());
+        let present = settle(dir.path(), &mut damaged, |k| *k);
+        assert_eq!(present, expected[..2_500].to_vec());
+        assert_eq!(damaged.candidates.len(), 1);
+        assert_eq!(damaged.candidates[0].version, 2);
+        assert_eq!(damaged.candidates[0].keys, ask_two);
     }
 
     proptest! {
