@@ -898,7 +898,7 @@ pub async fn present_keys(
     let clock = std::time::Instant::now();
     let wanted: Vec<String> = wanted.iter().cloned().collect();
     let dir = table::table_dir(root, spec);
-    let filters = key_filter::read_all(&dir);
+    let filters = key_filter::read_live(&dir, &active.iter().map(String::as_str).collect());
     let filters_at = clock.elapsed();
     let key = |k: &String| key_of(dedup, k).unwrap_or_else(|_| Key::of_text(k));
     let mut plan = key_filter::plan(&active, &filters, &wanted, key);

@@ -272,6 +272,20 @@ pub(super) fn read_part(path: &Path, part: Part<'_>) -> std::result::Result<Opti
     Ok(Some(bytes))
 }
 
+/// The first `max` bytes (fewer when the part is shorter) of one part of
+/// the bundle at `path`; `None` when the bundle, its directory or the part
+/// cannot be read. Unchecked: a part's checksum covers it whole.
+pub(super) fn read_part_head(path: &Path, part: Part<'_>, max: u64) -> Option<Vec<u8>> {
+    let mut file = File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    let directory = directory(path, file_id(&meta), meta.len(), Some(&mut file))?;
+    let &(base, len) = directory.get(&(part.kind(), part.column().to_owned()))?;
+    let mut bytes = vec![0u8; usize::try_from(len.min(max)).ok()?];
+    file.seek(SeekFrom::Start(base)).ok()?;
+    file.read_exact(&mut bytes).ok()?;
+    Some(bytes)
+}
+
 /// Where a version's part may lie, in the order readers believe them: its
 /// bundle's part, then `single`, its file of the older layout (each looked
 /// for only when the one before did not serve).

@@ -127,7 +127,8 @@ impl Tip {
             .await
             .map_err(|e| Error::delta(&spec.name, e))?;
         let clock = std::time::Instant::now();
-        let filters = (!spec.indexed_columns().is_empty()).then(|| key_filter::read_all(&dir));
+        let filters = (!spec.indexed_columns().is_empty())
+            .then(|| key_filter::read_live(&dir, &live.iter().map(String::as_str).collect()));
         tracing::debug!(
             table = %spec.name, head, files = live.len(),
             filters = filters.as_ref().map_or(0, |f| f.len()),
