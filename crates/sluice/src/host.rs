@@ -28,7 +28,7 @@ pub fn cores() -> usize {
 /// reads to serve at once.
 pub const IO_THREADS: usize = 8;
 
-/// `f` over every item on up to `threads` cores (at most 8), results in
+/// `f` over every item on the process's cores (at most 8), results in
 /// item order. Each thread takes the next unclaimed item, so items of very
 /// different cost (a sidecar of one key beside one of a million) spread
 /// evenly. A panic in `f` is resumed on the caller.

@@ -896,7 +896,7 @@ pub async fn present_keys(
         return Ok(BTreeSet::new());
     }
     let clock = std::time::Instant::now();
-    let wanted: Vec<String> = wanted.iter().cloned().collect();
+    let (keys, wanted): (usize, Vec<String>) = (wanted.len(), wanted.iter().cloned().collect());
     let dir = table::table_dir(root, spec);
     let filters = key_filter::read_live(&dir, &active.iter().map(String::as_str).collect());
     let filters_at = clock.elapsed();
@@ -909,15 +909,13 @@ pub async fn present_keys(
     let settled_at = clock.elapsed();
     let unsettled = !(plan.uncovered.is_empty() && plan.candidates.is_empty());
     if unsettled {
-        let batches = Lookup::new(column, wanted.clone())
-            .columns(&[column])
-            .read_planned(table, spec, &plan)
-            .await?;
+        let batches =
+            Lookup::new(column, wanted).columns(&[column]).read_planned(table, spec, &plan).await?;
         present.extend(texts(&batches, &spec.name)?);
     }
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     tracing::debug!(
-        table = %spec.name, keys = wanted.len(), versions, candidates,
+        table = %spec.name, keys, versions, candidates,
         uncovered = plan.uncovered.len(), unsettled = plan.candidates.len(),
         filters_ms = ms(filters_at), plan_ms = ms(planned_at - filters_at),
         settle_ms = ms(settled_at - planned_at), read_ms = ms(clock.elapsed() - settled_at),

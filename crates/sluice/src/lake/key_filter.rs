@@ -432,12 +432,9 @@ impl Listed {
         let head = if self.bundle {
             sidecar::read_part_head(&self.path, Part::Filter(column), HEAD_BYTES)?
         } else {
+            use std::io::Read;
             let mut head = Vec::new();
-            std::io::Read::read_to_end(
-                &mut std::io::Read::take(std::fs::File::open(&self.path).ok()?, HEAD_BYTES),
-                &mut head,
-            )
-            .ok()?;
+            std::fs::File::open(&self.path).ok()?.take(HEAD_BYTES).read_to_end(&mut head).ok()?;
             head
         };
         files_in_head(&head)

@@ -386,56 +386,57 @@ pub fn settle<K: Clone + Sync>(
     plan: &mut LookupPlan<K>,
     key_of: impl Fn(&K) -> Key,
 ) -> Vec<K> {
-    struct Task {
-        candidate: usize,
+    /// A candidate whose set opens: its keys sorted, and the index of each
+    /// among the candidate's keys; each task confirms one run of them.
+    struct Sorted {
         set: Arc<KeySet>,
-        /// (key, its index among the candidate's keys), sorted by key.
-        keys: Vec<(Key, usize)>,
+        keys: Vec<Key>,
+        positions: Vec<usize>,
     }
-    let mut tasks = Vec::new();
-    let mut opened = vec![false; plan.candidates.len()];
+    let mut sorted: Vec<Option<Sorted>> = Vec::new();
+    let mut tasks: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
     for (candidate, candidates) in plan.candidates.iter().enumerate() {
         let Some(set) = KeySet::open(table_dir, candidates.version, &candidates.files) else {
+            sorted.push(None);
             continue;
         };
-        opened[candidate] = true;
         let mut keys: Vec<(Key, usize)> =
             candidates.keys.iter().enumerate().map(|(i, k)| (key_of(k), i)).collect();
         keys.sort_unstable();
-        for run in keys.chunks(KEYS_PER_TASK) {
-            tasks.push(Task { candidate, set: set.clone(), keys: run.to_vec() });
-        }
+        let n = keys.len();
+        tasks.extend(
+            (0..n).step_by(KEYS_PER_TASK).map(|at| (candidate, at..n.min(at + KEYS_PER_TASK))),
+        );
+        let (keys, positions) = keys.into_iter().unzip();
+        sorted.push(Some(Sorted { set, keys, positions }));
     }
-    let answers = crate::host::on_threads(&tasks, crate::host::IO_THREADS, |task| {
-        let keys: Vec<Key> = task.keys.iter().map(|(k, _)| *k).collect();
-        task.set.contains_each(&keys)
+    let answers = crate::host::on_threads(&tasks, crate::host::IO_THREADS, |(candidate, run)| {
+        let sorted = sorted[*candidate].as_ref()?;
+        sorted.set.contains_each(&sorted.keys[run.clone()])
     });
-    // Per candidate: the positions of its keys the sets hold, or `None`
-    // when a block could not be read (the candidate then stays in the plan).
-    let mut held: Vec<Option<Vec<usize>>> = vec![Some(Vec::new()); plan.candidates.len()];
-    for (task, answer) in tasks.iter().zip(answers) {
-        match (answer, &mut held[task.candidate]) {
-            (Some(answer), Some(positions)) => positions.extend(
-                task.keys.iter().zip(answer).filter(|(_, held)| *held).map(|((_, i), _)| *i),
+    // Per candidate: the indices of its keys the set holds; `None` when its
+    // set did not open or a block of it could not be read (the candidate
+    // then stays in the plan).
+    let mut held: Vec<Option<Vec<usize>>> =
+        sorted.iter().map(|s| s.as_ref().map(|_| Vec::new())).collect();
+    for ((candidate, run), answer) in tasks.into_iter().zip(answers) {
+        let slot = &mut held[candidate];
+        match (answer, slot.as_mut(), &sorted[candidate]) {
+            (Some(answer), Some(indices), Some(sorted)) => indices.extend(
+                sorted.positions[run].iter().zip(answer).filter(|(_, held)| *held).map(|(i, _)| *i),
             ),
-            (None, slot) => *slot = None,
-            (Some(_), None) => {}
+            _ => *slot = None,
         }
     }
     let mut present = Vec::new();
-    let mut candidate = 0;
-    plan.candidates.retain(|candidates| {
-        let at = candidate;
-        candidate += 1;
-        match (&held[at], opened[at]) {
-            (Some(positions), true) => {
-                let mut positions = positions.clone();
-                positions.sort_unstable();
-                present.extend(positions.into_iter().map(|i| candidates.keys[i].clone()));
-                false
-            }
-            _ => true,
+    let mut held = held.into_iter();
+    plan.candidates.retain(|candidates| match held.next().flatten() {
+        Some(mut indices) => {
+            indices.sort_unstable();
+            present.extend(indices.into_iter().map(|i| candidates.keys[i].clone()));
+            false
         }
+        None => true,
     });
     present
 }

@@ -258,6 +258,22 @@ pub(super) fn locate_at(path: &Path, part: Part<'_>) -> Option<Span> {
 /// `Ok(None)` when the bundle is unreadable or holds no such part (as
 /// [`locate_at`]), `Err` when the part cannot be read.
 pub(super) fn read_part(path: &Path, part: Part<'_>) -> std::result::Result<Option<Vec<u8>>, ()> {
+    read_part_upto(path, part, u64::MAX)
+}
+
+/// The first `max` bytes (fewer when the part is shorter) of one part of
+/// the bundle at `path`; `None` when the bundle, its directory or the part
+/// cannot be read. Unchecked: a part's checksum covers it whole.
+pub(super) fn read_part_head(path: &Path, part: Part<'_>, max: u64) -> Option<Vec<u8>> {
+    read_part_upto(path, part, max).ok().flatten()
+}
+
+/// [`read_part`], of at most `max` bytes of the part.
+fn read_part_upto(
+    path: &Path,
+    part: Part<'_>,
+    max: u64,
+) -> std::result::Result<Option<Vec<u8>>, ()> {
     let Ok(mut file) = File::open(path) else { return Ok(None) };
     let Ok(meta) = file.metadata() else { return Ok(None) };
     let Some(directory) = directory(path, file_id(&meta), meta.len(), Some(&mut file)) else {
@@ -266,24 +282,10 @@ pub(super) fn read_part(path: &Path, part: Part<'_>) -> std::result::Result<Opti
     let Some(&(base, len)) = directory.get(&(part.kind(), part.column().to_owned())) else {
         return Ok(None);
     };
-    let mut bytes = vec![0u8; usize::try_from(len).map_err(drop)?];
+    let mut bytes = vec![0u8; usize::try_from(len.min(max)).map_err(drop)?];
     file.seek(SeekFrom::Start(base)).map_err(drop)?;
     file.read_exact(&mut bytes).map_err(drop)?;
     Ok(Some(bytes))
-}
-
-/// The first `max` bytes (fewer when the part is shorter) of one part of
-/// the bundle at `path`; `None` when the bundle, its directory or the part
-/// cannot be read. Unchecked: a part's checksum covers it whole.
-pub(super) fn read_part_head(path: &Path, part: Part<'_>, max: u64) -> Option<Vec<u8>> {
-    let mut file = File::open(path).ok()?;
-    let meta = file.metadata().ok()?;
-    let directory = directory(path, file_id(&meta), meta.len(), Some(&mut file))?;
-    let &(base, len) = directory.get(&(part.kind(), part.column().to_owned()))?;
-    let mut bytes = vec![0u8; usize::try_from(len.min(max)).ok()?];
-    file.seek(SeekFrom::Start(base)).ok()?;
-    file.read_exact(&mut bytes).ok()?;
-    Some(bytes)
 }
 
 /// Where a version's part may lie, in the order readers believe them: its
