@@ -247,10 +247,7 @@ impl Lake {
     ) -> Result<Option<deltalake::DeltaTable>> {
         let Some(version) = point.version_of(&spec.name) else { return Ok(None) };
         let Some(cache) = &self.snapshots else {
-            let leased = self.handles.at(&self.root, spec, version).await?;
-            let table = leased.table.clone();
-            self.handles.keep(spec, leased);
-            return Ok(Some(table));
+            return self.table_at(spec, version).await.map(Some);
         };
         let mut cache = cache.lock().await;
         if let Some(t) = cache.tables.get(&spec.name) {
@@ -259,6 +256,19 @@ impl Lake {
         let t = table::open_at(&self.root, spec, version).await?;
         cache.tables.insert(spec.name.clone(), t.clone());
         Ok(Some(t))
+    }
+
+    /// A table at `version`, through the handles this lake keeps (brought
+    /// forward from a kept handle, kept again when it is the newest).
+    pub(crate) async fn table_at(
+        &self,
+        spec: &TableSpec,
+        version: u64,
+    ) -> Result<deltalake::DeltaTable> {
+        let leased = self.handles.at(&self.root, spec, version).await?;
+        let table = leased.table.clone();
+        self.handles.keep(spec, leased);
+        Ok(table)
     }
 
     /// The kept handles of this lake's tables.

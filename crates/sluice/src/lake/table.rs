@@ -326,8 +326,15 @@ pub async fn open_unloaded(root: &Path, spec: &TableSpec) -> Result<DeltaTable> 
         .map_err(|e| Error::delta(&spec.name, e))
 }
 
-/// A table's latest version, from a listing of its log (no state is loaded).
+/// A table's latest version, no state loaded: searched for by `stat`s from
+/// its last checkpoint (see [`head_from`]), else from a listing of its log.
+/// A log of thousands of entries takes tens of milliseconds to list; the
+/// search takes a few `stat`s.
 pub async fn latest_version(root: &Path, spec: &TableSpec) -> Result<u64> {
+    let dir = table_dir(root, spec);
+    if let Some(head) = reached_version(&dir).and_then(|known| head_from(&dir, known)) {
+        return Ok(head);
+    }
     let table = open_unloaded(root, spec).await?;
     table.get_latest_version().await.map_err(|e| Error::delta(&spec.name, e))
 }
@@ -459,23 +466,59 @@ pub(crate) fn may_have_moved(dir: &Path, version: u64) -> bool {
     !matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
-/// Log entries [`head_from`] stats before it lists the log instead.
-pub(crate) const HEAD_STEPS: u64 = 8;
+/// Whether version `v`'s log entry is present: `None` when the `stat`
+/// answered neither "a file" nor "not found" (the caller lists the log).
+fn entry_present(dir: &Path, v: u64) -> Option<bool> {
+    match std::fs::symlink_metadata(super::log_entry::entry_path(dir, v)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(false),
+        Ok(meta) if meta.is_file() => Some(true),
+        _ => None,
+    }
+}
 
 /// The table's latest version, found from `known` (a version the table has
-/// reached) by `stat`ing the entries after it: Delta versions are
-/// consecutive and an entry appears whole, so the first absent one follows
-/// the head. `None` when the head is more than [`HEAD_STEPS`] versions on,
-/// or a `stat` answered neither "present" nor "not found": list the log.
+/// reached) by `stat`ing entries after it: Delta versions are consecutive
+/// and an entry appears whole, so the entries present after `known` are a
+/// run, and the head is its end. The run is searched by doubling steps,
+/// then halving (about 2 log₂ of the distance `stat`s, where a listing of
+/// the log stats every one of its files). Entries only appear above a
+/// checkpoint, and log cleanup removes only entries older than the log
+/// retention below one, so the run is not cut under the search. `None`
+/// when a `stat` answered neither "present" nor "not found": list the log.
 pub(crate) fn head_from(dir: &Path, known: u64) -> Option<u64> {
-    for head in known..known + HEAD_STEPS {
-        match std::fs::symlink_metadata(super::log_entry::entry_path(dir, head + 1)) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Some(head),
-            Ok(meta) if meta.is_file() => {}
-            _ => return None,
+    let (mut present, mut step) = (known, 1u64);
+    let mut absent = loop {
+        let probe = present.checked_add(step)?;
+        if !entry_present(dir, probe)? {
+            break probe;
+        }
+        present = probe;
+        step = step.checked_mul(2)?;
+    };
+    while absent - present > 1 {
+        let mid = present + (absent - present) / 2;
+        if entry_present(dir, mid)? {
+            present = mid;
+        } else {
+            absent = mid;
         }
     }
-    None
+    Some(present)
+}
+
+/// The version a table's log is known to have reached without listing it:
+/// the one `_last_checkpoint` names (when that version's entry or
+/// checkpoint file is there to confirm it), or 0 when the log has no
+/// checkpoint and its first entry is there. `None`: list the log.
+fn reached_version(dir: &Path) -> Option<u64> {
+    let log = dir.join("_delta_log");
+    let Ok(bytes) = std::fs::read(log.join("_last_checkpoint")) else {
+        return entry_present(dir, 0)?.then_some(0);
+    };
+    let hint: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let version = hint.get("version")?.as_u64()?;
+    let checkpoint = log.join(format!("{version:020}.checkpoint.parquet"));
+    (entry_present(dir, version)? || checkpoint.is_file()).then_some(version)
 }
 
 /// The snapshot's list of active files as it holds it: no statistics
@@ -661,5 +704,54 @@ mod tests {
         let rows: Vec<String> =
             active_file_rows(&table, &spec).unwrap().into_iter().map(|(p, _)| p).collect();
         assert_eq!((fast.len(), &fast), (1, &rows));
+    }
+
+    /// The head is found from the last checkpoint by `stat`s — also when
+    /// the entries before it were cleaned up — and a `_last_checkpoint`
+    /// that is unreadable or names a version the log does not hold sends
+    /// the search back to a listing, which finds the same head.
+    #[tokio::test]
+    async fn the_latest_version_is_searched_from_the_last_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Schema::new(vec![Field::new("x", DataType::Int64, true)]);
+        let spec = TableSpec::ingestion("t", "t");
+        let table_dir = dir.path().join("t");
+        open_or_create_dir(&table_dir, "t", &schema, vec![]).await.unwrap();
+        let log = table_dir.join("_delta_log");
+        let entry = |v: u64| log.join(format!("{v:020}.json"));
+        let bare = |v: u64| {
+            let info = r#"{"commitInfo":{"timestamp":1764547200000,"operation":"WRITE"}}"#;
+            std::fs::write(entry(v), format!("{info}\n")).unwrap();
+        };
+        // No checkpoint: searched from version 0.
+        for v in 1..=40 {
+            bare(v);
+        }
+        assert_eq!(reached_version(&table_dir), Some(0));
+        assert_eq!(latest_version(dir.path(), &spec).await.unwrap(), 40);
+        let table = open_dir(&table_dir, "t").await.unwrap();
+        deltalake::checkpoints::create_checkpoint(&table, None).await.unwrap();
+        for v in 41..=140 {
+            bare(v);
+        }
+        assert_eq!(reached_version(&table_dir), Some(40));
+        assert_eq!(latest_version(dir.path(), &spec).await.unwrap(), 140);
+        // A hint naming a version that is not there, or no hint at all.
+        let hint = log.join("_last_checkpoint");
+        let good = std::fs::read(&hint).unwrap();
+        for bad in [r#"{"version":5000,"size":1}"#, "{not json", r#"{"size":1}"#] {
+            std::fs::write(&hint, bad).unwrap();
+            assert_eq!(reached_version(&table_dir), None, "{bad}");
+            assert_eq!(latest_version(dir.path(), &spec).await.unwrap(), 140, "{bad}");
+        }
+        std::fs::write(&hint, good).unwrap();
+        // The entries before the checkpoint cleaned up, its own too.
+        for v in 0..=40 {
+            std::fs::remove_file(entry(v)).unwrap();
+        }
+        assert_eq!(reached_version(&table_dir), Some(40), "confirmed by the checkpoint file");
+        bare(141);
+        assert_eq!(latest_version(dir.path(), &spec).await.unwrap(), 141);
+        drop(table);
     }
 }

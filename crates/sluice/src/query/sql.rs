@@ -13,7 +13,7 @@ use super::AsOf;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::layout::{self, TableKind, TableSpec};
-use crate::lake::snapshot::{self, LakePoint, LakeSnapshot};
+use crate::lake::snapshot::{self, LakeSnapshot};
 use crate::lake::table;
 
 /// Spill files one merge pass of a memory-limited sort reads at once. Left
@@ -128,8 +128,12 @@ impl<'a> SqlBuilder<'a> {
         let references = state.resolve_table_references(&statement)?;
         let all = self.lake.table_specs();
         let specs: BTreeMap<String, &TableSpec> = all.iter().map(|t| (t.name.clone(), t)).collect();
-        let point = self.as_of.as_ref().map_or(LakePoint::Latest, AsOf::point);
-        let snapshot = snapshot::resolve(self.lake.root(), &all, &point).await?;
+        // The latest point through the handles the lake keeps: heads found by
+        // a `stat` or a few, the journal parsed once per version.
+        let snapshot = match &self.as_of {
+            None => self.lake.snapshot().await?,
+            Some(as_of) => snapshot::resolve(self.lake.root(), &all, &as_of.point()).await?,
+        };
         let mut versions = BTreeMap::new();
         for reference in references {
             let name = reference.table();
@@ -147,7 +151,7 @@ impl<'a> SqlBuilder<'a> {
                 continue;
             };
             let version = self.version_of(spec, &snapshot)?;
-            let handle = table::open_at(self.lake.root(), spec, version).await?;
+            let handle = self.lake.table_at(spec, version).await?;
             handle.update_datafusion_session(&ctx.state()).map_err(|e| Error::delta(name, e))?;
             versions.insert(name.to_owned(), version);
             ctx.register_table(name, handle.table_provider().await?)?;
