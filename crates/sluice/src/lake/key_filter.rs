@@ -25,8 +25,12 @@
 //! as uncovered. Delta readers and vacuum ignore `_`-prefixed directories.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
+
+use arrow::buffer::{MutableBuffer, ScalarBuffer};
 
 use super::sidecar::{self, Part, keys_dir};
 use crate::artifact::ArtifactId;
@@ -74,6 +78,28 @@ enum Scheme {
     MultiplyShift,
     /// `SLKEYS05`: the high 64 bits of `mix(h1 + i·h2) × m`, 22 probes.
     Mixed,
+}
+
+impl Scheme {
+    fn probes(self) -> u32 {
+        match self {
+            Scheme::Modulo => PROBES_V3,
+            Scheme::MultiplyShift | Scheme::Mixed => PROBES,
+        }
+    }
+
+    /// The bit of probe `i` of a key (see [`Key::hashes`]) in a filter of
+    /// `words` words.
+    fn position(self, words: usize, (h1, h2): (u64, u64), i: u32) -> usize {
+        let h = h1.wrapping_add(u64::from(i).wrapping_mul(h2));
+        let m = (words * 64) as u64;
+        match self {
+            Scheme::Modulo => (h % m) as usize,
+            // Maps a uniform 64-bit hash onto 0..m without a division.
+            Scheme::MultiplyShift => ((u128::from(h) * u128::from(m)) >> 64) as usize,
+            Scheme::Mixed => ((u128::from(mix(h)) * u128::from(m)) >> 64) as usize,
+        }
+    }
 }
 
 /// A bijective 64-bit finalizer (SplitMix64's): every input bit affects
@@ -144,7 +170,8 @@ impl From<ArtifactId> for Key {
 pub struct KeyFilter {
     /// Table data files (relative paths, as in the Delta log).
     pub files: Vec<String>,
-    bits: Vec<u64>,
+    /// The bits, 64 to a word (shared, not copied, when a filter is cloned).
+    bits: ScalarBuffer<u64>,
     scheme: Scheme,
 }
 
@@ -156,34 +183,24 @@ impl KeyFilter {
 
     fn build<K: Into<Key> + Copy>(files: Vec<String>, keys: &[K], scheme: Scheme) -> Self {
         let words = (keys.len() * BITS_PER_KEY).div_ceil(64).max(1);
-        let mut filter = KeyFilter { files, bits: vec![0; words], scheme };
+        let mut bits = vec![0u64; words];
         for key in keys {
             let hashes = (*key).into().hashes();
-            for i in 0..filter.probes() {
-                let bit = filter.position(hashes, i);
-                filter.bits[bit / 64] |= 1 << (bit % 64);
+            for i in 0..scheme.probes() {
+                let bit = scheme.position(words, hashes, i);
+                bits[bit / 64] |= 1 << (bit % 64);
             }
         }
-        filter
+        KeyFilter { files, bits: bits.into(), scheme }
     }
 
     fn probes(&self) -> u32 {
-        match self.scheme {
-            Scheme::Modulo => PROBES_V3,
-            Scheme::MultiplyShift | Scheme::Mixed => PROBES,
-        }
+        self.scheme.probes()
     }
 
     /// The bit of probe `i` of a key (see [`Key::hashes`]).
-    fn position(&self, (h1, h2): (u64, u64), i: u32) -> usize {
-        let h = h1.wrapping_add(u64::from(i).wrapping_mul(h2));
-        let m = (self.bits.len() * 64) as u64;
-        match self.scheme {
-            Scheme::Modulo => (h % m) as usize,
-            // Maps a uniform 64-bit hash onto 0..m without a division.
-            Scheme::MultiplyShift => ((u128::from(h) * u128::from(m)) >> 64) as usize,
-            Scheme::Mixed => ((u128::from(mix(h)) * u128::from(m)) >> 64) as usize,
-        }
+    fn position(&self, hashes: (u64, u64), i: u32) -> usize {
+        self.scheme.position(self.bits.len(), hashes, i)
     }
 
     fn is_set(&self, bit: usize) -> bool {
@@ -220,7 +237,7 @@ impl KeyFilter {
     /// (a commit of one or two keys): such filters are all probed at the
     /// same bits for a key (see [`KeyFilter::one_word_mask`]).
     pub(crate) fn one_word(&self) -> Option<u64> {
-        match (self.scheme, self.bits.as_slice()) {
+        match (self.scheme, self.bits.as_ref()) {
             (Scheme::Mixed, [word]) => Some(*word),
             _ => None,
         }
@@ -229,7 +246,7 @@ impl KeyFilter {
     /// The bits a key sets in a one-word filter of the current scheme: such
     /// a filter may hold the key only if all of them are set.
     pub(crate) fn one_word_mask(key: &Key) -> u64 {
-        let one = KeyFilter { files: Vec::new(), bits: vec![0], scheme: Scheme::Mixed };
+        let one = KeyFilter { files: Vec::new(), bits: vec![0].into(), scheme: Scheme::Mixed };
         one.positions(key).fold(0, |mask, bit| mask | 1 << bit)
     }
 
@@ -253,7 +270,7 @@ impl KeyFilter {
             out.extend_from_slice(f.as_bytes());
         }
         out.extend_from_slice(&(self.bits.len() as u32).to_le_bytes());
-        for w in &self.bits {
+        for w in self.bits.iter() {
             out.extend_from_slice(&w.to_le_bytes());
         }
         let checksum = blake3::hash(&out);
@@ -268,31 +285,13 @@ impl KeyFilter {
         if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *checksum {
             return None;
         }
-        let (scheme, mut rest) = if let Some(rest) = body.strip_prefix(MAGIC) {
-            (Scheme::Mixed, rest)
-        } else if let Some(rest) = body.strip_prefix(MAGIC_V4) {
-            (Scheme::MultiplyShift, rest)
-        } else {
-            (Scheme::Modulo, body.strip_prefix(MAGIC_V3)?)
-        };
-        let mut take = |n: usize| -> Option<&[u8]> {
-            if rest.len() < n {
-                return None;
-            }
-            let (head, tail) = rest.split_at(n);
-            rest = tail;
-            Some(head)
-        };
-        let u32_at = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
-        let nfiles = u32_at(take(4)?);
-        let mut files = Vec::with_capacity(nfiles.min(1 << 16));
-        for _ in 0..nfiles {
-            let len = u32_at(take(4)?);
-            files.push(String::from_utf8(take(len)?.to_vec()).ok()?);
+        let header = Header::parse(body)?;
+        let words = body.get(header.bits_at..)?;
+        if words.len() != header.words.checked_mul(8)? {
+            return None;
         }
-        let words = u32_at(take(4)?);
         // One pass over the words (a filter of 10M keys is 5M of them).
-        let bits: Vec<u64> = take(words.checked_mul(8)?)?
+        let bits: Vec<u64> = words
             .chunks_exact(8)
             .map(|w| {
                 let mut a = [0u8; 8];
@@ -300,28 +299,87 @@ impl KeyFilter {
                 u64::from_le_bytes(a)
             })
             .collect();
-        (words > 0 && rest.is_empty()).then_some(KeyFilter { files, bits, scheme })
+        Some(KeyFilter { files: header.files, bits: bits.into(), scheme: header.scheme })
+    }
+
+    /// Read and check the filter lying at `base..base + len` in `file`: its
+    /// head, then its bits read straight into the words the filter keeps,
+    /// the checksum computed over both. Reading a large filter whole and
+    /// decoding a copy of it took a second buffer of its size, whose fresh
+    /// pages cost as much as the read (40 MB at 10M keys: ~50 → ~30 ms).
+    pub(super) fn read_at(file: &File, base: u64, len: u64) -> Option<Self> {
+        let mut head = vec![0u8; usize::try_from(len.min(HEAD_BYTES)).ok()?];
+        file.read_exact_at(&mut head, base).ok()?;
+        let header = Header::parse(&head).filter(|_| cfg!(target_endian = "little"));
+        let Some(header) = header.filter(|_| len > HEAD_BYTES) else {
+            if len <= HEAD_BYTES {
+                return Self::decode(&head);
+            }
+            // A head that does not reach the bits (tens of thousands of
+            // file names), or words to be swapped: read whole.
+            let mut bytes = vec![0u8; usize::try_from(len).ok()?];
+            file.read_exact_at(&mut bytes, base).ok()?;
+            return Self::decode(&bytes);
+        };
+        let bits_len = u64::try_from(header.words.checked_mul(8)?).ok()?;
+        let bits_at = u64::try_from(header.bits_at).ok()?;
+        if bits_at.checked_add(bits_len)?.checked_add(CHECKSUM_LEN as u64)? != len {
+            return None;
+        }
+        let mut words = MutableBuffer::from(vec![0u64; header.words]);
+        file.read_exact_at(words.as_slice_mut(), base + bits_at).ok()?;
+        let mut checksum = [0u8; CHECKSUM_LEN];
+        file.read_exact_at(&mut checksum, base + len - CHECKSUM_LEN as u64).ok()?;
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&head[..header.bits_at]);
+        hasher.update(words.as_slice());
+        if hasher.finalize().as_bytes()[..CHECKSUM_LEN] != checksum {
+            return None;
+        }
+        Some(KeyFilter {
+            files: header.files,
+            bits: ScalarBuffer::from(words),
+            scheme: header.scheme,
+        })
     }
 }
 
-/// Bytes of a filter's head read to learn its data files before its bits
-/// (a compaction's filter names its ~100 files in a few KiB).
-const HEAD_BYTES: u64 = 64 << 10;
+/// What precedes a filter's bits: its format, its data files and the
+/// number of its words, and where those start.
+struct Header {
+    scheme: Scheme,
+    files: Vec<String>,
+    words: usize,
+    bits_at: usize,
+}
 
-/// The data files a filter names, from the head of its bytes, unchecked
-/// (the checksum at its end covers it whole): only ever used to *skip* a
-/// filter whose files are not all live, which is never wrong — a skipped
-/// filter's files count as uncovered — while a filter that is read is
-/// checked whole as before. `None` when the head does not hold the list.
-fn files_in_head(bytes: &[u8]) -> Option<Vec<String>> {
-    let mut rest = [MAGIC, MAGIC_V4, MAGIC_V3]
-        .iter()
-        .find_map(|magic| bytes.strip_prefix(magic.as_slice()))?;
-    let u32_next = |rest: &mut &[u8]| -> Option<usize> {
-        let (head, tail) = rest.split_at_checked(4)?;
-        *rest = tail;
-        Some(u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize)
-    };
+impl Header {
+    /// The header at the start of `bytes` (unchecked; `None` when `bytes`
+    /// ends before it does, or it is not one, or the filter has no bits).
+    fn parse(bytes: &[u8]) -> Option<Header> {
+        let (scheme, rest) = if let Some(rest) = bytes.strip_prefix(MAGIC) {
+            (Scheme::Mixed, rest)
+        } else if let Some(rest) = bytes.strip_prefix(MAGIC_V4) {
+            (Scheme::MultiplyShift, rest)
+        } else {
+            (Scheme::Modulo, bytes.strip_prefix(MAGIC_V3)?)
+        };
+        let (files, mut rest) = file_list(rest)?;
+        let words = u32_next(&mut rest)?;
+        (words > 0).then_some(Header { scheme, files, words, bits_at: bytes.len() - rest.len() })
+    }
+}
+
+/// The little-endian `u32` `rest` starts with, as a length; `rest` moves on.
+fn u32_next(rest: &mut &[u8]) -> Option<usize> {
+    let (head, tail) = rest.split_at_checked(4)?;
+    *rest = tail;
+    Some(u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize)
+}
+
+/// A filter's list of data files (a count, then each name by its length),
+/// and what follows it.
+fn file_list(mut rest: &[u8]) -> Option<(Vec<String>, &[u8])> {
     let n = u32_next(&mut rest)?;
     let mut files = Vec::with_capacity(n.min(1 << 12));
     for _ in 0..n {
@@ -330,7 +388,28 @@ fn files_in_head(bytes: &[u8]) -> Option<Vec<String>> {
         files.push(String::from_utf8(name.to_vec()).ok()?);
         rest = tail;
     }
-    Some(files)
+    Some((files, rest))
+}
+
+/// Bytes of a filter's head read to learn its data files before its bits:
+/// first [`SHORT_HEAD`] (a commit's filter names one file), then up to
+/// this (a compaction's names its ~100 files in a few KiB). After a
+/// compaction a fresh process reads the head of every earlier commit's
+/// filter (thousands), which read whole at up to 64 KiB were as many bytes
+/// as the compaction's own filter.
+const HEAD_BYTES: u64 = 64 << 10;
+const SHORT_HEAD: u64 = 4 << 10;
+
+/// The data files a filter names, from the head of its bytes, unchecked
+/// (the checksum at its end covers it whole): only ever used to *skip* a
+/// filter whose files are not all live, which is never wrong — a skipped
+/// filter's files count as uncovered — while a filter that is read is
+/// checked whole as before. `None` when the head does not hold the list.
+fn files_in_head(bytes: &[u8]) -> Option<Vec<String>> {
+    let rest = [MAGIC, MAGIC_V4, MAGIC_V3]
+        .iter()
+        .find_map(|magic| bytes.strip_prefix(magic.as_slice()))?;
+    file_list(rest).map(|(files, _)| files)
 }
 
 /// The data files a sidecar's bytes describe (`None` if unreadable).
@@ -406,13 +485,8 @@ pub fn files_all(table_dir: &Path) -> BTreeMap<u64, Vec<String>> {
 pub fn read_one(table_dir: &Path, version: u64, column: Option<&str>) -> Option<Arc<KeyFilter>> {
     let single = keys_dir(table_dir).join(sidecar_name(version, column));
     sidecar::spans(table_dir, version, Part::Filter(column), single)
-        .find_map(|span| KeyFilter::decode(&span.read()?))
+        .find_map(|span| KeyFilter::read_at(&File::open(&span.path).ok()?, span.base, span.len))
         .map(Arc::new)
-}
-
-/// A sidecar file parsed (`None` if missing or unreadable).
-fn parse(path: &Path) -> Option<KeyFilter> {
-    std::fs::read(path).ok().and_then(|b| KeyFilter::decode(&b))
 }
 
 /// A file of `_sluice_keys` that may hold a filter of the column asked
@@ -429,27 +503,36 @@ impl Listed {
     /// The data files the filter of `column` in this file names, from its
     /// head (see [`files_in_head`]).
     fn head_files(&self, column: Option<&str>) -> Option<Vec<String>> {
-        let head = if self.bundle {
-            sidecar::read_part_head(&self.path, Part::Filter(column), HEAD_BYTES)?
-        } else {
-            use std::io::Read;
-            let mut head = Vec::new();
-            std::fs::File::open(&self.path).ok()?.take(HEAD_BYTES).read_to_end(&mut head).ok()?;
-            head
+        let (file, base, len) = self.open(column)?;
+        let head = |max: u64| {
+            let mut head = vec![0u8; usize::try_from(len.min(max)).ok()?];
+            file.read_exact_at(&mut head, base).ok()?;
+            Some(head)
         };
-        files_in_head(&head)
+        files_in_head(&head(SHORT_HEAD)?)
+            .or_else(|| (len > SHORT_HEAD).then(|| files_in_head(&head(HEAD_BYTES)?)).flatten())
+    }
+
+    /// This file opened, with where the filter of `column` lies in it
+    /// (offset, length); `None` when it is a bundle without that part, or
+    /// the file cannot be opened.
+    fn open(&self, column: Option<&str>) -> Option<(File, u64, u64)> {
+        if self.bundle {
+            return sidecar::open_part(&self.path, Part::Filter(column));
+        }
+        let file = File::open(&self.path).ok()?;
+        let len = file.metadata().ok()?.len();
+        Some((file, 0, len))
     }
 
     /// The filter of `column` this file holds: `Ok(None)` when it is a
     /// bundle without that part (or whose directory is unreadable, which
     /// the bundle reports itself), `Err` when the filter is unreadable.
     fn parse(&self, column: Option<&str>) -> std::result::Result<Option<KeyFilter>, ()> {
-        if !self.bundle {
-            return parse(&self.path).map(Some).ok_or(());
-        }
-        match sidecar::read_part(&self.path, Part::Filter(column))? {
-            Some(bytes) => KeyFilter::decode(&bytes).map(Some).ok_or(()),
-            None => Ok(None),
+        match self.open(column) {
+            Some((file, base, len)) => KeyFilter::read_at(&file, base, len).map(Some).ok_or(()),
+            None if self.bundle => Ok(None),
+            None => Err(()),
         }
     }
 }
@@ -804,6 +887,17 @@ mod tests {
         assert_eq!(files_in_head(&two.encode()[..40]), Some(names(&["b", "c"])));
         assert_eq!(files_in_head(&two.encode()[..20]), None, "the list is cut off");
         assert_eq!(files_in_head(b"SLKEYS99\x01\0\0\0\x01\0\0\0a"), None);
+        // A list longer than the short head (a compaction's) is read from
+        // the longer one.
+        let long: Vec<String> = (0..200).map(|i| format!("p=1/part-{i:04}-{:032}", 0)).collect();
+        let four = KeyFilter::new(long.clone(), &(500..600).map(id).collect::<Vec<_>>());
+        let mut bundle = sidecar::Bundle::new();
+        bundle.part(Part::Filter(None), four.encode());
+        bundle.write(dir.path(), 4).unwrap();
+        let listed = sidecars_of(dir.path(), None).into_iter().find(|l| l.version == 4).unwrap();
+        assert!(four.encode().len() as u64 > SHORT_HEAD + 2000);
+        assert_eq!(listed.head_files(None), Some(long));
+        assert!(!read_live(dir.path(), &live(&["a", "c", "d"])).contains_key(&4));
     }
 
     #[test]
@@ -853,6 +947,51 @@ mod tests {
         assert!(parallel.uncovered.is_empty());
         let found: usize = parallel.candidates.iter().map(|c| c.keys.len()).sum();
         assert!((600..610).contains(&found), "{found} candidates for 600 held ids");
+    }
+
+    /// A filter read in place from a file — past its head, with a file list
+    /// longer than the head, and within one head — is the filter decoded
+    /// from its bytes; damage to its header, its bits or its checksum, or a
+    /// span of the wrong length, reads as unreadable.
+    #[test]
+    fn a_filter_read_in_place_is_the_filter_decoded_and_as_strict() {
+        let ids: Vec<_> = (0..20_000).map(id).collect();
+        let many: Vec<String> =
+            (0..3000).map(|i| format!("p=x/part-{i:05}-{:024}.parquet", 0)).collect();
+        let cases = [
+            ("past its head", KeyFilter::new(vec!["a.parquet".into()], &ids)),
+            ("a long file list", KeyFilter::new(many, &ids)),
+            ("within its head", KeyFilter::new(vec!["a.parquet".into()], &ids[..100])),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for (case, filter) in cases {
+            let bytes = filter.encode();
+            let len = bytes.len() as u64;
+            let path = dir.path().join("bundle");
+            let write = |bytes: &[u8]| {
+                let mut framed = b"before".to_vec();
+                framed.extend_from_slice(bytes);
+                framed.extend_from_slice(b"after");
+                std::fs::write(&path, framed).unwrap();
+                File::open(&path).unwrap()
+            };
+            let read = KeyFilter::read_at(&write(&bytes), 6, len);
+            assert_eq!(read.as_ref(), Some(&filter), "{case}");
+            assert!(ids[..100].iter().all(|i| read.as_ref().unwrap().may_contain(i)), "{case}");
+            let file = write(&bytes);
+            assert!(KeyFilter::read_at(&file, 6, len - 1).is_none(), "{case}: short span");
+            assert!(KeyFilter::read_at(&file, 6, len + 1).is_none(), "{case}: long span");
+            // A flipped bit in the header, the first and last words, the
+            // checksum.
+            let header_end = bytes.len() - CHECKSUM_LEN - filter.bits.len() * 8;
+            for at in
+                [0, 9, header_end - 1, header_end, bytes.len() - CHECKSUM_LEN - 1, bytes.len() - 1]
+            {
+                let mut bad = bytes.clone();
+                bad[at] ^= 0x10;
+                assert!(KeyFilter::read_at(&write(&bad), 6, len).is_none(), "{case}: flip at {at}");
+            }
+        }
     }
 
     #[test]

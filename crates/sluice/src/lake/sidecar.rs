@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -217,10 +217,9 @@ impl Span {
 
     /// The part's bytes, read whole.
     pub fn read(&self) -> Option<Vec<u8>> {
-        let mut file = File::open(&self.path).ok()?;
-        file.seek(SeekFrom::Start(self.base)).ok()?;
+        let file = File::open(&self.path).ok()?;
         let mut bytes = vec![0u8; usize::try_from(self.len).ok()?];
-        file.read_exact(&mut bytes).ok()?;
+        file.read_exact_at(&mut bytes, self.base).ok()?;
         Some(bytes)
     }
 }
@@ -252,40 +251,31 @@ pub(super) fn locate_at(path: &Path, part: Part<'_>) -> Option<Span> {
     Some(Span { path: path.to_owned(), base: offset, len, id })
 }
 
-/// The bytes of one part of the bundle at `path`, read through one open
-/// file (a process's first look at a table reads one part of every
-/// version's bundle: [`locate_at`] then [`Span::read`] opened each twice).
-/// `Ok(None)` when the bundle is unreadable or holds no such part (as
-/// [`locate_at`]), `Err` when the part cannot be read.
-pub(super) fn read_part(path: &Path, part: Part<'_>) -> std::result::Result<Option<Vec<u8>>, ()> {
-    read_part_upto(path, part, u64::MAX)
-}
-
-/// The first `max` bytes (fewer when the part is shorter) of one part of
-/// the bundle at `path`; `None` when the bundle, its directory or the part
-/// cannot be read. Unchecked: a part's checksum covers it whole.
-pub(super) fn read_part_head(path: &Path, part: Part<'_>, max: u64) -> Option<Vec<u8>> {
-    read_part_upto(path, part, max).ok().flatten()
-}
-
-/// [`read_part`], of at most `max` bytes of the part.
+/// The bytes of one part of the bundle at `path`, at most `max` of them,
+/// read through one open file (tests read parts whole with it). `Ok(None)` when the bundle is unreadable or
+/// holds no such part (as [`locate_at`]), `Err` when the part cannot be
+/// read.
+#[cfg(test)]
 fn read_part_upto(
     path: &Path,
     part: Part<'_>,
     max: u64,
 ) -> std::result::Result<Option<Vec<u8>>, ()> {
-    let Ok(mut file) = File::open(path) else { return Ok(None) };
-    let Ok(meta) = file.metadata() else { return Ok(None) };
-    let Some(directory) = directory(path, file_id(&meta), meta.len(), Some(&mut file)) else {
-        return Ok(None);
-    };
-    let Some(&(base, len)) = directory.get(&(part.kind(), part.column().to_owned())) else {
-        return Ok(None);
-    };
+    let Some((file, base, len)) = open_part(path, part) else { return Ok(None) };
     let mut bytes = vec![0u8; usize::try_from(len.min(max)).map_err(drop)?];
-    file.seek(SeekFrom::Start(base)).map_err(drop)?;
-    file.read_exact(&mut bytes).map_err(drop)?;
+    file.read_exact_at(&mut bytes, base).map_err(drop)?;
     Ok(Some(bytes))
+}
+
+/// The bundle at `path` opened, with where one part lies in it (offset,
+/// length): for readers that read a large part in pieces. `None` when the
+/// bundle, its directory or the part cannot be found (as [`locate_at`]).
+pub(super) fn open_part(path: &Path, part: Part<'_>) -> Option<(File, u64, u64)> {
+    let file = File::open(path).ok()?;
+    let meta = file.metadata().ok()?;
+    let directory = directory(path, file_id(&meta), meta.len(), Some(&file))?;
+    let &(base, len) = directory.get(&(part.kind(), part.column().to_owned()))?;
+    Some((file, base, len))
 }
 
 /// Where a version's part may lie, in the order readers believe them: its
@@ -304,12 +294,7 @@ pub(super) fn spans<'a>(
 
 /// The directory of the bundle at `path`, from this process's cache or
 /// read and checked (through `open`, the bundle already opened, if given).
-fn directory(
-    path: &Path,
-    id: FileId,
-    size: u64,
-    open: Option<&mut File>,
-) -> Option<Arc<Directory>> {
+fn directory(path: &Path, id: FileId, size: u64, open: Option<&File>) -> Option<Arc<Directory>> {
     let cached = directories()
         .lock()
         .ok()
@@ -319,7 +304,7 @@ fn directory(
     }
     let read = match open {
         Some(file) => read_directory(file, size),
-        None => File::open(path).ok().and_then(|mut file| read_directory(&mut file, size)),
+        None => File::open(path).ok().and_then(|file| read_directory(&file, size)),
     }
     .map(Arc::new);
     if read.is_none() {
@@ -332,11 +317,10 @@ fn directory(
 }
 
 /// Read and check the tail and directory of a bundle of `size` bytes.
-fn read_directory(file: &mut File, size: u64) -> Option<Directory> {
+fn read_directory(file: &File, size: u64) -> Option<Directory> {
     let tail_at = size.checked_sub(TAIL as u64)?;
-    file.seek(SeekFrom::Start(tail_at)).ok()?;
     let mut tail = [0u8; TAIL];
-    file.read_exact(&mut tail).ok()?;
+    file.read_exact_at(&mut tail, tail_at).ok()?;
     let directory_len = u32::from_le_bytes(tail[..4].try_into().ok()?) as u64;
     let parts = u16::from_le_bytes(tail[4..6].try_into().ok()?) as usize;
     if &tail[6..14] != MAGIC {
@@ -344,8 +328,7 @@ fn read_directory(file: &mut File, size: u64) -> Option<Directory> {
     }
     let directory_at = tail_at.checked_sub(directory_len)?;
     let mut checked = vec![0u8; usize::try_from(directory_len).ok()? + TAIL - CHECKSUM_LEN];
-    file.seek(SeekFrom::Start(directory_at)).ok()?;
-    file.read_exact(&mut checked).ok()?;
+    file.read_exact_at(&mut checked, directory_at).ok()?;
     if blake3::hash(&checked).as_bytes()[..CHECKSUM_LEN] != tail[TAIL - CHECKSUM_LEN..] {
         return None;
     }
@@ -436,11 +419,11 @@ mod tests {
         let at = path(dir.path(), 7);
         for part in [Part::Filter(None), Part::Filter(Some("artifact_id")), Part::KeySet] {
             let located = locate_at(&at, part).and_then(|s| s.read());
-            assert_eq!(read_part(&at, part), Ok(located.clone()));
+            assert_eq!(read_part_upto(&at, part, u64::MAX), Ok(located.clone()));
             assert!(located.is_some());
         }
-        assert_eq!(read_part(&at, Part::Results), Ok(None));
-        assert_eq!(read_part(&path(dir.path(), 8), Part::KeySet), Ok(None));
+        assert_eq!(read_part_upto(&at, Part::Results, u64::MAX), Ok(None));
+        assert_eq!(read_part_upto(&path(dir.path(), 8), Part::KeySet, u64::MAX), Ok(None));
 
         let set = super::super::key_set::KeySet::open(dir.path(), 7, &files(&["a", "b"]))
             .expect("the key set part opens");
@@ -505,7 +488,7 @@ mod tests {
             assert!(locate(dir.path(), 3, Part::Filter(None)).is_none(), "{damage}");
             assert!(locate(dir.path(), 3, Part::KeySet).is_none(), "{damage}");
             assert!(first_filter(&path).is_none(), "{damage}");
-            assert_eq!(read_part(&path, Part::Filter(None)), Ok(None), "{damage}");
+            assert_eq!(read_part_upto(&path, Part::Filter(None), u64::MAX), Ok(None), "{damage}");
         }
     }
 
