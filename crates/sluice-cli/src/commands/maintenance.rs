@@ -115,8 +115,13 @@ pub async fn compact(root: &Path, mut options: CompactOptions, json: bool) -> an
         .collect();
     let title = if options.dry_run { "(dry run: nothing rewritten)\n" } else { "" };
     let sum = |f: fn(&maintenance::CompactReport) -> u64| reports.iter().map(f).sum::<u64>();
+    let retired = reports.iter().map(|r| r.sidecars_retired).sum::<usize>();
+    let retired = match retired {
+        0 => String::new(),
+        n => format!("; {n} key sidecars of replaced files retired"),
+    };
     print(&format!(
-        "{title}{}compacted {} tables: {} → {} files, {} → {} MiB in {:.2}s",
+        "{title}{}compacted {} tables: {} → {} files, {} → {} MiB in {:.2}s{retired}",
         text_table(&["table", "files", "MiB", "z-order", "version", "seconds"], &rows),
         reports.len(),
         sum(|r| r.files_before),

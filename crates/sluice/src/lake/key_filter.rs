@@ -467,6 +467,56 @@ pub fn read_live(table_dir: &Path, live: &HashSet<&str>) -> BTreeMap<u64, Arc<Ke
     read_sidecars(table_dir, None, Some(live))
 }
 
+/// Where [`retire_dead`] moves sidecars, inside `_sluice_keys`.
+pub const RETIRED_DIR: &str = "retired";
+
+/// Move out of the way (into `_sluice_keys/retired/`) every sidecar file of
+/// the versions whose key filter names only files that are not `live`: a
+/// compaction leaves one such version per earlier commit (thousands), and
+/// every fresh process that opens the table read each one's head to learn
+/// that it covers nothing live — as many files opened as the table had
+/// commits. Nothing at the head needs them; a look-up at an older version
+/// finds their files uncovered and reads their ids instead (slower, never
+/// wrong), and vacuum removes them after the retention. A version whose
+/// filter cannot be read, or names no file, is left. Returns how many
+/// files were moved; a file that cannot be moved is left with a warning.
+pub fn retire_dead(table_dir: &Path, live: &HashSet<&str>) -> usize {
+    let dead: BTreeSet<u64> = sidecars_of(table_dir, None)
+        .into_iter()
+        .filter(|listed| {
+            listed.head_files(None).is_some_and(|files| {
+                !files.is_empty() && files.iter().all(|f| !live.contains(f.as_str()))
+            })
+        })
+        .map(|listed| listed.version)
+        .collect();
+    if dead.is_empty() {
+        return 0;
+    }
+    let keys = keys_dir(table_dir);
+    let retired = keys.join(RETIRED_DIR);
+    if let Err(e) = std::fs::create_dir_all(&retired) {
+        tracing::warn!(path = %retired.display(), error = %e, "could not retire key filters");
+        return 0;
+    }
+    let Ok(entries) = std::fs::read_dir(&keys) else { return 0 };
+    let mut moved = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let version = name.to_str().and_then(|n| n.get(..20)).and_then(|v| v.parse::<u64>().ok());
+        if !version.is_some_and(|v| dead.contains(&v)) || !entry.path().is_file() {
+            continue;
+        }
+        match std::fs::rename(entry.path(), retired.join(&name)) {
+            Ok(()) => moved += 1,
+            Err(e) => {
+                tracing::warn!(path = %entry.path().display(), error = %e, "could not retire a sidecar")
+            }
+        }
+    }
+    moved
+}
+
 /// The data files each readable sidecar of a table's key column describes,
 /// by version. Read one at a time and not cached: for whole-lake checks
 /// that need the file lists, not the filters (at 100M keys the filters of
@@ -947,6 +997,45 @@ mod tests {
         assert!(parallel.uncovered.is_empty());
         let found: usize = parallel.candidates.iter().map(|c| c.keys.len()).sum();
         assert!((600..610).contains(&found), "{found} candidates for 600 held ids");
+    }
+
+    /// Only versions whose filter names files and none of them live are
+    /// retired, with every sidecar file of the version; a filter with a
+    /// live file, or one that cannot be read, stays where look-ups find it.
+    #[test]
+    fn retiring_moves_the_sidecars_of_versions_that_cover_nothing_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = |n: &[&str]| n.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let bundle = |version: u64, files: &[&str]| {
+            let mut bundle = sidecar::Bundle::new();
+            bundle.part(
+                Part::Filter(None),
+                KeyFilter::new(names(files), &[id(version as u32)]).encode(),
+            );
+            bundle.write(dir.path(), version).unwrap();
+        };
+        bundle(1, &["a"]);
+        bundle(2, &["b", "c"]);
+        // Version 3 in the older layout: its filter, a lookup column's and
+        // its key set, all files of their own.
+        write(dir.path(), 3, &KeyFilter::new(names(&["d"]), &[id(3)])).unwrap();
+        let keys = keys_dir(dir.path());
+        std::fs::write(keys.join(sidecar_name(3, Some("name"))), b"x").unwrap();
+        std::fs::write(keys.join(format!("{:020}.set", 3)), b"x").unwrap();
+        std::fs::write(keys.join(format!("{:020}.side", 4)), b"not a bundle").unwrap();
+        let live: HashSet<&str> = ["c"].into_iter().collect();
+        assert_eq!(retire_dead(dir.path(), &live), 4, "1's bundle and 3's three files");
+        let mut left: Vec<String> = std::fs::read_dir(&keys)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let expected = [format!("{:020}.side", 2), format!("{:020}.side", 4), RETIRED_DIR.into()];
+        assert_eq!(left, expected);
+        assert_eq!(std::fs::read_dir(keys.join(RETIRED_DIR)).unwrap().count(), 4);
+        assert_eq!(read_all(dir.path()).keys().copied().collect::<Vec<_>>(), vec![2]);
+        // Again: nothing more to move.
+        assert_eq!(retire_dead(dir.path(), &live), 0);
     }
 
     /// A filter read in place from a file — past its head, with a file list

@@ -30,7 +30,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::lake::append;
 use crate::lake::layout::{STEP_COLUMN, TableKind, TableSpec};
-use crate::lake::{Lake, WriterLock, table};
+use crate::lake::{Lake, WriterLock, key_filter, table};
 use crate::progress::Progress;
 
 /// What to compact.
@@ -69,8 +69,19 @@ pub struct CompactReport {
     /// The version compaction committed (none in a dry run, or when there
     /// was nothing to do).
     pub version: Option<u64>,
+    /// Sidecar files moved out of the look-ups' way: those of versions
+    /// whose files are all gone (see [`key_filter::retire_dead`]).
+    pub sidecars_retired: usize,
     /// Wall time.
     pub seconds: f64,
+}
+
+/// Retire the sidecars of the versions whose files `handle` (the table as
+/// compacted) no longer holds.
+fn retire(lake: &Lake, spec: &TableSpec, handle: &deltalake::DeltaTable) -> Result<usize> {
+    let live = table::active_files(handle, spec)?;
+    let live = live.iter().map(String::as_str).collect();
+    Ok(key_filter::retire_dead(&table::table_dir(lake.root(), spec), &live))
 }
 
 /// The columns a table is Z-ordered by unless told otherwise.
@@ -126,9 +137,13 @@ async fn compact_table(
         bytes_before,
         bytes_after: bytes_before,
         version: None,
+        sidecars_retired: 0,
         seconds: 0.0,
     };
     if options.dry_run || files_before <= 1 {
+        if !options.dry_run {
+            report.sidecars_retired = retire(lake, spec, &handle)?;
+        }
         report.seconds = clock.elapsed().as_secs_f64();
         return Ok(report);
     }
@@ -162,6 +177,7 @@ async fn compact_table(
             .await
             .map_err(|e| Error::delta(&spec.name, e))?;
     }
+    report.sidecars_retired = retire(lake, spec, &optimized)?;
     let (files_after, bytes_after) = file_stats(&optimized, spec)?;
     report.files_after = files_after;
     report.bytes_after = bytes_after;

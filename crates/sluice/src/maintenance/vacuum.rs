@@ -160,6 +160,15 @@ async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> 
         };
         for entry in entries.flatten() {
             let path = entry.path();
+            if entry.file_name() == key_filter::RETIRED_DIR {
+                // Compaction moved these there: they cover nothing live.
+                for retired in std::fs::read_dir(&path).into_iter().flatten().flatten() {
+                    if older_than(&retired.path(), options.retention) {
+                        found.push(retired.path());
+                    }
+                }
+                continue;
+            }
             let stale =
                 files_named(&path).is_none_or(|files| files.iter().all(|f| !active.contains(f)));
             if stale && older_than(&path, options.retention) {

@@ -97,6 +97,14 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
         sidecar::locate(&metrics_dir, version, Part::Filter(None)).is_some(),
         "compaction wrote the key filter of its files"
     );
+    // The eight commits' sidecars cover nothing live: retired, out of the
+    // listing every fresh writer reads; only the compaction's and the new
+    // commit's are left.
+    assert_eq!(metrics_report.sidecars_retired, 8, "{metrics_report:?}");
+    let listed: Vec<u64> = bundles(&metrics_dir).iter().map(|(v, _)| *v).collect();
+    assert_eq!(listed, vec![version, version + 1], "{listed:?}");
+    let retired = metrics_dir.join("_sluice_keys").join(sluice::lake::key_filter::RETIRED_DIR);
+    assert_eq!(std::fs::read_dir(retired).unwrap().count(), 8);
     assert!(sidecar::locate(&metrics_dir, version, Part::KeySet).is_some(), "and the key set");
     // The compacted executions have a result set; the cache answers as before.
     let executions = reports.iter().find(|r| r.table == "executions").unwrap();
