@@ -276,6 +276,7 @@ impl Claimed {
                         (seq, token, since),
                         &mut tip,
                         Some(gate),
+                        None,
                     )
                     .await;
                     lake.handles().keep_tip(&spec, tip);
@@ -329,11 +330,12 @@ impl Claimed {
             failpoint_check(ctx.failpoint.as_deref(), &spec.name)?;
             let staged = self.runs.iter().flat_map(|r| r.tables.get(&spec.name)).flatten();
             let (mut tip, mut batches) = conformed_on_tip(lake, &spec, staged).await?;
+            let mut indexed = None;
             if spec.kind == TableKind::Index
                 && content_present.iter().any(|(_, ids)| !ids.is_empty())
             {
                 let handle = table::open_at(lake.root(), &spec, tip.head()).await?;
-                batches = crate::store::repoint_to_content(
+                let (rows, present) = crate::store::repoint_to_content(
                     lake,
                     &handle,
                     &spec,
@@ -341,10 +343,13 @@ impl Claimed {
                     &content_present,
                 )
                 .await?;
+                batches = rows;
+                indexed = Some((tip.head(), present));
             }
             let since = self.before.get(&spec.name).copied().unwrap_or_default();
             let sequence = (self.seq, self.token.clone(), since);
-            let appended = append_one(lake.root(), &spec, batches, sequence, &mut tip, None).await;
+            let appended =
+                append_one(lake.root(), &spec, batches, sequence, &mut tip, None, indexed).await;
             lake.handles().keep_tip(&spec, tip);
             let appended = appended?;
             self.record(&spec.name, &appended, commits);
@@ -666,6 +671,7 @@ async fn append_one(
     (seq, token, since): (i64, String, u64),
     tip: &mut Tip,
     gate: Option<Gate>,
+    present: Option<(u64, BTreeSet<String>)>,
 ) -> Result<Appended> {
     let clock = std::time::Instant::now();
     let mut append = Append::new(root, spec, batches)
@@ -674,6 +680,9 @@ async fn append_one(
         .with_token(token, since);
     if let Some(gate) = gate {
         append = append.with_gate(gate);
+    }
+    if let Some((version, keys)) = present {
+        append = append.with_present_at(version, keys);
     }
     let appended = append.execute_on_tip(tip).await?;
     tracing::debug!(

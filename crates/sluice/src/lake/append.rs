@@ -127,6 +127,9 @@ pub struct Append<'a> {
     since: u64,
     /// What the commit waits for (see [`Append::with_gate`]).
     gate: Option<Gate>,
+    /// Keys the caller found in the table at a version (see
+    /// [`Append::with_present_at`]).
+    known_present: Option<(u64, BTreeSet<String>)>,
 }
 
 /// What an append waits for between writing its files and committing them:
@@ -263,7 +266,15 @@ impl Appended {
 impl<'a> Append<'a> {
     /// Append `batches` (in the table's schema) to the table of `spec`.
     pub fn new(root: &'a Path, spec: &'a TableSpec, batches: Vec<RecordBatch>) -> Self {
-        Append { root, spec, batches, commit: CommitSpec::default(), since: 0, gate: None }
+        Append {
+            root,
+            spec,
+            batches,
+            commit: CommitSpec::default(),
+            since: 0,
+            gate: None,
+            known_present: None,
+        }
     }
 
     /// De-duplicate and write the files now, commit them only once `gate`
@@ -292,6 +303,16 @@ impl<'a> Append<'a> {
     pub fn with_token(mut self, token: impl Into<String>, since: u64) -> Self {
         self.commit.token = Some(token.into());
         self.since = since;
+        self
+    }
+
+    /// Keys the caller has just found in the table at `version` (the
+    /// index's look-up of the ids whose content was present): when the tip
+    /// is still at that version, their rows are dropped as present without
+    /// being looked up again, and only the other keys are. At any other
+    /// version the set is not used (a restore may have removed rows since).
+    pub(crate) fn with_present_at(mut self, version: u64, keys: BTreeSet<String>) -> Self {
+        self.known_present = Some((version, keys));
         self
     }
 
@@ -452,10 +473,18 @@ impl Append<'_> {
         }
         let staged: u64 = self.batches.iter().map(|b| b.num_rows() as u64).sum();
         let mut batches = unique_rows(&self.batches, spec)?;
+        let mut skipped = BTreeSet::new();
+        if let Some((at, known)) = self.known_present.take()
+            && at == tip.head()
+            && dedup != Dedup::Nothing
+        {
+            let (left, dropped) = without_keys(batches, &known, dedup, &spec.name)?;
+            batches = left;
+            skipped = dropped;
+        }
         // The distinct keys of `batches`, read once (they are probed against
         // the tip and recorded in the version's key filter).
         let mut keys = batch_keys(&batches, dedup, &spec.name)?;
-        let mut skipped = BTreeSet::new();
         // Files written for a version another writer took.
         let mut written: Option<Vec<Add>> = None;
         for _ in 0..MAX_ATTEMPTS {
@@ -868,16 +897,29 @@ async fn drop_present(
             keys_added_between(table, spec, dedup, &wanted, after, head).await?
         }
     };
+    without_keys(batches, &present, dedup, &spec.name)
+}
+
+/// `batches` without the rows whose key is in `present`, and those of
+/// `present` that were there.
+fn without_keys(
+    batches: Vec<RecordBatch>,
+    present: &BTreeSet<String>,
+    dedup: Dedup,
+    table: &str,
+) -> Result<(Vec<RecordBatch>, BTreeSet<String>)> {
     if present.is_empty() {
-        return Ok((batches, present));
+        return Ok((batches, BTreeSet::new()));
     }
     let mut out = Vec::with_capacity(batches.len());
+    let mut dropped = BTreeSet::new();
     for batch in &batches {
-        let mask =
-            key_texts(batch, dedup, &spec.name)?.iter().map(|k| !present.contains(k)).collect();
-        out.push(keep(batch, mask, &spec.name)?);
+        let keys = key_texts(batch, dedup, table)?;
+        let mask = keys.iter().map(|k| !present.contains(k)).collect();
+        dropped.extend(keys.into_iter().filter(|k| present.contains(k)));
+        out.push(keep(batch, mask, table)?);
     }
-    Ok((out, present))
+    Ok((out, dropped))
 }
 
 /// Which of `wanted` the table holds, reading only the files its key
@@ -1241,6 +1283,57 @@ mod tests {
 
     use crate::artifact::ArtifactId;
     use crate::lake::layout;
+
+    /// Keys known present at the tip's version drop their rows unread; at
+    /// another version the set is ignored and every key is looked up, so a
+    /// stale set never drops a row the table lacks.
+    #[tokio::test]
+    async fn keys_known_present_at_the_head_are_not_looked_up_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
+        let metric = |i: i32| {
+            let draft = crate::Draft::metric(serde_json::json!({"known": i})).unwrap();
+            draft.finalize(lake.registry()).unwrap()
+        };
+        let (a, b, c) = (metric(1), metric(2), metric(3));
+        lake.put(std::slice::from_ref(&a)).await.unwrap();
+        let index = layout::index_table();
+        let rows = |artifacts: &[&crate::Artifact], tip: &Tip| {
+            let schema = table::arrow_schema(tip.table(), &index).unwrap();
+            crate::store::rows::index_batch(&schema, artifacts).unwrap()
+        };
+        let ids = |set: &[&crate::Artifact]| -> BTreeSet<String> {
+            set.iter().map(|x| x.id.to_string()).collect()
+        };
+        let mut tip = lake.handles().latest_tip(lake.root(), &index).await.unwrap();
+        let head = tip.head();
+        // At the head: a's row is dropped as known, b's is added.
+        let appended = Append::new(lake.root(), &index, vec![rows(&[&a, &b], &tip)])
+            .with_present_at(head, ids(&[&a]))
+            .execute_on_tip(&mut tip)
+            .await
+            .unwrap();
+        assert_eq!((appended.rows_added, appended.rows_skipped), (1, 1));
+        assert_eq!(appended.present_keys, ids(&[&a]));
+        // A set for an older version, naming c, which the table lacks: not
+        // used; a and b are found by the look-up, c is added.
+        let appended = Append::new(lake.root(), &index, vec![rows(&[&a, &b, &c], &tip)])
+            .with_present_at(head, ids(&[&a, &b, &c]))
+            .execute_on_tip(&mut tip)
+            .await
+            .unwrap();
+        assert_eq!(appended.rows_added, 1);
+        assert_eq!(appended.present_keys, ids(&[&a, &b]));
+        lake.handles().keep_tip(&index, tip);
+        let count = lake.sql("SELECT count(*) AS n FROM \"index\"").execute().await.unwrap();
+        let n = count.batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<deltalake::arrow::array::Int64Array>()
+            .unwrap()
+            .value(0);
+        assert_eq!(n, 3, "one row per artifact");
+    }
 
     fn texts(columns: &[(&str, Vec<Option<&str>>)]) -> RecordBatch {
         let fields: Vec<Field> =

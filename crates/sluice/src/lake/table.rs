@@ -486,14 +486,15 @@ fn entry_present(dir: &Path, v: u64) -> Option<bool> {
 /// retention below one, so the run is not cut under the search. `None`
 /// when a `stat` answered neither "present" nor "not found": list the log.
 pub(crate) fn head_from(dir: &Path, known: u64) -> Option<u64> {
-    let (mut present, mut step) = (known, 1u64);
+    // known + 1, + 2, + 4, …: a table one version on costs two `stat`s.
+    let (mut present, mut offset) = (known, 1u64);
     let mut absent = loop {
-        let probe = present.checked_add(step)?;
+        let probe = known.checked_add(offset)?;
         if !entry_present(dir, probe)? {
             break probe;
         }
         present = probe;
-        step = step.checked_mul(2)?;
+        offset = offset.checked_mul(2)?;
     };
     while absent - present > 1 {
         let mid = present + (absent - present) / 2;

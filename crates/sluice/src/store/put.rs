@@ -62,14 +62,20 @@ impl Lake {
         let index = layout::index_table();
         let mut tip = self.put_tip(&index).await?;
         let rows = rows::index_batch(&table::arrow_schema(tip.table(), &index)?, &indexed)?;
-        let rows = if content_present.iter().all(|(_, ids)| ids.is_empty()) {
-            vec![rows]
+        let (rows, indexed) = if content_present.iter().all(|(_, ids)| ids.is_empty()) {
+            (vec![rows], None)
         } else {
             tip.advance(self.root(), &index).await?;
             let at_head = table::open_at(self.root(), &index, tip.head()).await?;
-            repoint_to_content(self, &at_head, &index, vec![rows], &content_present).await?
+            let (rows, indexed) =
+                repoint_to_content(self, &at_head, &index, vec![rows], &content_present).await?;
+            (rows, Some((tip.head(), indexed)))
         };
-        let appended = Append::new(self.root(), &index, rows).execute_on_tip(&mut tip).await?;
+        let mut append = Append::new(self.root(), &index, rows);
+        if let Some((at, indexed)) = indexed {
+            append = append.with_present_at(at, indexed);
+        }
+        let appended = append.execute_on_tip(&mut tip).await?;
         self.handles().keep_tip(&index, tip);
         report.rows_added.insert(index.name.clone(), appended.rows_added as usize);
         Ok(report)
@@ -165,18 +171,20 @@ impl Lake {
 /// the content of an artifact was already in the lake (skipped as present)
 /// but the index lacks it — a put or commit died between the two — the new
 /// index row takes the step of the content that exists, not the step given
-/// now.
+/// now. Also returns which of those ids the index holds (at
+/// `index_handle`'s version): the append of the index rows need not look
+/// them up again ([`Append::with_present_at`]).
 pub(crate) async fn repoint_to_content(
     lake: &Lake,
     index_handle: &deltalake::DeltaTable,
     index: &TableSpec,
     rows: Vec<deltalake::arrow::record_batch::RecordBatch>,
     content_present: &[(TableSpec, BTreeSet<String>)],
-) -> Result<Vec<deltalake::arrow::record_batch::RecordBatch>> {
+) -> Result<(Vec<deltalake::arrow::record_batch::RecordBatch>, BTreeSet<String>)> {
     let candidates: BTreeSet<String> =
         content_present.iter().flat_map(|(_, ids)| ids.iter().cloned()).collect();
     if candidates.is_empty() {
-        return Ok(rows);
+        return Ok((rows, BTreeSet::new()));
     }
     let indexed =
         append::present_keys(lake.root(), index_handle, index, Dedup::ArtifactId, &candidates)
@@ -186,5 +194,5 @@ pub(crate) async fn repoint_to_content(
         let orphans: BTreeSet<String> = ids.difference(&indexed).cloned().collect();
         steps.extend(append::content_steps(lake.root(), spec, &orphans).await?);
     }
-    append::repoint_steps(rows, &steps, &index.name)
+    Ok((append::repoint_steps(rows, &steps, &index.name)?, indexed))
 }
