@@ -310,11 +310,11 @@ impl KeyFilter {
     pub(super) fn read_at(file: &File, base: u64, len: u64) -> Option<Self> {
         let mut head = vec![0u8; usize::try_from(len.min(HEAD_BYTES)).ok()?];
         file.read_exact_at(&mut head, base).ok()?;
+        if len <= HEAD_BYTES {
+            return Self::decode(&head);
+        }
         let header = Header::parse(&head).filter(|_| cfg!(target_endian = "little"));
-        let Some(header) = header.filter(|_| len > HEAD_BYTES) else {
-            if len <= HEAD_BYTES {
-                return Self::decode(&head);
-            }
+        let Some(header) = header else {
             // A head that does not reach the bits (tens of thousands of
             // file names), or words to be swapped: read whole.
             let mut bytes = vec![0u8; usize::try_from(len).ok()?];
@@ -357,17 +357,18 @@ impl Header {
     /// The header at the start of `bytes` (unchecked; `None` when `bytes`
     /// ends before it does, or it is not one, or the filter has no bits).
     fn parse(bytes: &[u8]) -> Option<Header> {
-        let (scheme, rest) = if let Some(rest) = bytes.strip_prefix(MAGIC) {
-            (Scheme::Mixed, rest)
-        } else if let Some(rest) = bytes.strip_prefix(MAGIC_V4) {
-            (Scheme::MultiplyShift, rest)
-        } else {
-            (Scheme::Modulo, bytes.strip_prefix(MAGIC_V3)?)
-        };
+        let (scheme, rest) = scheme_of(bytes)?;
         let (files, mut rest) = file_list(rest)?;
         let words = u32_next(&mut rest)?;
         (words > 0).then_some(Header { scheme, files, words, bits_at: bytes.len() - rest.len() })
     }
+}
+
+/// The scheme a filter's format tag names, and the bytes after the tag.
+fn scheme_of(bytes: &[u8]) -> Option<(Scheme, &[u8])> {
+    [(MAGIC, Scheme::Mixed), (MAGIC_V4, Scheme::MultiplyShift), (MAGIC_V3, Scheme::Modulo)]
+        .into_iter()
+        .find_map(|(magic, scheme)| Some((scheme, bytes.strip_prefix(magic.as_slice())?)))
 }
 
 /// The little-endian `u32` `rest` starts with, as a length; `rest` moves on.
@@ -406,9 +407,7 @@ const SHORT_HEAD: u64 = 4 << 10;
 /// filter's files count as uncovered — while a filter that is read is
 /// checked whole as before. `None` when the head does not hold the list.
 fn files_in_head(bytes: &[u8]) -> Option<Vec<String>> {
-    let rest = [MAGIC, MAGIC_V4, MAGIC_V3]
-        .iter()
-        .find_map(|magic| bytes.strip_prefix(magic.as_slice()))?;
+    let (_, rest) = scheme_of(bytes)?;
     file_list(rest).map(|(files, _)| files)
 }
 
