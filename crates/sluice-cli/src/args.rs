@@ -691,4 +691,8 @@ pub struct ScaleArgs {
     /// the whole lake (0: the whole lake).
     #[arg(long, default_value_t = 0)]
     pub recent: u64,
+    /// Commits measured at each size, each of its own new executions; the
+    /// figure is their median.
+    #[arg(long, default_value_t = 1)]
+    pub commits: u64,
 }

@@ -127,13 +127,15 @@ fn scale_grows_a_lake_measures_at_each_size_and_resumes() {
     assert_eq!(lake.ok(&["sql", "--format", "csv", generated]).lines().nth(1), Some("1200"));
 
     // Grown on, with the metrics already present drawn from the newest
-    // 1000 artifacts (a re-run of recent work).
+    // 1000 artifacts (a re-run of recent work), the commit measured three
+    // times, each of its own new executions.
     let mut args = small("8000", "8000");
-    args.extend(["--recent", "1000"].map(str::to_owned));
+    args.extend(["--recent", "1000", "--commits", "3"].map(str::to_owned));
     let out = lake.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(out.contains("grew to 8000 artifacts"), "{out}");
     assert!(out.contains("drawn from its newest 1000"), "{out}");
-    assert!(out.contains("60 artifacts added"), "half the staged ones are new: {out}");
+    assert_eq!(out.matches("60 artifacts added").count(), 3, "each commit's new half: {out}");
+    assert!(out.contains("3 commits at 8000:") && out.contains("median of 3"), "{out}");
     assert_eq!(lake.ok(&["sql", "--format", "csv", generated]).lines().nth(1), Some("1600"));
     let sql = "SELECT count(*) - count(DISTINCT artifact_id) FROM index";
     assert_eq!(lake.ok(&["sql", "--format", "csv", sql]).lines().nth(1), Some("0"), "no duplicate");

@@ -334,15 +334,9 @@ impl Claimed {
             if spec.kind == TableKind::Index
                 && content_present.iter().any(|(_, ids)| !ids.is_empty())
             {
-                let handle = table::open_at(lake.root(), &spec, tip.head()).await?;
-                let (rows, present) = crate::store::repoint_to_content(
-                    lake,
-                    &handle,
-                    &spec,
-                    batches,
-                    &content_present,
-                )
-                .await?;
+                let (rows, present) =
+                    crate::store::repoint_to_content(lake, &tip, &spec, batches, &content_present)
+                        .await?;
                 batches = rows;
                 indexed = Some((tip.head(), present));
             }
@@ -452,8 +446,8 @@ async fn drop_committed(
     let committed = if tip.holds_none(&keys) {
         BTreeSet::new()
     } else {
-        let handle = table::open_at(lake.root(), &spec, tip.head()).await?;
-        crate::lake::append::present_keys(lake.root(), &handle, &spec, Dedup::RunId, &ids).await?
+        crate::lake::append::present_keys_on_tip(lake.root(), &tip, &spec, Dedup::RunId, &ids)
+            .await?
     };
     let runs_ms = clock.elapsed().as_millis() as u64 - open_ms;
     let succeeded = succeeded_specs(lake, &tip, runs).await;

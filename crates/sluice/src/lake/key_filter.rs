@@ -164,6 +164,9 @@ impl From<ArtifactId> for Key {
     }
 }
 
+/// Key filters of a table, by the version that wrote each.
+pub type ByVersion = BTreeMap<u64, Arc<KeyFilter>>;
+
 /// A Bloom filter over the keys one table version added, with the files
 /// that hold them.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -254,6 +254,20 @@ impl Tip {
         self.key.as_ref().is_some_and(|c| c.holds_none(keys))
     }
 
+    /// The live files at the head and the key filters over them, when
+    /// `column` is the table's key column (the one [`Tip::holds_none`]
+    /// answers for): what a look-up of keys at the head is planned from,
+    /// without opening the table there.
+    pub(crate) fn key_coverage(
+        &self,
+        spec: &TableSpec,
+        column: &str,
+    ) -> Option<(Vec<String>, &key_filter::ByVersion)> {
+        let key = self.key.as_ref()?;
+        (spec.indexed_columns().first() == Some(&column))
+            .then(|| (key.live_files().cloned().collect(), &key.filters))
+    }
+
     /// Keep the key filters of lookup `column` from now on (read them now,
     /// over the live files at the head), so that [`Tip::holds_none_in`] can
     /// answer for it. A table without a key column keeps no live files and

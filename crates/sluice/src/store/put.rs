@@ -66,9 +66,8 @@ impl Lake {
             (vec![rows], None)
         } else {
             tip.advance(self.root(), &index).await?;
-            let at_head = table::open_at(self.root(), &index, tip.head()).await?;
             let (rows, indexed) =
-                repoint_to_content(self, &at_head, &index, vec![rows], &content_present).await?;
+                repoint_to_content(self, &tip, &index, vec![rows], &content_present).await?;
             (rows, Some((tip.head(), indexed)))
         };
         let mut append = Append::new(self.root(), &index, rows);
@@ -171,12 +170,12 @@ impl Lake {
 /// the content of an artifact was already in the lake (skipped as present)
 /// but the index lacks it — a put or commit died between the two — the new
 /// index row takes the step of the content that exists, not the step given
-/// now. Also returns which of those ids the index holds (at
-/// `index_handle`'s version): the append of the index rows need not look
-/// them up again ([`Append::with_present_at`]).
+/// now. Also returns which of those ids the index holds (at the head of
+/// `index_tip`): the append of the index rows need not look them up again
+/// ([`Append::with_present_at`]).
 pub(crate) async fn repoint_to_content(
     lake: &Lake,
-    index_handle: &deltalake::DeltaTable,
+    index_tip: &crate::lake::tip::Tip,
     index: &TableSpec,
     rows: Vec<deltalake::arrow::record_batch::RecordBatch>,
     content_present: &[(TableSpec, BTreeSet<String>)],
@@ -187,7 +186,7 @@ pub(crate) async fn repoint_to_content(
         return Ok((rows, BTreeSet::new()));
     }
     let indexed =
-        append::present_keys(lake.root(), index_handle, index, Dedup::ArtifactId, &candidates)
+        append::present_keys_on_tip(lake.root(), index_tip, index, Dedup::ArtifactId, &candidates)
             .await?;
     let mut steps = BTreeMap::new();
     for (spec, ids) in content_present {
