@@ -20,6 +20,10 @@ use super::key_filter::{Key, KeyFilter};
 /// (their files stay uncovered: slower, never wrong).
 const PENDING_SIDECARS: usize = 64;
 
+/// Keys probed together by [`Coverage::holds_none`]: enough for the
+/// processor to overlap their cache misses, few enough to stop soon.
+const HOLDS_NONE_CHUNK: usize = 512;
+
 /// The key filters of one column over a table's live files.
 #[derive(Debug, Default)]
 pub(crate) struct Coverage {
@@ -73,13 +77,22 @@ impl Coverage {
         if self.one_word.values().any(|word| masks.iter().any(|mask| word & mask == *mask)) {
             return false;
         }
-        let hashes: Vec<(u64, u64)> = keys.iter().map(Key::hashes).collect();
-        let mut alive = Vec::with_capacity(keys.len());
-        self.larger.values().all(|filter| {
-            alive.clear();
-            alive.extend(0..keys.len() as u32);
-            filter.retain_candidates(&hashes, &mut alive);
-            alive.is_empty()
+        // Keys a chunk at a time, every filter for each: the answer is
+        // "maybe" as soon as one key passes a filter, which for a commit of
+        // many present keys is in its first chunk (probing all of them
+        // through every probe of a large filter cost as much as the
+        // look-up that follows, which probes them again). Within a chunk
+        // the probes still go probe by probe over the keys (see
+        // [`KeyFilter::retain_candidates`]).
+        let mut alive = Vec::with_capacity(HOLDS_NONE_CHUNK.min(keys.len()));
+        keys.chunks(HOLDS_NONE_CHUNK).all(|chunk| {
+            let hashes: Vec<(u64, u64)> = chunk.iter().map(Key::hashes).collect();
+            self.larger.values().all(|filter| {
+                alive.clear();
+                alive.extend(0..chunk.len() as u32);
+                filter.retain_candidates(&hashes, &mut alive);
+                alive.is_empty()
+            })
         })
     }
 
@@ -231,6 +244,12 @@ mod tests {
         assert!(!c.holds_none(&[Key::of_text("x")]), "in the one-word filter");
         assert!(!c.holds_none(&[Key::of_text("nope"), many[3]]), "in the larger one");
         assert!(c.holds_none(&[Key::of_text("nope"), Key::of_text("neither")]));
+        // Keys beyond the first chunk are asked too.
+        let mut absent: Vec<Key> =
+            (0..3 * HOLDS_NONE_CHUNK).map(|i| Key::of_text(&format!("absent {i}"))).collect();
+        assert!(c.holds_none(&absent));
+        absent.push(many[9]);
+        assert!(!c.holds_none(&absent), "the last key, in the last chunk");
     }
 
     #[test]
