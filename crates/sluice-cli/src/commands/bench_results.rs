@@ -76,18 +76,10 @@ struct Line<'a> {
     at: String,
 }
 
-/// The revision of the source tree this binary was built from (asked of
-/// git there, so it works from any working directory).
+/// The revision of the source tree this binary was built from (recorded
+/// by the build script; see `build.rs`).
 fn git_rev() -> String {
-    std::process::Command::new("git")
-        .arg("-C")
-        .arg(env!("CARGO_MANIFEST_DIR"))
-        .args(["rev-parse", "--short", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-        .unwrap_or_else(|| "unknown".into())
+    env!("SLUICE_GIT_REV").to_owned()
 }
 
 /// Append `figures` to the results file, if one was asked for.
