@@ -21,6 +21,8 @@
 # 2026-12-04, a new machine of the same kind, fresh clone, empty target dir:
 #   make demo 9 min 38 s; then the test build compiled only the
 #   dev-dependencies (criterion, proptest) and the two workspace crates.
+# 2026-12-04 afternoon, same procedure (3c133b1): make demo 8 min 12 s;
+#   the test build again only the dev-dependencies and workspace crates (28 s).
 export CARGO_TARGET_DIR ?= /var/tmp/sluice-target
 export SLUICE_VENV ?= /var/tmp/sluice-venv
 CARGO ?= cargo
