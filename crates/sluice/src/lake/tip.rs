@@ -526,6 +526,7 @@ fn write_checkpoint(
     // at once took both cores from the commits.
     static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    yield_to_commits();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -557,6 +558,25 @@ fn write_checkpoint(
     Ok(())
 }
 
+/// Run the calling thread (and the threads it starts: the kernel engine's
+/// executor and its blocking reads) only when a core is otherwise idle
+/// (`SCHED_IDLE`). A checkpoint rewrites every entry of the table; at
+/// normal priority it took a core from the commits it runs beside, and on
+/// two cores their slowest hundredth came from it: 20,000 puts of one
+/// metric, p99 3.5× the median with checkpoints, 1.4× without. A thread
+/// that cannot change its policy (another platform) keeps it: slower
+/// tails, nothing else.
+fn yield_to_commits() {
+    use thread_priority::{
+        NormalThreadSchedulePolicy, ThreadPriority, ThreadSchedulePolicy,
+        set_thread_priority_and_policy, thread_native_id,
+    };
+    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+    if let Err(e) = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle) {
+        tracing::debug!(error = ?e, "a checkpoint thread keeps its priority");
+    }
+}
+
 /// Whether a version changes what a tip took from the table's opening.
 fn changes_the_table(actions: &[Action]) -> bool {
     actions.iter().any(|a| matches!(a, Action::Metadata(_) | Action::Protocol(_)))
@@ -565,6 +585,32 @@ fn changes_the_table(actions: &[Action]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint thread runs under `SCHED_IDLE`, and so do the threads
+    /// it starts (they inherit it); the thread that spawned it keeps its
+    /// policy. The policy is field 41 of `/proc/thread-self/stat`.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn checkpoint_threads_run_when_a_core_is_idle() {
+        fn policy() -> u32 {
+            let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+            // Fields after the command name (which may hold spaces) start
+            // at field 3.
+            let after = stat.rsplit_once(')').unwrap().1;
+            after.split_whitespace().nth(41 - 3).unwrap().parse().unwrap()
+        }
+        const SCHED_IDLE: u32 = 5;
+        let before = policy();
+        let (own, child) = std::thread::spawn(|| {
+            yield_to_commits();
+            (policy(), std::thread::spawn(policy).join().unwrap())
+        })
+        .join()
+        .unwrap();
+        assert_eq!((own, child), (SCHED_IDLE, SCHED_IDLE));
+        assert_eq!(policy(), before, "the caller's thread is left as it was");
+        assert_ne!(before, SCHED_IDLE);
+    }
 
     fn metric(lake: &crate::Lake, i: i32) -> crate::Artifact {
         let draft = crate::Draft::metric(serde_json::json!({"i": i})).unwrap();
