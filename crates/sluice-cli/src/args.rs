@@ -429,6 +429,10 @@ pub struct BenchArgs {
     /// docs/PERFORMANCE.md from it.
     #[arg(long, global = true, env = "SLUICE_BENCH_RESULTS")]
     pub results: Option<std::path::PathBuf>,
+    /// Print the figures on stdout as JSON lines (the results file's
+    /// format), and the report meant for people on stderr.
+    #[arg(long, global = true)]
+    pub json: bool,
     /// The bench.
     #[command(subcommand)]
     pub command: BenchCommand,

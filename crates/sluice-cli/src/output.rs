@@ -1,9 +1,27 @@
 //! Writing to stdout, treating a closed pipe (`sluice sql … | head`) as success.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Print text to stdout.
+/// Whether [`print`] writes to stderr (stdout then carries machine-readable
+/// output only: `sluice bench --json`).
+static ON_STDERR: AtomicBool = AtomicBool::new(false);
+
+/// Send what [`print`] prints to stderr from now on.
+pub fn print_on_stderr() {
+    ON_STDERR.store(true, Ordering::Relaxed);
+}
+
+/// Print text to stdout (to stderr after [`print_on_stderr`]).
 pub fn print(text: &str) -> anyhow::Result<()> {
+    if ON_STDERR.load(Ordering::Relaxed) {
+        let mut err = std::io::stderr().lock();
+        err.write_all(text.as_bytes())?;
+        if !text.ends_with('\n') {
+            err.write_all(b"\n")?;
+        }
+        return Ok(());
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;
     if !text.ends_with('\n') {

@@ -1,5 +1,6 @@
 //! `sluice bench`: load generators that stage exactly as real workers do.
 
+use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
@@ -197,6 +198,9 @@ fn describe(w: &Workload, workers: u64) -> String {
 }
 
 pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
+    if args.json {
+        crate::output::print_on_stderr();
+    }
     // Every bench but `ingest` (which works in its own --dir) uses the lake.
     if !matches!(args.command, BenchCommand::Ingest { .. }) {
         Lake::init(root).await?;
@@ -238,7 +242,14 @@ pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
         }
         BenchCommand::Scale(options) => super::bench_size::scale(root, &options).await?,
     };
-    bench_results::record(args.results.as_deref(), &figures)
+    bench_results::record(args.results.as_deref(), &figures)?;
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        for line in bench_results::json_lines(&figures)? {
+            writeln!(out, "{line}")?;
+        }
+    }
+    Ok(())
 }
 
 /// `sluice bench commit`: the same workload committed into an empty lake

@@ -89,13 +89,23 @@ pub fn record(path: Option<&Path>, figures: &[Figure]) -> anyhow::Result<()> {
         std::fs::create_dir_all(parent)?;
     }
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    for line in json_lines(figures)? {
+        writeln!(file, "{line}")?;
+    }
+    Ok(())
+}
+
+/// Each figure as one JSON object, with where and by what it was measured.
+pub fn json_lines(figures: &[Figure]) -> anyhow::Result<Vec<String>> {
     let rev = git_rev();
     let profile = if cfg!(debug_assertions) { "dev" } else { "release" };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let at = chrono::Utc::now().to_rfc3339();
-    for figure in figures {
-        let line = Line { figure, git_rev: &rev, profile, cpus, at: at.clone() };
-        writeln!(file, "{}", serde_json::to_string(&line)?)?;
-    }
-    Ok(())
+    figures
+        .iter()
+        .map(|figure| {
+            let line = Line { figure, git_rev: &rev, profile, cpus, at: at.clone() };
+            Ok(serde_json::to_string(&line)?)
+        })
+        .collect()
 }

@@ -45,9 +45,20 @@ fn lookup_put_cache_and_step_commit_print_their_figures_and_append_them_as_json_
     let all = lines(&results);
     assert_eq!(all.len(), 6);
     assert_eq!(all[3]["bench"], "put");
+    // With --json: the figures on stdout, one JSON object a line, the
+    // report on stderr.
+    let out = put.command(&["bench", "put", "--count", "5", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let (stdout, stderr) =
+        (String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr));
+    let printed: Vec<serde_json::Value> =
+        stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(printed.len(), 3, "{stdout}");
+    assert!(printed.iter().all(|f| f["bench"] == "put" && f["git_rev"].is_string()));
+    assert!(stderr.contains("p99/median"), "{stderr}");
     assert_eq!(
         put.ok(&["sql", "--format", "csv", "SELECT count(*) FROM metrics"]).lines().nth(1),
-        Some("30"),
+        Some("35"),
         "every put landed"
     );
 
