@@ -15,14 +15,14 @@ pub fn print_on_stderr() {
 /// Print text to stdout (to stderr after [`print_on_stderr`]).
 pub fn print(text: &str) -> anyhow::Result<()> {
     if ON_STDERR.load(Ordering::Relaxed) {
-        let mut err = std::io::stderr().lock();
-        err.write_all(text.as_bytes())?;
-        if !text.ends_with('\n') {
-            err.write_all(b"\n")?;
-        }
-        return Ok(());
+        write_line(&mut std::io::stderr().lock(), text)
+    } else {
+        write_line(&mut std::io::stdout().lock(), text)
     }
-    let mut out = std::io::stdout().lock();
+}
+
+/// `text`, ended by a newline if it has none, written and flushed.
+fn write_line(out: &mut impl Write, text: &str) -> anyhow::Result<()> {
     out.write_all(text.as_bytes())?;
     if !text.ends_with('\n') {
         out.write_all(b"\n")?;

@@ -646,10 +646,7 @@ async fn drop_present_on_tip(
         return Ok((batches, BTreeSet::new()));
     }
     let probed = clock.elapsed();
-    let mut wanted = BTreeSet::new();
-    for batch in &batches {
-        wanted.extend(key_texts(batch, dedup, &spec.name)?);
-    }
+    let wanted = distinct_key_texts(&batches, dedup, &spec.name)?;
     let present = present_keys_on_tip(root, tip, spec, dedup, &wanted).await?;
     tracing::debug!(
         table = %spec.name, keys = keys.len(),
@@ -861,6 +858,19 @@ fn keep(batch: &RecordBatch, mask: Vec<bool>, table: &str) -> Result<RecordBatch
         .map_err(|e| Error::arrow(format!("table `{table}`"), e))
 }
 
+/// The distinct dedup-key texts of all rows of `batches`.
+fn distinct_key_texts(
+    batches: &[RecordBatch],
+    dedup: Dedup,
+    table: &str,
+) -> Result<BTreeSet<String>> {
+    let mut keys = BTreeSet::new();
+    for batch in batches {
+        keys.extend(key_texts(batch, dedup, table)?);
+    }
+    Ok(keys)
+}
+
 /// The dedup-key text of every row, in order.
 fn key_texts(batch: &RecordBatch, dedup: Dedup, table: &str) -> Result<Vec<String>> {
     let Some(column) = dedup.column() else { return Ok(Vec::new()) };
@@ -920,10 +930,7 @@ async fn drop_present(
     if dedup == Dedup::Nothing {
         return Ok((batches, BTreeSet::new()));
     }
-    let mut wanted = BTreeSet::new();
-    for batch in &batches {
-        wanted.extend(key_texts(batch, dedup, &spec.name)?);
-    }
+    let wanted = distinct_key_texts(&batches, dedup, &spec.name)?;
     let present = match since {
         None => present_keys(root, table, spec, dedup, &wanted).await?,
         Some(after) => {
@@ -1087,10 +1094,7 @@ async fn added_any(
     after: u64,
     head: u64,
 ) -> Result<bool> {
-    let mut wanted = BTreeSet::new();
-    for batch in batches {
-        wanted.extend(key_texts(batch, dedup, &spec.name)?);
-    }
+    let wanted = distinct_key_texts(batches, dedup, &spec.name)?;
     Ok(!keys_added_between(table, spec, dedup, &wanted, after, head).await?.is_empty())
 }
 
