@@ -145,6 +145,51 @@ pub enum Error {
         waited: std::time::Duration,
     },
 
+    /// A restore's target can no longer be read back; refused before it was
+    /// journaled, so nothing changed.
+    #[error(
+        "cannot restore to {point}: table `{table}` at version {version}: {reason}. Nothing was \
+         changed. Help: `sluice history` lists lake versions; restore to one newer than the vacuum \
+         and log retentions"
+    )]
+    RestoreUnavailable {
+        /// The point asked for, in words.
+        point: String,
+        /// The table whose target version is gone.
+        table: String,
+        /// That version.
+        version: u64,
+        /// What is missing.
+        reason: String,
+    },
+
+    /// A restore failed part way and was rolled back.
+    #[error(
+        "the restore (lake version {seq}) failed and was rolled back: every table it had \
+         restored is back at its version before it; nothing else changed. Cause: {reason}"
+    )]
+    RestoreRolledBack {
+        /// The restore's lake version, recorded `abandoned`.
+        seq: i64,
+        /// Why it could not finish.
+        reason: String,
+    },
+
+    /// Another process is restoring the lake; writing now would be undone
+    /// in part.
+    #[error(
+        "a restore of the lake ({what}, lake version {seq}) is in progress by {owner}. Help: wait \
+         for it to finish, or once that process is gone run `sluice recover`"
+    )]
+    RestoreInProgress {
+        /// The restore's lake version.
+        seq: i64,
+        /// What it restores to.
+        what: String,
+        /// Its restorer (`host pid`).
+        owner: String,
+    },
+
     /// Other writers kept taking the next version of a table.
     #[error(
         "table `{table}`: {attempts} commit attempts lost to concurrent writers. Help: another \

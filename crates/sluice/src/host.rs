@@ -87,11 +87,30 @@ pub fn unique_id() -> String {
     crate::artifact::id::hex(&hasher.finalize().as_bytes()[..16])
 }
 
-/// Who this process is: `host:pid:start`, where start is the process start
-/// time in clock ticks since boot, so a reused pid is told apart.
+/// Who this process is: `machine:pid:start`, where start is the process
+/// start time in clock ticks since boot, so a reused pid is told apart, and
+/// machine is the hostname with this boot's id and the pid namespace
+/// (`host+boot+pidns`; it is also part of file names, so no `/`): two containers, or two nodes, that share a hostname
+/// never take each other's processes for their own.
 pub fn owner() -> String {
     let pid = std::process::id();
-    format!("{}:{pid}:{}", hostname(), process_start(pid).unwrap_or(0))
+    format!("{}:{pid}:{}", machine(), process_start(pid).unwrap_or(0))
+}
+
+/// This machine as an owner names it: hostname, boot id (first 8 hex
+/// digits) and pid namespace, those the system tells.
+pub fn machine() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|b| b.trim().chars().filter(char::is_ascii_hexdigit).take(8).collect::<String>())
+        .unwrap_or_default();
+    let pid_ns = std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("pid:[")?.strip_suffix(']').map(str::to_owned)
+        })
+        .unwrap_or_default();
+    format!("{}+{boot}+{pid_ns}", hostname())
 }
 
 fn process_start(pid: u32) -> Option<u64> {
@@ -102,14 +121,18 @@ fn process_start(pid: u32) -> Option<u64> {
 }
 
 /// Whether the process an [`owner`] string names is certainly gone: it ran
-/// on this host and no process with its pid and start time exists. Owners on
-/// other hosts are never declared dead here (callers judge them by age).
+/// on this machine — same hostname, boot and pid namespace — and no process
+/// with its pid and start time exists. Owners on other machines are never
+/// declared dead here (callers judge them by age); nor are owners written
+/// before owners named the boot and namespace, which only a hostname would
+/// tell apart.
 pub fn owner_is_dead(owner: &str) -> bool {
     let mut parts = owner.rsplitn(3, ':');
-    let (Some(start), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+    let (Some(start), Some(pid), Some(machine_of)) = (parts.next(), parts.next(), parts.next())
+    else {
         return false;
     };
-    if host != hostname() {
+    if machine_of != machine() {
         return false;
     }
     let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else { return false };
@@ -124,11 +147,28 @@ mod tests {
     fn owners_of_this_host_are_alive_or_dead_by_pid_and_start() {
         let me = owner();
         assert!(!owner_is_dead(&me), "{me}");
-        let host = hostname();
-        assert!(owner_is_dead(&format!("{host}:{}:1", std::process::id())), "start time differs");
-        assert!(owner_is_dead(&format!("{host}:4194303:5")), "no such pid");
+        let here = machine();
+        assert!(owner_is_dead(&format!("{here}:{}:1", std::process::id())), "start time differs");
+        assert!(owner_is_dead(&format!("{here}:4194303:5")), "no such pid");
         assert!(!owner_is_dead("another-host:1:1"), "other hosts are judged by age");
         assert!(!owner_is_dead("garbage"));
+    }
+
+    #[test]
+    fn a_shared_hostname_is_not_a_shared_machine() {
+        // Another container (pid namespace) or node (boot) with this
+        // hostname: its pids are not ours to judge, however dead they look.
+        let host = hostname();
+        let here = machine();
+        let (boot, ns) = here
+            .strip_prefix(&format!("{host}+"))
+            .and_then(|rest| rest.split_once('+'))
+            .expect("host+boot+pidns");
+        for other in [format!("{host}+{boot}+1"), format!("{host}+00000000+{ns}"), host.to_string()]
+        {
+            assert_ne!(other, here);
+            assert!(!owner_is_dead(&format!("{other}:4194303:5")), "{other}");
+        }
     }
 
     #[test]

@@ -41,6 +41,7 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
             "repaired": repaired.as_ref().map(|r| json!({
                 "rebuilt_completed": r.journal.rebuilt_completed,
                 "rebuilt_started": r.journal.rebuilt_started,
+                "journal_set_aside": r.journal.set_aside.as_ref().map(|(p, why)| json!({"path": p, "reason": why})),
                 "integrity": r.integrity,
                 "steps_closed": r.steps_closed,
             })),
@@ -77,6 +78,12 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
 
 fn repairs_text(r: &Repairs) -> String {
     let mut out = String::new();
+    if let Some((aside, why)) = &r.journal.set_aside {
+        out.push_str(&format!(
+            "the commit journal could not be read ({why}); moved it to {} and rebuilt it from the tables\n",
+            aside.display()
+        ));
+    }
     if !r.journal.rebuilt_completed.is_empty() || !r.journal.rebuilt_started.is_empty() {
         out.push_str(&format!(
             "repaired the commit journal: {} completed sequences rebuilt from the tables, {} started (run `sluice recover` to finish them)\n",

@@ -72,11 +72,20 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
                 report.retried,
                 report.dead,
                 report.rejected,
-                if report.ledger_repaired > 0 {
-                    format!("; {} ledger rows recovered from table commits", report.ledger_repaired)
-                } else {
-                    String::new()
-                }
+                [
+                    (report.changed > 0).then(|| {
+                        format!(
+                            "; {} files under names already ingested with other content (ingested as new data)",
+                            report.changed
+                        )
+                    }),
+                    (report.ledger_repaired > 0).then(|| {
+                        format!("; {} ledger rows recovered from table commits", report.ledger_repaired)
+                    }),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<String>()
             ))?;
             if report.transform_commits > 0 {
                 print(&format!("{} transform commits", report.transform_commits))?;

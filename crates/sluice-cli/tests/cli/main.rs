@@ -12,8 +12,10 @@ mod concurrency;
 mod crash;
 mod hardening;
 mod ingest;
+mod interleaving;
 mod lineage;
 mod pipeline;
+mod protocol;
 mod restore;
 mod slurm;
 

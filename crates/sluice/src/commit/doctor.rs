@@ -21,7 +21,7 @@ use super::manifest;
 use super::quarantine::{QUARANTINE_DIR, REASON_FILE};
 use crate::error::Result;
 use crate::lake::journal::{self, JournalEntry, Phase, TableSequenceCommit};
-use crate::lake::{Lake, WriterLock, table};
+use crate::lake::{Lake, table};
 use crate::staging;
 
 /// The state of a lake's staging and journal.
@@ -107,16 +107,38 @@ pub struct JournalRepair {
     /// Sequences given a `started` row (their manifest is on disk; the next
     /// `recover` finishes them).
     pub rebuilt_started: Vec<i64>,
+    /// Where a journal that could not be read was moved (kept, never
+    /// deleted), with the reason; the journal was then rebuilt whole from
+    /// the tables.
+    pub set_aside: Option<(std::path::PathBuf, String)>,
 }
 
 /// Rebuild the journal rows of every sequence the tables record and the
-/// journal does not (creating the journal if it is missing). Holds the
-/// writer lock.
+/// journal does not (creating the journal if it is missing). A journal
+/// that cannot be read (a damaged row file or log entry) is moved aside
+/// and rebuilt from the tables' commits alone. Holds the writer lock.
 pub async fn repair_journal(lake: &Lake) -> Result<JournalRepair> {
-    let _lock = WriterLock::wait(lake.root()).await?;
+    let _writer = lake.writer(crate::lake::writer::WriteKind::Repair).begin().await?;
     let specs = lake.table_specs();
-    table::ensure(lake.root(), &crate::lake::layout::commits_table()).await?;
-    let known = journal::read(lake.root(), None).await?;
+    let mut out = JournalRepair::default();
+    let spec = crate::lake::layout::commits_table();
+    table::ensure(lake.root(), &spec).await?;
+    let known = match journal::read(lake.root(), None).await {
+        Ok(known) => known,
+        Err(e) => {
+            let dir = table::table_dir(lake.root(), &spec);
+            let aside = dir.with_file_name(format!(
+                "_commits.unreadable-{}",
+                chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ")
+            ));
+            tracing::warn!(error = %e, to = %aside.display(), "the journal cannot be read; moving it aside and rebuilding it from the tables");
+            std::fs::rename(&dir, &aside).map_err(|e| crate::error::Error::io(&dir, e))?;
+            out.set_aside = Some((aside, e.to_string()));
+            lake.forget_journal();
+            table::ensure(lake.root(), &spec).await?;
+            journal::read(lake.root(), None).await?
+        }
+    };
     let mut found: BTreeMap<String, Vec<TableSequenceCommit>> = BTreeMap::new();
     for spec in journal::sequence_tables(&specs) {
         if !table::is_table(&table::table_dir(lake.root(), spec)) {
@@ -136,7 +158,6 @@ pub async fn repair_journal(lake: &Lake) -> Result<JournalRepair> {
         .map(|(token, commits)| (commits.first().map_or(0, |c| c.seq), token, commits))
         .collect();
     sequences.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
-    let mut out = JournalRepair::default();
     for (seq, token, commits) in sequences {
         let table_commits: BTreeMap<String, u64> =
             commits.iter().map(|c| (c.table.clone(), c.version)).collect();

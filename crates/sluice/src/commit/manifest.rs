@@ -37,8 +37,10 @@ impl Manifest {
         let mut bad = Vec::new();
         for path in &self.runs {
             match run_dir_from(staging_root, path) {
-                Some(dir) => dirs.push(dir),
-                None => bad.push(path.display().to_string()),
+                Some(dir) if crate::staging::paths::no_link_below(staging_root, &dir.path) => {
+                    dirs.push(dir);
+                }
+                _ => bad.push(path.display().to_string()),
             }
         }
         (dirs, bad)

@@ -32,7 +32,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::lake::{Lake, WriterLock, journal, layout, table};
+use crate::lake::writer::{self, WriteKind};
+use crate::lake::{Lake, journal, layout, table};
 use crate::staging::{self, RunDir, SyncPolicy};
 
 pub use load::{LoadedRun, Rejection, load_run};
@@ -66,6 +67,9 @@ pub struct CommitReport {
     /// Started sequences recorded as abandoned (their committer and
     /// manifest are gone), with the reason.
     pub abandoned: Vec<(i64, String)>,
+    /// Successful runs committed superseded: another committer, sharing no
+    /// lock with this one, committed a success of the same spec first.
+    pub superseded: Vec<String>,
     /// Wall time.
     pub duration: Duration,
 }
@@ -74,6 +78,7 @@ impl CommitReport {
     fn absorb(&mut self, other: sequence::SequenceReport) {
         self.runs_committed += other.runs + other.already_committed;
         self.quarantined.extend(other.quarantined);
+        self.superseded.extend(other.superseded);
         for (t, n) in other.rows_added {
             *self.rows_added.entry(t).or_default() += n;
         }
@@ -130,7 +135,7 @@ impl Lake {
             progress: None,
             lock_wait: None,
             recover_only: false,
-            stale_after: recovery::DEFAULT_STALE_AFTER,
+            stale_after: writer::DEFAULT_STALE_AFTER,
             failpoint: std::env::var("SLUICE_FAILPOINT").ok(),
             runs: None,
         }
@@ -224,7 +229,13 @@ impl<'a> CommitBuilder<'a> {
         let started = Instant::now();
         let root = self.staging_root.clone();
         std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
-        let _lock = WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?;
+        let writer = self
+            .lake
+            .writer(WriteKind::Commit)
+            .lock_wait(self.lock_wait)
+            .stale_after(self.stale_after)
+            .begin()
+            .await?;
         let locked_ms = started.elapsed().as_secs_f64() * 1e3;
         let specs = self.lake.table_specs();
         // `Lake::open` reconciled the tables that exist; create the missing
@@ -256,6 +267,14 @@ impl<'a> CommitBuilder<'a> {
             journal: tokio::sync::Mutex::new(kept),
         };
         let mut report = CommitReport::default();
+        for settled in writer.settled() {
+            match settled {
+                crate::lake::restore::Settled::Finished(done) => report.recovered.push(done.seq),
+                crate::lake::restore::Settled::RolledBack { seq, reason } => {
+                    report.abandoned.push((*seq, reason.clone()));
+                }
+            }
+        }
         let checked_ms = started.elapsed().as_secs_f64() * 1e3;
         if let Some(existing) = existing {
             recovery::recover(&ctx, &existing, manifests, self.stale_after, &mut report).await?;

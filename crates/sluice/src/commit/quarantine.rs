@@ -14,6 +14,12 @@ pub const REASON_FILE: &str = "QUARANTINE_REASON.txt";
 /// Move `run` to `staging_root/.quarantine/{step}_{op}/{run_id}` and write the
 /// reason into it. Returns the new location.
 pub fn quarantine(staging_root: &Path, run: &RunDir, reason: &str) -> Result<PathBuf> {
+    if !crate::staging::paths::no_link_below(staging_root, &run.path) {
+        return Err(Error::InvalidInput(format!(
+            "{}: a staged run, or a folder above it, is a symbolic link; refusing to move it",
+            run.path.display()
+        )));
+    }
     let parent = staging_root.join(QUARANTINE_DIR).join(format!("{}_{}", run.step, run.operation));
     std::fs::create_dir_all(&parent).map_err(|e| Error::io(&parent, e))?;
     let mut target = parent.join(&run.run_id);
@@ -42,14 +48,11 @@ pub fn remove_run(staging_root: &Path, run: &RunDir) -> Result<()> {
             staging_root.display()
         )));
     }
-    match std::fs::symlink_metadata(&run.path) {
-        Ok(meta) if !meta.is_dir() => {
-            return Err(Error::InvalidInput(format!(
-                "{}: a staged run is a symbolic link or a file; refusing to remove it",
-                run.path.display()
-            )));
-        }
-        _ => {}
+    if !crate::staging::paths::no_link_below(staging_root, &run.path) {
+        return Err(Error::InvalidInput(format!(
+            "{}: a staged run, or a folder above it, is a symbolic link or a file; refusing to remove it",
+            run.path.display()
+        )));
     }
     match std::fs::remove_dir_all(&run.path) {
         Ok(()) => {}

@@ -20,7 +20,9 @@
 //! whole and de-duplicated, and content precedes index.
 //!
 //! An unfinished restore (a `started` row with a `restore_to` plan) needs no
-//! manifest: it is finished from the journal row, before anything else.
+//! manifest: the writer protocol settles it from the journal row before the
+//! committer writes anything (see [`writer`](crate::lake::writer)); one
+//! claimed since, by a writer on another host, is settled here the same way.
 
 use std::time::Duration;
 
@@ -28,12 +30,9 @@ use super::CommitReport;
 use super::manifest;
 use super::quarantine::remove_run;
 use super::sequence::{Context, Loaded};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lake::journal::{Journal, JournalEntry, Phase};
-use crate::lake::restore;
-
-/// Default age after which a started sequence of another host is abandoned.
-pub(super) const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(3600);
+use crate::lake::writer::{self, WriteKind};
 
 /// Finish manifests and abandon orphaned sequences.
 pub(super) async fn recover(
@@ -91,7 +90,7 @@ pub(super) async fn recover(
     Ok(())
 }
 
-/// An interrupted restore is finished before anything else commits (a
+/// An interrupted restore is settled before anything else commits (a
 /// commit landing between two of its table restores would be half undone).
 /// One whose restorer may still be running is an error, not a race.
 async fn finish_restore(
@@ -100,23 +99,12 @@ async fn finish_restore(
     stale_after: Duration,
     report: &mut CommitReport,
 ) -> Result<()> {
-    if orphan_reason(open, stale_after).is_none() {
-        return Err(Error::InvalidInput(format!(
-            "a restore (lake version {}) is in progress by {}; wait for it to finish, or once that process is gone run `sluice recover`",
-            open.seq, open.owner
-        )));
+    match writer::settle_restore(ctx.lake, open, stale_after, WriteKind::Commit).await? {
+        crate::lake::restore::Settled::Finished(_) => report.recovered.push(open.seq),
+        crate::lake::restore::Settled::RolledBack { seq, reason } => {
+            report.abandoned.push((seq, reason));
+        }
     }
-    tracing::info!(seq = open.seq, "finishing an interrupted restore");
-    let specs = ctx.lake.table_specs();
-    restore::finish(
-        ctx.lake.root(),
-        &specs,
-        open,
-        &restore::RestoreHooks::default(),
-        &crate::progress::Progress::default(),
-    )
-    .await?;
-    report.recovered.push(open.seq);
     Ok(())
 }
 
@@ -127,21 +115,8 @@ fn manifest_token(manifest: &manifest::Manifest) -> String {
 
 /// Why an unfinished sequence without a manifest can be abandoned, if it can.
 fn orphan_reason(open: &JournalEntry, stale_after: Duration) -> Option<String> {
-    if crate::host::owner_is_dead(&open.owner) {
-        return Some(format!(
-            "its committer ({}) is gone and its manifest is missing; nothing can finish it",
-            open.owner
-        ));
-    }
-    let age_us = chrono::Utc::now().timestamp_micros() - open.timestamp;
-    let stale = u128::try_from(age_us).is_ok_and(|age| age > stale_after.as_micros());
-    (stale || open.owner.is_empty()).then(|| {
-        format!(
-            "started {} s ago by {} and its manifest is missing; nothing can finish it",
-            age_us / 1_000_000,
-            if open.owner.is_empty() { "an unknown committer" } else { open.owner.as_str() }
-        )
-    })
+    writer::orphan_reason(open, stale_after)
+        .map(|why| format!("{why} and its manifest is missing; nothing can finish it"))
 }
 
 async fn abandon(ctx: &Context<'_>, open: &JournalEntry, reason: &str) -> Result<()> {

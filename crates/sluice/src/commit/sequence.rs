@@ -73,12 +73,18 @@ pub(super) struct SequenceReport {
     pub quarantined: Vec<(PathBuf, String)>,
     pub rows_added: BTreeMap<String, u64>,
     pub rows_deduplicated: BTreeMap<String, u64>,
+    /// Runs committed superseded: their spec succeeded first in a run
+    /// another committer committed while this one committed.
+    pub superseded: Vec<String>,
 }
 
 /// Runs loaded and validated; nothing written yet.
 pub(super) struct Loaded {
     runs: Vec<LoadedRun>,
     report: SequenceReport,
+    /// The executions version at which no kept success's spec had
+    /// succeeded yet (checked by [`drop_committed`]).
+    specs_checked_at: u64,
 }
 
 /// A sequence that owns a number and a token, with its manifest on disk.
@@ -89,6 +95,7 @@ pub(super) struct Claimed {
     before: BTreeMap<String, u64>,
     runs: Vec<LoadedRun>,
     report: SequenceReport,
+    specs_checked_at: u64,
 }
 
 impl Loaded {
@@ -112,7 +119,7 @@ impl Loaded {
             }
         }
         let clock = std::time::Instant::now();
-        drop_committed(ctx, &mut runs, &mut report).await?;
+        let specs_checked_at = drop_committed(ctx, &mut runs, &mut report).await?;
         let committed_ms = clock.elapsed().as_millis() as u64;
         drop_orphan_edges(ctx, &mut runs, &mut report).await?;
         tracing::debug!(
@@ -121,7 +128,7 @@ impl Loaded {
             edges_ms = clock.elapsed().as_millis() as u64 - committed_ms,
             "loaded and checked"
         );
-        Ok(Loaded { runs, report })
+        Ok(Loaded { runs, report, specs_checked_at })
     }
 
     /// Whether nothing is left to commit.
@@ -149,6 +156,16 @@ impl Loaded {
             .await
             .append(root, |j| {
                 check_journal(j.max_seq(), tables_seq)?;
+                // Ordered against restores by the journal itself: a restore
+                // claimed by a writer that shares no lock with this one
+                // is settled before any sequence starts.
+                if let Some(open) = j.unfinished().into_iter().find(|e| e.is_restore()) {
+                    return Err(Error::RestoreInProgress {
+                        seq: open.seq,
+                        what: open.reason.clone().unwrap_or_else(|| "restore".into()),
+                        owner: open.owner.clone(),
+                    });
+                }
                 Ok(Some(JournalEntry {
                     seq: j.max_seq().max(tables_seq) + 1,
                     phase: Some(Phase::Started),
@@ -171,7 +188,14 @@ impl Loaded {
                 .collect(),
         };
         manifest::write(ctx.staging_root, &manifest, ctx.sync)?;
-        Ok(Claimed { seq: claimed.seq, token, before, runs: self.runs, report: self.report })
+        Ok(Claimed {
+            seq: claimed.seq,
+            token,
+            before,
+            runs: self.runs,
+            report: self.report,
+            specs_checked_at: self.specs_checked_at,
+        })
     }
 
     /// Resume a sequence that has a manifest and a `started` row.
@@ -182,6 +206,7 @@ impl Loaded {
             before: started.table_versions.clone(),
             runs: self.runs,
             report: self.report,
+            specs_checked_at: self.specs_checked_at,
         }
     }
 }
@@ -265,6 +290,7 @@ impl Claimed {
             let failpoint = ctx.failpoint.clone();
             let (seq, token) = (self.seq, self.token.clone());
             let since = self.before.get(&spec.name).copied().unwrap_or_default();
+            let checked = (spec.kind == TableKind::Executions).then_some(self.specs_checked_at);
             tail_tasks.push(tokio::spawn(async move {
                 let result = async {
                     failpoint_check(failpoint.as_deref(), &spec.name)?;
@@ -275,7 +301,7 @@ impl Claimed {
                         conformed,
                         (seq, token, since),
                         &mut tip,
-                        Some(gate),
+                        (Some(gate), checked),
                         None,
                     )
                     .await;
@@ -343,7 +369,8 @@ impl Claimed {
             let since = self.before.get(&spec.name).copied().unwrap_or_default();
             let sequence = (self.seq, self.token.clone(), since);
             let appended =
-                append_one(lake.root(), &spec, batches, sequence, &mut tip, None, indexed).await;
+                append_one(lake.root(), &spec, batches, sequence, &mut tip, (None, None), indexed)
+                    .await;
             lake.handles().keep_tip(&spec, tip);
             let appended = appended?;
             self.record(&spec.name, &appended, commits);
@@ -361,6 +388,7 @@ impl Claimed {
         }
         self.report.rows_added.insert(table.to_owned(), appended.rows_added);
         self.report.rows_deduplicated.insert(table.to_owned(), appended.rows_skipped);
+        self.report.superseded.extend(appended.superseded.iter().cloned());
     }
 
     /// Record `completed` (once, whoever finishes the sequence).
@@ -430,10 +458,10 @@ async fn drop_committed(
     ctx: &Context<'_>,
     runs: &mut Vec<LoadedRun>,
     report: &mut SequenceReport,
-) -> Result<()> {
+) -> Result<u64> {
     let spec = layout::executions_table();
     if runs.is_empty() || !table::is_table(&table::table_dir(ctx.lake.root(), &spec)) {
-        return Ok(());
+        return Ok(0);
     }
     let clock = std::time::Instant::now();
     let lake = ctx.lake;
@@ -451,6 +479,7 @@ async fn drop_committed(
     };
     let runs_ms = clock.elapsed().as_millis() as u64 - open_ms;
     let succeeded = succeeded_specs(lake, &tip, runs).await;
+    let checked_at = tip.head();
     lake.handles().keep_tip(&spec, tip);
     let mut succeeded = succeeded?;
     tracing::debug!(
@@ -484,7 +513,7 @@ async fn drop_committed(
         }
     }
     *runs = kept;
-    Ok(())
+    Ok(checked_at)
 }
 
 /// Which specs of these runs' successful executions already succeeded in
@@ -664,7 +693,7 @@ async fn append_one(
     batches: Vec<RecordBatch>,
     (seq, token, since): (i64, String, u64),
     tip: &mut Tip,
-    gate: Option<Gate>,
+    (gate, specs_checked_at): (Option<Gate>, Option<u64>),
     present: Option<(u64, BTreeSet<String>)>,
 ) -> Result<Appended> {
     let clock = std::time::Instant::now();
@@ -677,6 +706,9 @@ async fn append_one(
     }
     if let Some((version, keys)) = present {
         append = append.with_present_at(version, keys);
+    }
+    if let Some(checked) = specs_checked_at {
+        append = append.with_unique_success(checked);
     }
     let appended = append.execute_on_tip(tip).await?;
     tracing::debug!(

@@ -47,10 +47,16 @@ pub struct CommittedFile {
 }
 
 /// Files a table holds, as of one of its versions.
+///
+/// A delivered file is known by its key *and* its content: the same name
+/// delivered again with the same bytes is a redelivery, but a file dropped
+/// again under a known name with other bytes is new data.
 #[derive(Debug, Clone, Default)]
 pub struct Committed {
-    /// Keys.
+    /// Keys of every file committed, whatever its content.
     pub keys: BTreeSet<String>,
+    /// `(key, content hash)` of every file committed.
+    pub files: BTreeSet<(String, String)>,
     /// Content hashes, with the key of the file that brought each.
     pub hashes: BTreeMap<String, String>,
     /// The table version this is as of.
@@ -69,20 +75,50 @@ impl Committed {
     pub async fn load(ledger: &[LedgerRow], handle: &DeltaTable, table: &str) -> Result<Committed> {
         let mut out = Committed::default();
         for row in ledger.iter().filter(|r| r.table == table && r.status == "ok") {
-            out.keys.insert(row.file_key.clone());
-            out.hashes.insert(row.content_hash.clone(), row.file_key.clone());
+            out.insert(&row.file_key, &row.content_hash);
         }
         out.catch_up(handle, table, 0).await?;
         Ok(out)
+    }
+
+    /// Whether the table holds this file with this content.
+    pub fn holds(&self, key: &str, hash: &str) -> bool {
+        self.files.contains(&(key.to_owned(), hash.to_owned()))
+    }
+
+    /// The content hash of another file committed under `key`, if any.
+    pub fn other_content(&self, key: &str, hash: &str) -> Option<&str> {
+        self.files
+            .range((key.to_owned(), String::new())..)
+            .take_while(|(k, _)| k == key)
+            .map(|(_, h)| h.as_str())
+            .find(|h| *h != hash)
+    }
+
+    /// Record a committed file; whether it was new.
+    pub fn insert(&mut self, key: &str, hash: &str) -> bool {
+        self.keys.insert(key.to_owned());
+        self.hashes.entry(hash.to_owned()).or_insert_with(|| key.to_owned());
+        self.files.insert((key.to_owned(), hash.to_owned()))
     }
 
     /// Add the files of the table's commits from `from` to its head.
     pub async fn catch_up(&mut self, handle: &DeltaTable, table: &str, from: u64) -> Result<()> {
         let head = handle.version().unwrap_or_default();
         for version in from..=head {
-            let Ok(actions) = table::commit_actions(handle, table, version).await else {
-                continue; // expired log entries: the ledger covers them
+            // An entry log clean-up removed is absent (the ledger, written
+            // long before, covers it); any other failure to read one is an
+            // error: taking it for absent would make its files look new.
+            let Some(bytes) = handle
+                .log_store()
+                .read_commit_entry(version)
+                .await
+                .map_err(|e| Error::delta(table, e))?
+            else {
+                continue;
             };
+            let actions = deltalake::logstore::get_actions(version, &bytes)
+                .map_err(|e| Error::delta(table, e))?;
             for action in actions {
                 let Action::CommitInfo(info) = action else { continue };
                 let Some(files) = info.info.get(INGEST_KEY) else { continue };
@@ -95,8 +131,7 @@ impl Committed {
                         )
                     })?;
                 for file in files {
-                    if self.keys.insert(file.key.clone()) {
-                        self.hashes.entry(file.hash.clone()).or_insert_with(|| file.key.clone());
+                    if self.insert(&file.key, &file.hash) {
                         self.unrecorded.push((file, version));
                     }
                 }
@@ -157,51 +192,131 @@ async fn open(lake: &Path) -> Result<DeltaTable> {
     table::open_or_create_dir(&ledger_dir(lake), "ledger", &schema(), vec![]).await
 }
 
+/// The commit metadata key listing the `ok` rows a ledger commit added
+/// (`table`, `file_key`, `content_hash` joined by [`OK_SEP`]).
+pub const LEDGER_OK_KEY: &str = "sluice_ledger_ok";
+const OK_SEP: char = '\u{1f}';
+
+fn ok_key(row: &LedgerRow) -> String {
+    format!("{}{OK_SEP}{}{OK_SEP}{}", row.table, row.file_key, row.content_hash)
+}
+
 /// The ledger of one ingest process, kept open between appends: an append
 /// then only reads the log entries written since the last one, instead of
 /// replaying the ledger's log from its last checkpoint per flush.
+///
+/// A file is recorded `ok` once. Two writers can both mean to record it —
+/// one that committed it and is about to write its row, another starting
+/// up that found the commit without a row ([`super::writer::repair_ledger`])
+/// — so an append drops the `ok` rows the ledger holds at the very version
+/// it commits on top of: the rows it knows, plus those the versions since
+/// name in their metadata ([`LEDGER_OK_KEY`]).
 #[derive(Debug)]
 pub struct Ledger {
     lake: PathBuf,
     kept: Option<Leased>,
+    /// The `ok` rows the ledger holds, as of `known_at`.
+    ok: BTreeSet<String>,
+    known_at: Option<u64>,
 }
 
 impl Ledger {
     /// The ledger of `lake` (opened on the first append).
     pub fn new(lake: &Path) -> Ledger {
-        Ledger { lake: lake.to_path_buf(), kept: None }
+        Ledger { lake: lake.to_path_buf(), kept: None, ok: BTreeSet::new(), known_at: None }
     }
 
-    /// Append rows (one commit, on top of whatever other processes wrote).
+    /// Append rows (one commit, on top of whatever other processes wrote),
+    /// less the `ok` rows the ledger holds already.
     pub async fn append(&mut self, rows: &[LedgerRow]) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
-        let batch = batch(rows)?;
         let mut lease =
             Leased::latest(self.kept.take(), &ledger_dir(&self.lake), "ledger", open(&self.lake))
                 .await?;
-        let adds =
-            append::write_files(&lease.table, "ledger", &[batch], table::writer_properties())
-                .await?;
+        let mut written: Option<(usize, Vec<deltalake::kernel::Add>)> = None;
         for _ in 0..100 {
-            if append::try_commit_next(
-                &mut lease.table,
-                "ledger",
-                &[],
-                &adds,
-                &CommitSpec::default(),
-            )
-            .await?
-            .is_some()
-            {
+            self.learn(&lease.table).await?;
+            let mut in_call = BTreeSet::new();
+            let fresh: Vec<&LedgerRow> = rows
+                .iter()
+                .filter(|r| {
+                    r.status != "ok" || (!self.ok.contains(&ok_key(r)) && in_call.insert(ok_key(r)))
+                })
+                .collect();
+            if fresh.is_empty() {
+                if let Some((_, adds)) = written.take() {
+                    append::remove_files(&lease.table, &adds).await;
+                }
                 self.kept = Some(lease);
                 return Ok(());
             }
+            let adds = match written.take() {
+                Some((count, adds)) if count == fresh.len() => adds,
+                stale => {
+                    if let Some((_, adds)) = stale {
+                        append::remove_files(&lease.table, &adds).await;
+                    }
+                    let owned: Vec<LedgerRow> = fresh.iter().map(|r| (*r).clone()).collect();
+                    let props = table::writer_properties();
+                    append::write_files(&lease.table, "ledger", &[batch(&owned)?], props).await?
+                }
+            };
+            let oks: Vec<String> =
+                fresh.iter().filter(|r| r.status == "ok").map(|r| ok_key(r)).collect();
+            let spec = CommitSpec {
+                metadata: vec![(LEDGER_OK_KEY.to_owned(), serde_json::json!(oks))],
+                ..CommitSpec::default()
+            };
+            if let Some(version) =
+                append::try_commit_next(&mut lease.table, "ledger", &[], &adds, &spec).await?
+            {
+                self.ok.extend(oks);
+                self.known_at = Some(version);
+                self.kept = Some(lease);
+                return Ok(());
+            }
+            written = Some((fresh.len(), adds));
             lease.table.update_incremental(None).await.map_err(|e| Error::delta("ledger", e))?;
         }
-        append::remove_files(&lease.table, &adds).await;
+        if let Some((_, adds)) = written {
+            append::remove_files(&lease.table, &adds).await;
+        }
         Err(Error::Contention { table: "ledger".into(), attempts: 100 })
+    }
+
+    /// Bring the known `ok` rows to `table`'s version: from the commits'
+    /// metadata since the version last known, or — the first time, or past
+    /// a commit without that metadata (an older sluice) — from every row.
+    async fn learn(&mut self, table: &DeltaTable) -> Result<()> {
+        let head = table.version().unwrap_or_default();
+        if let Some(known) = self.known_at {
+            let mut learnt = BTreeSet::new();
+            let mut whole = false;
+            for version in known + 1..=head {
+                let actions = table::commit_actions(table, "ledger", version).await?;
+                let adds = actions.iter().any(|a| matches!(a, Action::Add(a) if a.data_change));
+                let listed = actions.iter().find_map(|a| match a {
+                    Action::CommitInfo(info) => info.info.get(LEDGER_OK_KEY).cloned(),
+                    _ => None,
+                });
+                match listed.map(serde_json::from_value::<Vec<String>>) {
+                    Some(Ok(keys)) => learnt.extend(keys),
+                    _ if adds => whole = true,
+                    _ => {}
+                }
+            }
+            if !whole {
+                self.ok.extend(learnt);
+                self.known_at = Some(head);
+                return Ok(());
+            }
+        }
+        self.ok =
+            read_table(table).await?.iter().filter(|r| r.status == "ok").map(ok_key).collect();
+        self.known_at = Some(head);
+        Ok(())
     }
 }
 
@@ -237,11 +352,15 @@ pub async fn read(lake: &Path) -> Result<Vec<LedgerRow>> {
     if !table::is_table(&ledger_dir(lake)) {
         return Ok(Vec::new());
     }
-    let handle = open(lake).await?;
+    read_table(&open(lake).await?).await
+}
+
+/// Every ledger row of the ledger table at `handle`'s version.
+async fn read_table(handle: &DeltaTable) -> Result<Vec<LedgerRow>> {
     let ledger_schema = schema();
     let names: Vec<&str> = ledger_schema.fields().iter().map(|f| f.name().as_str()).collect();
     let batches =
-        Select::columns(crate::lake::scan::columns(&names)).collect(&handle, "ledger").await?;
+        Select::columns(crate::lake::scan::columns(&names)).collect(handle, "ledger").await?;
     let mut out = Vec::new();
     for batch in &batches {
         let column =

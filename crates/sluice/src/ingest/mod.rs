@@ -88,6 +88,9 @@ pub struct IngestReport {
     pub rows: u64,
     /// Files found already ingested (redeliveries, same content).
     pub duplicates: u64,
+    /// Files ingested under a name already ingested with other content
+    /// (counted in `files` too).
+    pub changed: u64,
     /// Failed attempts (delivered again later).
     pub retried: u64,
     /// Files dead-lettered.
@@ -342,6 +345,7 @@ impl Ingestor {
                     report.files += flushed.files;
                     report.rows += flushed.rows;
                     report.duplicates += flushed.duplicates;
+                    report.changed += flushed.changed;
                     report.commits += u64::from(flushed.files > 0);
                     report.flush_seconds.push(flushed.seconds);
                     outstanding.fetch_sub(count, Ordering::SeqCst);

@@ -6,9 +6,11 @@
 //!
 //! 1. bring T's [`Committed`] set up to T's head (other ingest processes
 //!    may have committed);
-//! 2. drop every file whose key — or, with `dedup_content`, whose content
-//!    hash — T already holds, or that repeats another file of the flush:
-//!    its data files are deleted, its message acknowledged;
+//! 2. drop every file whose key and content T already holds (a
+//!    redelivery) — or, with `dedup_content`, whose content alone it holds
+//!    — or that repeats another file of the flush: its data files are
+//!    deleted, its message acknowledged. A known key with new content is
+//!    new data, committed and recorded as such;
 //! 3. commit the remaining files' data files as exactly T's next version,
 //!    with their keys, hashes and row counts in the commit metadata; if
 //!    another writer took that version, go back to 1;
@@ -173,13 +175,13 @@ impl Target {
             let mut lease = self.at_head().await?;
             let mut outcome: Vec<std::result::Result<u64, String>> =
                 Vec::with_capacity(files.len());
-            let mut keys: BTreeSet<&str> = BTreeSet::new();
+            let mut keys: BTreeSet<(&str, &str)> = BTreeSet::new();
             let mut hashes: BTreeMap<&str, &str> = BTreeMap::new();
             let mut adds: Vec<Add> = Vec::new();
             let mut metadata = Vec::new();
             for (file, file_adds) in files {
-                let duplicate = if self.committed.keys.contains(&file.key)
-                    || keys.contains(file.key.as_str())
+                let duplicate = if self.committed.holds(&file.key, &file.hash)
+                    || keys.contains(&(file.key.as_str(), file.hash.as_str()))
                 {
                     Some(file.key.clone())
                 } else if dedup_content {
@@ -194,7 +196,7 @@ impl Target {
                 match duplicate {
                     Some(of) => outcome.push(Err(of)),
                     None => {
-                        keys.insert(&file.key);
+                        keys.insert((&file.key, &file.hash));
                         hashes.insert(&file.hash, &file.key);
                         adds.extend(file_adds.iter().cloned());
                         metadata.push(file.clone());
@@ -217,11 +219,7 @@ impl Target {
             };
             if let Some(version) = self.commit_next(&mut lease, &adds, &spec).await? {
                 for file in &metadata {
-                    self.committed.keys.insert(file.key.clone());
-                    self.committed
-                        .hashes
-                        .entry(file.hash.clone())
-                        .or_insert_with(|| file.key.clone());
+                    self.committed.insert(&file.key, &file.hash);
                 }
                 self.committed.version = version;
                 for o in outcome.iter_mut().filter(|o| o.is_ok()) {
@@ -279,6 +277,8 @@ pub struct Flushed {
     pub rows: u64,
     /// Files found already ingested.
     pub duplicates: u64,
+    /// Files ingested under a name already ingested with other content.
+    pub changed: u64,
     /// Commit latency, seconds.
     pub seconds: f64,
 }
@@ -293,6 +293,7 @@ pub async fn flush(
     dedup_content: bool,
 ) -> Result<Flushed> {
     let clock = Instant::now();
+    let files = with_data_files(queue, target, files).await?;
     let entries: Vec<CommittedFile> = files
         .iter()
         .map(|f| CommittedFile { key: f.message.key(), hash: f.hash.clone(), rows: f.rows })
@@ -326,7 +327,14 @@ pub async fn flush(
             Ok(version) => {
                 out.files += 1;
                 out.rows += file.rows;
-                ("ok", Some(version), None)
+                let key = file.message.key();
+                let replaced = target.committed.other_content(&key, &file.hash).map(|earlier| {
+                    format!("new content under a name already ingested (earlier content {earlier})")
+                });
+                if replaced.is_some() {
+                    out.changed += 1;
+                }
+                ("ok", Some(version), replaced)
             }
             Err(of) => {
                 out.duplicates += 1;
@@ -356,6 +364,39 @@ pub async fn flush(
     }
     out.seconds = clock.elapsed().as_secs_f64();
     Ok(out)
+}
+
+/// The files whose uncommitted data files are all still in storage. One
+/// that lost any (a `vacuum --full` with a forced short retention ran
+/// beside the ingestion, which takes no lock) is not committed — a commit
+/// naming missing files would acknowledge rows nobody can read — but
+/// delivered again, its remaining data files given up.
+async fn with_data_files(
+    queue: &Queue,
+    target: &Target,
+    files: Vec<ReadyFile>,
+) -> Result<Vec<ReadyFile>> {
+    let mut kept = Vec::with_capacity(files.len());
+    for file in files {
+        let missing = file.adds.iter().find(|a| {
+            let path = object_store::path::Path::from_url_path(&a.path)
+                .map_or_else(|_| a.path.clone(), |p| p.to_string());
+            !target.dir.join(path).is_file()
+        });
+        match missing {
+            None => kept.push(file),
+            Some(gone) => {
+                let reason = format!(
+                    "its data file {} vanished before the commit (a `vacuum --full` with a short retention?); delivered again",
+                    gone.path
+                );
+                tracing::warn!(file = %file.message.key(), %reason, "not committed");
+                target.discard(&file.adds).await?;
+                queue.nack(&file.message, &reason).await?;
+            }
+        }
+    }
+    Ok(kept)
 }
 
 /// Ledger rows for table commits the ledger lacks (a crash came between a

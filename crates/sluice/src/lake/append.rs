@@ -52,6 +52,7 @@ use super::scan::{self, Select};
 use super::sidecar::{Bundle, Part};
 use super::table;
 use super::tip::Tip;
+use super::unique_success;
 use crate::error::{Error, Result};
 
 /// How many times an append starts over after losing a version to another
@@ -130,6 +131,9 @@ pub struct Append<'a> {
     /// Keys the caller found in the table at a version (see
     /// [`Append::with_present_at`]).
     known_present: Option<(u64, BTreeSet<String>)>,
+    /// The executions version up to which the caller made sure no staged
+    /// success's spec had succeeded (see [`Append::with_unique_success`]).
+    unique_success: Option<u64>,
 }
 
 /// What an append waits for between writing its files and committing them:
@@ -235,6 +239,9 @@ pub struct Appended {
     pub already_committed: bool,
     /// Keys of rows not written because the table held them already.
     pub present_keys: BTreeSet<String>,
+    /// Runs committed as superseded: their spec succeeded first in another
+    /// run (see [`unique_success`](super::unique_success)).
+    pub superseded: Vec<String>,
 }
 
 impl Appended {
@@ -259,6 +266,7 @@ impl Appended {
             rows_skipped: staged - rows,
             already_committed: false,
             present_keys: present,
+            superseded: Vec::new(),
         }
     }
 }
@@ -274,7 +282,19 @@ impl<'a> Append<'a> {
             since: 0,
             gate: None,
             known_present: None,
+            unique_success: None,
         }
+    }
+
+    /// For the executions table: the caller made sure, at version
+    /// `checked_at`, that no successful row's spec had succeeded already.
+    /// Before committing, the versions after it are searched too, and a
+    /// success whose spec another run made succeed meanwhile is committed
+    /// superseded (see [`unique_success`](super::unique_success)). Only the
+    /// tip's append ([`Append::execute_on_tip`]) honours it.
+    pub(crate) fn with_unique_success(mut self, checked_at: u64) -> Self {
+        self.unique_success = Some(checked_at);
+        self
     }
 
     /// De-duplicate and write the files now, commit them only once `gate`
@@ -487,10 +507,12 @@ impl Append<'_> {
         let mut keys = batch_keys(&batches, dedup, &spec.name)?;
         // Files written for a version another writer took.
         let mut written: Option<Vec<Add>> = None;
+        let mut superseded = Vec::new();
         for _ in 0..MAX_ATTEMPTS {
             let (left, present) =
                 drop_present_on_tip(root, tip, spec, dedup, batches, &keys).await?;
             batches = left;
+            batches = self.supersede_on_tip(tip, batches, &mut written, &mut superseded).await?;
             if !present.is_empty() {
                 keys = batch_keys(&batches, dedup, &spec.name)?;
                 if let Some(adds) = written.take() {
@@ -534,7 +556,9 @@ impl Append<'_> {
                     {
                         tip.learn(version, column, filter);
                     }
-                    return Ok(Appended::new_commit(version, rows, staged, skipped));
+                    let mut appended = Appended::new_commit(version, rows, staged, skipped);
+                    appended.superseded = superseded;
+                    return Ok(appended);
                 }
                 Ok(None) => {
                     tracing::debug!(table = %spec.name, "lost the version to another writer");
@@ -567,6 +591,44 @@ impl Append<'_> {
             remove_files(tip.table(), &adds).await;
         }
         Err(Error::Contention { table: spec.name.clone(), attempts: MAX_ATTEMPTS })
+    }
+
+    /// With [`Append::with_unique_success`]: `batches` with each success
+    /// whose spec another run made succeed after the version last searched
+    /// turned superseded (the runs added to `superseded`, files `written`
+    /// from the rows before given up); the search moves to the tip's head.
+    async fn supersede_on_tip(
+        &mut self,
+        tip: &Tip,
+        batches: Vec<RecordBatch>,
+        written: &mut Option<Vec<Add>>,
+        superseded: &mut Vec<String>,
+    ) -> Result<Vec<RecordBatch>> {
+        let Some(checked) = self.unique_success else { return Ok(batches) };
+        if tip.head() <= checked {
+            return Ok(batches);
+        }
+        let name = &self.spec.name;
+        let specs = unique_success::successful_specs(&batches, name)?;
+        let wanted: HashSet<&str> = specs.iter().map(String::as_str).collect();
+        let winners =
+            unique_success::successes_since(tip, self.spec, checked, tip.head(), &wanted).await?;
+        self.unique_success = Some(tip.head());
+        if winners.is_empty() {
+            return Ok(batches);
+        }
+        let (batches, turned) = unique_success::supersede(batches, &winners, name)?;
+        if !turned.is_empty() {
+            tracing::warn!(
+                table = %name, runs = ?turned,
+                "specs succeeded first in runs another committer committed; these runs are committed superseded"
+            );
+            if let Some(adds) = written.take() {
+                remove_files(tip.table(), &adds).await;
+            }
+            superseded.extend(turned);
+        }
+        Ok(batches)
     }
 
     /// The version in `searched+1 ..= head` of the tip whose commit carries
@@ -756,6 +818,7 @@ pub(crate) async fn try_commit_actions_next(
 ) -> Result<Option<u64>> {
     let properties = commit.properties_on(table, name)?;
     let snapshot = table.snapshot().map_err(|e| Error::delta(name, e))?;
+    let next = snapshot.version() + 1;
     let committed = CommitBuilder::from(properties)
         .with_actions(actions)
         .build(Some(snapshot), table.log_store(), operation)
@@ -766,7 +829,19 @@ pub(crate) async fn try_commit_actions_next(
             table.state = Some(done.snapshot());
             Ok(Some(version))
         }
-        Err(e) if lost_the_version(&e) => Ok(None),
+        // Whether the version is lost is decided by reading its entry: a
+        // store that retried a conditional put it had already made (or an
+        // NFS retransmission) reports "exists" for our own commit, whose
+        // files must then be kept, not given up.
+        Err(e) if lost_the_version(&e) => {
+            let Some(token) = &commit.token else { return Ok(None) };
+            if commit_token(table, name, next).await?.as_deref() != Some(token.as_str()) {
+                return Ok(None);
+            }
+            tracing::info!(table = %name, version = next, "the version reported taken holds our own commit");
+            table.update_incremental(Some(next)).await.map_err(|e| Error::delta(name, e))?;
+            Ok(Some(next))
+        }
         Err(e) => {
             remove_files(table, written).await;
             Err(Error::delta(name, e))

@@ -281,6 +281,19 @@ impl Handles {
         }
     }
 
+    /// Forget everything kept of a table: it was made again at its path.
+    pub fn forget(&self, name: &str) {
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.remove(name);
+        }
+        if let Ok(mut tips) = self.tips.lock() {
+            tips.remove(name);
+        }
+        if let Ok(mut heads) = self.heads.lock() {
+            heads.remove(name);
+        }
+    }
+
     /// Keep `leased` if it is newer than the handle kept for its table.
     pub fn keep(&self, spec: &TableSpec, leased: Leased) {
         let Ok(mut kept) = self.kept.lock() else { return };

@@ -40,11 +40,6 @@ impl WriterLock {
         Ok((file, path))
     }
 
-    /// Wait until the lock of the lake at `lake_root` is free.
-    pub(crate) async fn wait(lake_root: &Path) -> Result<Self> {
-        Self::wait_at_most(lake_root, None).await
-    }
-
     /// Wait until the lock is free, at most `limit` (`None`: no limit),
     /// polling without blocking the runtime. While waiting it says once, on
     /// stderr, who holds the lock.

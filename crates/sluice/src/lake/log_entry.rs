@@ -39,7 +39,14 @@ pub fn write_if_absent(table_dir: &Path, version: u64, bytes: &[u8]) -> Result<b
     }
     match linked {
         Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        // "Already exists" can be about our own entry: an NFS client that
+        // retransmits a link the server already made is told EEXIST. Who
+        // won is decided by reading the entry: ours holds exactly our bytes
+        // (every entry carries its own commit time and operation id).
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => match std::fs::read(&entry) {
+            Ok(found) => Ok(found == bytes),
+            Err(read) => Err(Error::io(&entry, read)),
+        },
         Err(e) => Err(Error::io(&entry, e)),
     }
 }
@@ -61,6 +68,18 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names, vec![format!("{:020}.json", 3)]);
+    }
+
+    #[test]
+    fn an_entry_already_holding_our_bytes_is_ours() {
+        // A retransmitted link (NFS) or retried conditional put reports the
+        // entry exists when it is the writer's own: that is a win, and the
+        // files it names must not be given up.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("_delta_log")).unwrap();
+        assert!(write_if_absent(dir.path(), 4, b"ours").unwrap());
+        assert!(write_if_absent(dir.path(), 4, b"ours").unwrap());
+        assert!(!write_if_absent(dir.path(), 4, b"theirs").unwrap());
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub mod sidecar;
 pub mod snapshot;
 pub mod table;
 pub mod tip;
+pub mod unique_success;
+pub mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -288,6 +290,18 @@ impl Lake {
     }
 
     /// Keep the journal for the next commit.
+    /// Forget every kept view of the journal: it was set aside and made
+    /// again at its path (`doctor --repair`).
+    pub(crate) fn forget_journal(&self) {
+        self.handles.forget(&layout::commits_table().name);
+        if let Ok(mut kept) = self.journal_tip.lock() {
+            kept.take();
+        }
+        if let Ok(mut kept) = self.journal.lock() {
+            kept.take();
+        }
+    }
+
     pub(crate) fn keep_journal_tip(&self, journal: journal_tip::JournalTip) {
         if let Ok(mut kept) = self.journal_tip.lock() {
             *kept = Some(journal);

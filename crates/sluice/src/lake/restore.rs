@@ -17,16 +17,32 @@
 //! 3. key filters for the files each restore re-added;
 //! 4. `completed(seq, token, versions after, table_commits)`.
 //!
-//! A restore killed anywhere is finished by [`finish`] from its `started`
-//! row alone — `sluice recover`, and the next commit, do it first. Nothing
-//! is deleted: the newer files stay in storage (until vacuum), so a restore
-//! can itself be undone by restoring to the lake version before it.
+//! Before step 1, [`check_available`] reads every target version back: its
+//! log entry and every data file it would re-add. A restore that could not
+//! finish (vacuum removed the files, log clean-up the entry) is refused
+//! before anything is journaled.
+//!
+//! A restore killed anywhere is settled by [`settle`] from its `started`
+//! row alone — every writer does it first (see [`writer`](super::writer)).
+//! Settling finishes it; one that cannot be finished (its files vanished
+//! after the check: a vacuum on another host) is rolled back: every table
+//! it restored is restored again to the version its `started` row recorded,
+//! under the token [`rollback_token`], and the sequence is recorded
+//! `abandoned` with the reason. Once a table holds a roll-back commit the
+//! restore is never finished, only rolled back, so a settle killed and
+//! resumed never mixes the two. Each table commit is exactly the next
+//! version of the table; one that loses its version reads the table again
+//! and decides by the tokens it finds. Nothing is deleted: the newer files
+//! stay in storage (until vacuum), so a restore can itself be undone by
+//! restoring to the lake version before it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use deltalake::DeltaTable;
 use deltalake::kernel::Transaction;
 use deltalake::kernel::transaction::CommitProperties;
+use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
 use super::append::{self, TOKEN_KEY};
@@ -144,7 +160,183 @@ pub async fn execute(
     })
     .await?
     .ok_or_else(|| Error::Internal("the restore claim wrote nothing".into()))?;
-    finish(root, specs, &claimed, hooks, progress).await
+    match finish(root, specs, &claimed, hooks, progress).await {
+        Ok(outcome) => Ok(outcome),
+        // A simulated crash leaves the restore to `recover`, as a real one.
+        Err(e @ Error::Injected { .. }) => Err(e),
+        Err(e) => {
+            let reason = e.to_string();
+            roll_back(root, specs, &claimed, &reason).await?;
+            Err(Error::RestoreRolledBack { seq: claimed.seq, reason })
+        }
+    }
+}
+
+/// Whether a plan can be carried out: every table's target version is
+/// still in its log and every data file it would re-add is in storage. A
+/// restore is refused here, before it is journaled, rather than left
+/// half done.
+pub async fn check_available(root: &Path, specs: &[TableSpec], plan: &RestorePlan) -> Result<()> {
+    for step in &plan.tables {
+        let Some(spec) = specs.iter().find(|s| s.name == step.table) else { continue };
+        let unavailable = |reason: String| Error::RestoreUnavailable {
+            point: plan.point.clone(),
+            table: step.table.clone(),
+            version: step.to,
+            reason,
+        };
+        let target = table::open_at(root, spec, step.to).await.map_err(|e| {
+            unavailable(format!("its log no longer holds that version (log entries expire; {e})"))
+        })?;
+        let now = table::open(root, spec).await?;
+        let live: std::collections::HashSet<String> =
+            table::active_files(&now, spec)?.into_iter().collect();
+        let readd: Vec<String> = table::active_files(&target, spec)?
+            .into_iter()
+            .filter(|path| !live.contains(path))
+            .collect();
+        if let Some((first, count)) = missing_files(&target, &spec.name, &readd).await? {
+            return Err(unavailable(format!(
+                "{count} of the {} data files it would bring back are gone from storage (first: {first}); \
+                 vacuum removes files a table stopped using once they are older than its retention",
+                readd.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The first of `paths` storage lacks, and how many it lacks.
+async fn missing_files(
+    table: &DeltaTable,
+    name: &str,
+    paths: &[String],
+) -> Result<Option<(String, usize)>> {
+    let store = table.object_store();
+    let missing: Vec<String> = futures::stream::iter(paths.iter().cloned())
+        .map(|path| {
+            let store = store.clone();
+            async move {
+                let location = object_store::path::Path::parse(&path).map_err(|e| {
+                    Error::Internal(format!("table `{name}`: file path {path}: {e}"))
+                })?;
+                match object_store::ObjectStoreExt::head(&store, &location).await {
+                    Ok(_) => Ok(None),
+                    Err(object_store::Error::NotFound { .. }) => Ok(Some(path)),
+                    Err(e) => Err(Error::delta(name, e.into())),
+                }
+            }
+        })
+        .buffer_unordered(16)
+        .try_filter_map(|found| async move { Ok(found) })
+        .try_collect()
+        .await?;
+    Ok(missing.iter().min().map(|first| (first.clone(), missing.len())))
+}
+
+/// How a restore left unfinished was settled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// It was carried out to the end.
+    Finished(RestoreOutcome),
+    /// It could not be; every table it had restored went back to its
+    /// version before the restore, and the sequence is `abandoned`.
+    RolledBack {
+        /// The restore's lake version.
+        seq: i64,
+        /// Why it could not be finished.
+        reason: String,
+    },
+}
+
+/// Finish the restore a `started` row describes or, when it cannot be
+/// finished, roll it back (see the module's documentation). Only an
+/// injected failure (a simulated crash) leaves it unfinished.
+pub async fn settle(
+    root: &Path,
+    specs: &[TableSpec],
+    started: &JournalEntry,
+    progress: &Progress,
+) -> Result<Settled> {
+    let reason = if rollback_began(root, specs, started).await? {
+        "an earlier attempt had begun to roll it back".to_owned()
+    } else {
+        match finish(root, specs, started, &RestoreHooks::default(), progress).await {
+            Ok(outcome) => return Ok(Settled::Finished(outcome)),
+            Err(e @ Error::Injected { .. }) => return Err(e),
+            Err(e) => e.to_string(),
+        }
+    };
+    roll_back(root, specs, started, &reason).await?;
+    Ok(Settled::RolledBack { seq: started.seq, reason })
+}
+
+/// The token a restore's roll-back commits carry.
+pub fn rollback_token(token: &str) -> String {
+    format!("{token}/rollback")
+}
+
+/// Whether some table already holds a roll-back commit of this restore.
+async fn rollback_began(root: &Path, specs: &[TableSpec], started: &JournalEntry) -> Result<bool> {
+    let undo = rollback_token(&started.token);
+    for spec in restorable(specs).filter(|s| started.restore_to.contains_key(&s.name)) {
+        let since = started.table_versions.get(&spec.name).copied().unwrap_or(0);
+        let handle = table::open(root, spec).await?;
+        let head = handle.version().unwrap_or_default();
+        if append::find_token(&handle, &spec.name, &undo, since + 1, head).await?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Return every table this restore committed to the version it had before
+/// the restore (skipping tables already returned), then record the
+/// sequence `abandoned` with `reason`.
+async fn roll_back(
+    root: &Path,
+    specs: &[TableSpec],
+    started: &JournalEntry,
+    reason: &str,
+) -> Result<()> {
+    tracing::warn!(seq = started.seq, %reason, "rolling back a restore that cannot finish");
+    let undo = rollback_token(&started.token);
+    for spec in restorable(specs).filter(|s| started.restore_to.contains_key(&s.name)) {
+        let since = started.table_versions.get(&spec.name).copied().unwrap_or(0);
+        for _ in 0..journal::MAX_ATTEMPTS {
+            let handle = table::open(root, spec).await?;
+            let head = handle.version().unwrap_or_default();
+            let Some(restored) =
+                append::find_token(&handle, &spec.name, &started.token, since + 1, head).await?
+            else {
+                break;
+            };
+            if append::find_token(&handle, &spec.name, &undo, restored + 1, head).await?.is_some() {
+                break;
+            }
+            if commit_restore(handle, spec, since, started.seq, &undo).await?.is_some() {
+                break;
+            }
+        }
+    }
+    let abandoned = JournalEntry {
+        seq: started.seq,
+        phase: Some(Phase::Abandoned),
+        token: started.token.clone(),
+        owner: crate::host::owner(),
+        reason: Some(format!(
+            "{}: could not be finished ({reason}); every table it had restored was returned to its version before it",
+            started.reason.as_deref().unwrap_or("restore")
+        )),
+        ..JournalEntry::default()
+    };
+    journal::append(root, |j| {
+        let ended =
+            j.has(&started.token, Phase::Completed) || j.has(&started.token, Phase::Abandoned);
+        Ok((!ended).then(|| abandoned.clone()))
+    })
+    .await?;
+    Ok(())
 }
 
 /// Carry out (or finish) the restore a `started` row describes: restore
@@ -192,7 +384,9 @@ pub async fn finish(
 }
 
 /// Restore one table to `to` unless a commit after `since` already carries
-/// the restore's token; returns the version of the restore commit.
+/// the restore's token; returns the version of the restore commit. The
+/// commit is exactly the version after the head it was planned on; one
+/// that loses it reads the table again.
 async fn restore_table(
     root: &Path,
     spec: &TableSpec,
@@ -200,34 +394,57 @@ async fn restore_table(
     since: u64,
     started: &JournalEntry,
 ) -> Result<u64> {
-    let handle = table::open(root, spec).await?;
-    let head = handle.version().unwrap_or_default();
-    if let Some(version) =
-        append::find_token(&handle, &spec.name, &started.token, since + 1, head).await?
-    {
+    for _ in 0..journal::MAX_ATTEMPTS {
+        let handle = table::open(root, spec).await?;
+        let head = handle.version().unwrap_or_default();
+        if let Some(version) =
+            append::find_token(&handle, &spec.name, &started.token, since + 1, head).await?
+        {
+            return Ok(version);
+        }
+        let Some(restored) = commit_restore(handle, spec, to, started.seq, &started.token).await?
+        else {
+            continue;
+        };
+        let version = restored.version().unwrap_or_default();
+        append::write_key_filters(root, &restored, spec, version).await?;
         return Ok(version);
     }
+    Err(Error::Contention { table: spec.name.clone(), attempts: journal::MAX_ATTEMPTS })
+}
+
+/// One Delta restore of `handle`'s table to `to`, tagged with `token` and
+/// the sequence, committed as exactly the version after the handle's
+/// (`None`: another writer took it).
+async fn commit_restore(
+    handle: DeltaTable,
+    spec: &TableSpec,
+    to: u64,
+    seq: i64,
+    token: &str,
+) -> Result<Option<DeltaTable>> {
     let properties = CommitProperties::default()
-        .with_application_transaction(Transaction::new(TXN_APP_ID, started.seq))
+        .with_max_retries(0)
+        .with_application_transaction(Transaction::new(TXN_APP_ID, seq))
         .with_metadata([
-            (TOKEN_KEY.to_owned(), serde_json::json!(started.token)),
-            (SEQ_KEY.to_owned(), serde_json::json!(started.seq)),
+            (TOKEN_KEY.to_owned(), serde_json::json!(token)),
+            (SEQ_KEY.to_owned(), serde_json::json!(seq)),
         ]);
-    let (restored, metrics) = handle
-        .restore()
-        .with_version_to_restore(to)
-        .with_commit_properties(properties)
-        .await
-        .map_err(|e| Error::delta(&spec.name, e))?;
-    let version = restored.version().unwrap_or_default();
-    tracing::info!(
-        table = %spec.name,
-        to,
-        version,
-        files_restored = metrics.num_restored_file,
-        files_removed = metrics.num_removed_file,
-        "restored a table"
-    );
-    append::write_key_filters(root, &restored, spec, version).await?;
-    Ok(version)
+    let restored =
+        handle.restore().with_version_to_restore(to).with_commit_properties(properties).await;
+    match restored {
+        Ok((restored, metrics)) => {
+            tracing::info!(
+                table = %spec.name,
+                to,
+                version = restored.version().unwrap_or_default(),
+                files_restored = metrics.num_restored_file,
+                files_removed = metrics.num_removed_file,
+                "restored a table"
+            );
+            Ok(Some(restored))
+        }
+        Err(e) if append::lost_the_version(&e) => Ok(None),
+        Err(e) => Err(Error::delta(&spec.name, e)),
+    }
 }

@@ -23,14 +23,19 @@
 use std::num::NonZeroU64;
 use std::time::Instant;
 
+use std::collections::HashSet;
+
+use deltalake::kernel::transaction::CommitProperties;
+use deltalake::kernel::{Action, Add, Remove};
 use deltalake::operations::optimize::OptimizeType;
+use deltalake::protocol::DeltaOperation;
 use deltalake::{FilterOp, FilterValue};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lake::append;
 use crate::lake::layout::{STEP_COLUMN, TableKind, TableSpec};
-use crate::lake::{Lake, WriterLock, key_filter, table};
+use crate::lake::{Lake, key_filter, table};
 use crate::progress::Progress;
 
 /// What to compact.
@@ -109,7 +114,7 @@ fn file_stats(handle: &deltalake::DeltaTable, spec: &TableSpec) -> Result<(u64, 
 
 /// Compact the lake's tables.
 pub async fn compact(lake: &Lake, options: &CompactOptions) -> Result<Vec<CompactReport>> {
-    let _lock = WriterLock::wait(lake.root()).await?;
+    let _writer = lake.writer(crate::lake::writer::WriteKind::Compact).begin().await?;
     let specs = super::select_tables(lake, options.table.as_deref())?;
     let mut out = Vec::new();
     for (done, spec) in specs.iter().enumerate() {
@@ -119,6 +124,146 @@ pub async fn compact(lake: &Lake, options: &CompactOptions) -> Result<Vec<Compac
     options.progress.finish(specs.len());
     Ok(out)
 }
+
+/// Delta OPTIMIZE, then [`undo_if_raced`]. delta-rs commits an OPTIMIZE
+/// with its own retries whatever the commit properties say, and its
+/// conflict checker counts only data-changing removes as a conflict: an
+/// OPTIMIZE committed on top of another rewrite of the same files (another
+/// compaction, on a host that shares no lock; the committer's journal
+/// merge) leaves both copies of their rows. So the versions between the
+/// one it read and its own are read back, and a compaction that met such a
+/// rewrite is undone exactly. `None`: nothing was compacted.
+async fn optimize(
+    lake: &Lake,
+    spec: &TableSpec,
+    options: &CompactOptions,
+    handle: deltalake::DeltaTable,
+    zorder: &[String],
+) -> Result<Option<deltalake::DeltaTable>> {
+    let step_text = options.step.map(|s| s.to_string());
+    let filters: Vec<(&str, FilterOp, FilterValue<'_>)> = match (&step_text, spec.is_partitioned())
+    {
+        (Some(step), true) => vec![(STEP_COLUMN, FilterOp::Eq, FilterValue::Scalar(step.as_str()))],
+        _ => Vec::new(),
+    };
+    let read = handle.version().unwrap_or_default();
+    // The commit is found by its token: the handle OPTIMIZE returns may
+    // have moved past its own version.
+    let token = crate::host::unique_id();
+    let properties = CommitProperties::default()
+        .with_metadata([(append::TOKEN_KEY.to_owned(), serde_json::json!(token))]);
+    let mut builder = handle
+        .optimize()
+        .with_commit_properties(properties)
+        .with_filters(&filters)
+        .with_writer_properties(table::writer_properties_for(spec))
+        .with_type(if zorder.is_empty() {
+            OptimizeType::Compact
+        } else {
+            OptimizeType::ZOrder(zorder.to_vec())
+        });
+    if let Some(size) = options.target_size.and_then(NonZeroU64::new) {
+        builder = builder.with_target_size(size);
+    }
+    let (optimized, _metrics) = builder.await.map_err(|e| Error::delta(&spec.name, e))?;
+    let head = optimized.version().unwrap_or_default();
+    let Some(version) = append::find_token(&optimized, &spec.name, &token, read + 1, head).await?
+    else {
+        return Ok(Some(optimized)); // nothing to compact: no commit
+    };
+    if version > read + 1 && undo_if_raced(lake, spec, &optimized, read, version).await? {
+        return Ok(None);
+    }
+    Ok(Some(optimized))
+}
+
+/// If a version between `read` and the compaction's own `version` removed
+/// a file the compaction also removed, undo the compaction, as exactly the
+/// table's next version: its output goes, and the files only it removed
+/// come back (still in storage: vacuum keeps them for the retention).
+/// Whether it was undone.
+async fn undo_if_raced(
+    lake: &Lake,
+    spec: &TableSpec,
+    optimized: &deltalake::DeltaTable,
+    read: u64,
+    version: u64,
+) -> Result<bool> {
+    let name = &spec.name;
+    let ours = table::commit_actions(optimized, name, version).await?;
+    let removed: Vec<&Remove> = ours
+        .iter()
+        .filter_map(|a| if let Action::Remove(r) = a { Some(r) } else { None })
+        .collect();
+    let added: Vec<&Add> =
+        ours.iter().filter_map(|a| if let Action::Add(a) = a { Some(a) } else { None }).collect();
+    let mut raced = HashSet::new();
+    for between in read + 1..version {
+        for action in table::commit_actions(optimized, name, between).await? {
+            if let Action::Remove(r) = action
+                && removed.iter().any(|ours| ours.path == r.path)
+            {
+                raced.insert(r.path);
+            }
+        }
+    }
+    if raced.is_empty() {
+        return Ok(false);
+    }
+    tracing::warn!(table = %name, files = raced.len(), "a compaction met another rewrite of the same files; undoing it");
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut actions: Vec<Action> = added
+        .iter()
+        .map(|a| {
+            Action::Remove(Remove {
+                path: a.path.clone(),
+                data_change: false,
+                deletion_timestamp: Some(now),
+                extended_file_metadata: Some(true),
+                partition_values: Some(a.partition_values.clone()),
+                size: Some(a.size),
+                ..Remove::default()
+            })
+        })
+        .collect();
+    actions.extend(removed.iter().filter(|r| !raced.contains(&r.path)).map(|r| {
+        Action::Add(Add {
+            path: r.path.clone(),
+            partition_values: r.partition_values.clone().unwrap_or_default(),
+            size: r.size.unwrap_or_default(),
+            modification_time: now,
+            data_change: false,
+            ..Add::default()
+        })
+    }));
+    let operation = DeltaOperation::Optimize { predicate: None, target_size: 0 };
+    for _ in 0..UNDO_ATTEMPTS {
+        let mut handle = table::open(lake.root(), spec).await?;
+        let live: HashSet<String> = table::active_files(&handle, spec)?.into_iter().collect();
+        if !added.iter().all(|a| live.contains(&a.path)) {
+            return Err(Error::Internal(format!(
+                "table `{name}`: a compaction that met another rewrite could not be undone (its output was rewritten again); `sluice ingest dedup` or a restore removes the duplicate rows"
+            )));
+        }
+        let spec_ = append::CommitSpec::default();
+        let committed = append::try_commit_actions_next(
+            &mut handle,
+            name,
+            actions.clone(),
+            operation.clone(),
+            &spec_,
+            &[],
+        )
+        .await?;
+        if committed.is_some() {
+            return Ok(true);
+        }
+    }
+    Err(Error::Contention { table: name.clone(), attempts: UNDO_ATTEMPTS })
+}
+
+/// Attempts at undoing a compaction while other writers take versions.
+const UNDO_ATTEMPTS: usize = 100;
 
 async fn compact_table(
     lake: &Lake,
@@ -147,26 +292,11 @@ async fn compact_table(
         report.seconds = clock.elapsed().as_secs_f64();
         return Ok(report);
     }
-    let step_text = options.step.map(|s| s.to_string());
-    let filters: Vec<(&str, FilterOp, FilterValue<'_>)> = match (&step_text, spec.is_partitioned())
-    {
-        (Some(step), true) => vec![(STEP_COLUMN, FilterOp::Eq, FilterValue::Scalar(step.as_str()))],
-        _ => Vec::new(),
-    };
     let before = handle.version().unwrap_or_default();
-    let mut builder = handle
-        .optimize()
-        .with_filters(&filters)
-        .with_writer_properties(table::writer_properties_for(spec))
-        .with_type(if zorder.is_empty() {
-            OptimizeType::Compact
-        } else {
-            OptimizeType::ZOrder(zorder)
-        });
-    if let Some(size) = options.target_size.and_then(NonZeroU64::new) {
-        builder = builder.with_target_size(size);
-    }
-    let (optimized, _metrics) = builder.await.map_err(|e| Error::delta(&spec.name, e))?;
+    let Some(optimized) = optimize(lake, spec, options, handle, &zorder).await? else {
+        report.seconds = clock.elapsed().as_secs_f64();
+        return Ok(report);
+    };
     let after = optimized.version().unwrap_or_default();
     if after > before {
         report.version = Some(after);

@@ -35,7 +35,7 @@ use crate::lake::append::{self, Append, Dedup};
 use crate::lake::key_set::KeySet;
 use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::result_set::ResultSet;
-use crate::lake::{Lake, WriterLock, key_filter, table};
+use crate::lake::{Lake, key_filter, table};
 use crate::query::OutputFormat;
 
 /// The memory the SQL checks may hold before they spill to disk.
@@ -145,7 +145,7 @@ pub async fn check(lake: &Lake) -> Result<IntegrityReport> {
 /// Repair what can be repaired safely (see the module doc). Holds the
 /// writer lock.
 pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
-    let _lock = WriterLock::wait(lake.root()).await?;
+    let _writer = lake.writer(crate::lake::writer::WriteKind::Repair).begin().await?;
     let mut out = IntegrityRepair::default();
     for spec in super::select_tables(lake, None)? {
         let handle = table::open(lake.root(), &spec).await?;

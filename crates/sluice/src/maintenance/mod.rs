@@ -36,7 +36,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lake::layout::TableSpec;
-use crate::lake::{Lake, WriterLock, table};
+use crate::lake::{Lake, table};
 use crate::progress::Progress;
 
 pub use compact::{CompactOptions, CompactReport};
@@ -87,7 +87,7 @@ pub async fn checkpoint(
     name: Option<&str>,
     progress: &Progress,
 ) -> Result<Vec<CheckpointReport>> {
-    let _lock = WriterLock::wait(lake.root()).await?;
+    let _writer = lake.writer(crate::lake::writer::WriteKind::Checkpoint).begin().await?;
     let specs = select_tables(lake, name)?;
     let mut out = Vec::new();
     for (done, spec) in specs.iter().enumerate() {

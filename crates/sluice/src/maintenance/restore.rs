@@ -14,7 +14,8 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::lake::restore::{self, RestoreHooks, RestoreOutcome, RestorePlan};
 use crate::lake::snapshot::LakePoint;
-use crate::lake::{Lake, WriterLock, journal, layout};
+use crate::lake::writer::WriteKind;
+use crate::lake::{Lake, journal, layout};
 use crate::progress::Progress;
 use crate::staging;
 
@@ -57,7 +58,7 @@ pub async fn restore(lake: &Lake, options: &RestoreOptions) -> Result<RestoreRep
             "restore needs a point to go back to: a lake version (`sluice history` lists them) or a time".into(),
         ));
     }
-    let _lock = WriterLock::wait(lake.root()).await?;
+    let _writer = lake.writer(WriteKind::Restore).begin().await?;
     let staging_root = layout::staging_root(lake.root());
     let pending = staging::scan(&staging_root, None)?;
     let pending_runs = pending.sealed.len() + pending.unsealed.len();
@@ -76,6 +77,7 @@ pub async fn restore(lake: &Lake, options: &RestoreOptions) -> Result<RestoreRep
     }
     let specs = lake.table_specs();
     let plan = restore::plan(lake.root(), &specs, &options.to).await?;
+    restore::check_available(lake.root(), &specs, &plan).await?;
     let outcome = if options.dry_run || plan.tables.is_empty() {
         None
     } else {

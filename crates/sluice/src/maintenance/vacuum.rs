@@ -11,6 +11,7 @@
 //! key filters whose files are all gone, SLURM task folders, empty staging
 //! shard folders.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use deltalake::operations::vacuum::VacuumMode;
@@ -18,9 +19,10 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lake::layout::STAGING_DIR;
-use crate::lake::{Lake, WriterLock, table};
+use crate::lake::{Lake, table};
 use crate::lake::{key_filter, sidecar};
 use crate::progress::Progress;
+use crate::staging::paths::is_real_dir;
 
 /// The default retention: 7 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(168 * 3600);
@@ -80,7 +82,7 @@ pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport
             DEFAULT_RETENTION.as_secs() / 3600
         )));
     }
-    let _lock = WriterLock::wait(lake.root()).await?;
+    let _writer = lake.writer(crate::lake::writer::WriteKind::Vacuum).begin().await?;
     let retention = chrono::Duration::from_std(options.retention)
         .map_err(|e| Error::InvalidInput(format!("retention: {e}")))?;
     let clock = std::time::Instant::now();
@@ -182,34 +184,114 @@ async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> 
                 found.push(entry.path());
             }
         }
-        let staging = lake.root().join(STAGING_DIR);
-        for step in std::fs::read_dir(&staging).into_iter().flatten().flatten() {
-            if step.file_name().to_string_lossy().starts_with('.') {
-                continue;
-            }
-            for shard in std::fs::read_dir(step.path()).into_iter().flatten().flatten() {
-                for inner in std::fs::read_dir(shard.path()).into_iter().flatten().flatten() {
-                    let empty =
-                        std::fs::read_dir(inner.path()).is_ok_and(|mut d| d.next().is_none());
-                    if empty && older_than(&inner.path(), options.retention) {
-                        found.push(inner.path());
-                    }
-                }
-            }
-        }
     }
+    let shards = match options.table {
+        None => empty_staging_shards(&lake.root().join(STAGING_DIR), options.retention),
+        Some(_) => Vec::new(),
+    };
     let mut out = Vec::new();
-    for path in found {
-        if !options.dry_run {
-            let removed = if path.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-            removed.map_err(|e| Error::io(&path, e))?;
+    let all = found.into_iter().map(|p| (p, false)).chain(shards.into_iter().map(|p| (p, true)));
+    for (path, shard) in all {
+        if !options.dry_run && !remove_leftover(&path, shard)? {
+            continue;
         }
         out.push(path.strip_prefix(lake.root()).unwrap_or(&path).display().to_string());
     }
     out.sort();
     Ok(out)
+}
+
+/// Staging shard folders that held nothing when looked at, older than the
+/// retention. Only real folders are entered: a link is never followed.
+fn empty_staging_shards(staging: &Path, retention: Duration) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let real_dirs = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| is_real_dir(p))
+            .collect()
+    };
+    for step in real_dirs(staging) {
+        if step.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
+            continue;
+        }
+        for shard in real_dirs(&step) {
+            for inner in real_dirs(&shard) {
+                let empty = std::fs::read_dir(&inner).is_ok_and(|mut d| d.next().is_none());
+                if empty && older_than(&inner, retention) {
+                    found.push(inner);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Remove one leftover; whether it was removed. A staging shard (`shard`)
+/// is removed with `remove_dir`, which fails on a folder no longer empty:
+/// workers take no lock, and one may have staged a run there since it was
+/// judged empty. Other folders (SLURM task folders) are removed whole.
+fn remove_leftover(path: &Path, staging_shard: bool) -> Result<bool> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let removed = match (meta.is_dir(), staging_shard) {
+        (true, true) => std::fs::remove_dir(path),
+        (true, false) => std::fs::remove_dir_all(path),
+        (false, _) => std::fs::remove_file(path),
+    };
+    match removed {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) if staging_shard && e.kind() == std::io::ErrorKind::DirectoryNotEmpty => {
+            tracing::debug!(path = %path.display(), "a staging shard filled since it was judged empty; kept");
+            Ok(false)
+        }
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+#[cfg(test)]
+mod leftover_tests {
+    use super::*;
+
+    #[test]
+    fn a_staging_shard_filled_after_it_was_judged_empty_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = dir.path().join(STAGING_DIR);
+        let shard = staging.join("1_op/ab/cd");
+        std::fs::create_dir_all(&shard).unwrap();
+        let judged = empty_staging_shards(&staging, Duration::ZERO);
+        assert_eq!(judged, vec![shard.clone()]);
+        // A worker (no lock) stages a run there before the removal.
+        let run = shard.join("abcdef0123");
+        std::fs::create_dir_all(&run).unwrap();
+        std::fs::write(run.join("executions.parquet"), b"staged").unwrap();
+        assert!(!remove_leftover(&shard, true).unwrap());
+        assert!(run.join("executions.parquet").is_file(), "the staged run was removed");
+        // Empty, it goes.
+        std::fs::remove_dir_all(&run).unwrap();
+        assert!(remove_leftover(&shard, true).unwrap());
+        assert!(!shard.exists());
+    }
+
+    #[test]
+    fn a_linked_staging_folder_is_not_entered() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = dir.path().join("other-lake/_staging/1_op/ab/cd");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let staging = dir.path().join("lake").join(STAGING_DIR);
+        std::fs::create_dir_all(&staging).unwrap();
+        std::os::unix::fs::symlink(
+            dir.path().join("other-lake/_staging/1_op"),
+            staging.join("1_op"),
+        )
+        .unwrap();
+        assert!(empty_staging_shards(&staging, Duration::ZERO).is_empty());
+    }
 }

@@ -66,8 +66,11 @@ pub struct StepSummary {
     pub cached: usize,
     /// Units dispatched.
     pub dispatched: usize,
-    /// Units that succeeded (cached included).
+    /// Units that succeeded (cached and adopted included).
     pub succeeded: usize,
+    /// Units dispatched here whose spec another run (another orchestrator
+    /// of the same pipeline) made succeed first: its outputs are used.
+    pub adopted: usize,
     /// Units that failed.
     pub failed: usize,
     /// Units not dispatched because the run stopped.

@@ -43,6 +43,7 @@ const FAILURES_KEPT: usize = 20;
 /// A unit's execution run id, and whether the cache answered it.
 struct UnitRun {
     run_id: String,
+    spec_id: String,
     cached: bool,
 }
 
@@ -156,6 +157,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
             cached: 0,
             dispatched: 0,
             succeeded: 0,
+            adopted: 0,
             failed: 0,
             not_run: 0,
             outputs: BTreeMap::new(),
@@ -279,10 +281,19 @@ impl<'r, 'a> StepRun<'r, 'a> {
         let mut jobs = Vec::new();
         for unit in std::mem::take(&mut self.units) {
             if let Some(run) = cached.get(&unit.spec_id) {
-                unit_runs.push(UnitRun { run_id: run.clone(), cached: true });
+                unit_runs.push(UnitRun {
+                    run_id: run.clone(),
+                    spec_id: unit.spec_id.clone(),
+                    cached: true,
+                });
                 continue;
             }
             let run_id = plan::new_run_id();
+            unit_runs.push(UnitRun {
+                run_id: run_id.clone(),
+                spec_id: unit.spec_id.clone(),
+                cached: false,
+            });
             jobs.push(UnitJob {
                 step: self.step.clone(),
                 step_number: self.number,
@@ -293,7 +304,6 @@ impl<'r, 'a> StepRun<'r, 'a> {
                 input_types: self.input_types.clone(),
                 unit,
             });
-            unit_runs.push(UnitRun { run_id, cached: false });
         }
         self.summary.cached = unit_runs.iter().filter(|u| u.cached).count();
         self.runner.emit(RunEvent::StepStarted {
@@ -371,14 +381,14 @@ impl<'r, 'a> StepRun<'r, 'a> {
     async fn collect(&mut self, unit_runs: &[UnitRun], dispatched: &Dispatched) -> Result<Streams> {
         let lake = self.runner.lake();
         let results = cache::step_results(lake, self.number, &self.step_run_id).await?;
-        let mut good_runs: HashSet<String> = HashSet::new();
+        let mut outcomes: Vec<Option<std::result::Result<(), String>>> = Vec::new();
         for u in unit_runs {
             let outcome = if u.cached {
-                Ok(())
+                Some(Ok(()))
             } else if !dispatched.runs.contains(&u.run_id) {
-                continue;
+                None
             } else {
-                match results.get(&u.run_id) {
+                Some(match results.get(&u.run_id) {
                     Some(r) if r.success => Ok(()),
                     Some(r) => Err(r.error.clone().unwrap_or_default()),
                     None => Err(dispatched
@@ -387,12 +397,29 @@ impl<'r, 'a> StepRun<'r, 'a> {
                         .find(|q| q.contains(u.run_id.as_str()))
                         .cloned()
                         .unwrap_or_else(|| "its results were not committed".into())),
+                })
+            };
+            outcomes.push(outcome);
+        }
+        let adopted = self.adopt(unit_runs, &outcomes).await?;
+        // The run whose outputs each unit contributes: its own, or the run
+        // of its spec it adopted.
+        let mut run_of: Vec<&str> = unit_runs.iter().map(|u| u.run_id.as_str()).collect();
+        let mut good_runs: HashSet<String> = HashSet::new();
+        for (i, (u, outcome)) in unit_runs.iter().zip(outcomes).enumerate() {
+            let outcome = match (outcome, adopted.get(&u.spec_id)) {
+                (None, _) => continue,
+                (Some(Err(_)), Some(winner)) => {
+                    run_of[i] = winner.as_str();
+                    self.summary.adopted += 1;
+                    Ok(())
                 }
+                (Some(outcome), _) => outcome,
             };
             match outcome {
                 Ok(()) => {
                     self.summary.succeeded += 1;
-                    good_runs.insert(u.run_id.clone());
+                    good_runs.insert(run_of[i].to_owned());
                 }
                 Err(why) => {
                     self.summary.failed += 1;
@@ -408,8 +435,8 @@ impl<'r, 'a> StepRun<'r, 'a> {
             .map(|r| (r.clone(), Vec::new()))
             .collect();
         let mut seen: HashSet<(String, ArtifactId)> = HashSet::new();
-        for u in unit_runs {
-            for (role, id) in outputs_by_run.get(&u.run_id).into_iter().flatten() {
+        for run in &run_of {
+            for (role, id) in outputs_by_run.get(*run).into_iter().flatten() {
                 if seen.insert((role.clone(), *id)) {
                     outputs.entry(role.clone()).or_default().push(*id);
                 }
@@ -418,6 +445,36 @@ impl<'r, 'a> StepRun<'r, 'a> {
         self.summary.outputs = outputs.iter().map(|(r, ids)| (r.clone(), ids.len())).collect();
         self.lap("collect");
         Ok(outputs)
+    }
+
+    /// Units that did not succeed here but whose spec succeeded in another
+    /// run — another orchestrator of the same pipeline, sharing no lock
+    /// with this one, ran the same unit and committed first (this one's
+    /// success is then committed superseded, or dropped when staging is
+    /// read): spec → that run. A unit adopts it, as a cached unit would.
+    async fn adopt(
+        &self,
+        unit_runs: &[UnitRun],
+        outcomes: &[Option<std::result::Result<(), String>>],
+    ) -> Result<HashMap<String, String>> {
+        let failed: HashSet<String> = unit_runs
+            .iter()
+            .zip(outcomes)
+            .filter(|(_, o)| matches!(o, Some(Err(_))))
+            .map(|(u, _)| u.spec_id.clone())
+            .collect();
+        if failed.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let found = cache::successful_runs(self.runner.lake(), &failed).await?;
+        if !found.is_empty() {
+            tracing::info!(
+                step = self.number,
+                units = found.len(),
+                "units another run of the same specs made succeed first are adopted"
+            );
+        }
+        Ok(found)
     }
 
     /// The final row: `completed`, `failed` or `cancelled`, with counts,
@@ -455,6 +512,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
             "pipeline": self.runner.pipeline().config.name,
             "backend": backend_kind.as_str(),
             "cached": summary.cached,
+            "adopted": summary.adopted,
             "dispatched": summary.dispatched,
             "not_run": summary.not_run,
             "timings": self.timings,

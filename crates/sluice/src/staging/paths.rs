@@ -129,6 +129,32 @@ fn sharded(staging_root: &Path, step: i32, operation: &str, name: &str) -> Resul
         .join(name))
 }
 
+/// Whether `dir` is a real directory: not a symbolic link to one.
+pub fn is_real_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+}
+
+/// Whether no level of `path` below `root` (the staging root, which may
+/// itself be a link the user made) is a symbolic link or a file: a step or
+/// shard folder linking to another lake's staging must never make its runs
+/// look like this lake's, nor be removed through. A level that does not
+/// exist ends the check (nothing below it can be reached).
+pub fn no_link_below(root: &Path, path: &Path) -> bool {
+    let Ok(relative) = path.strip_prefix(root) else { return false };
+    let mut at = root.to_path_buf();
+    for part in relative.components() {
+        let std::path::Component::Normal(part) = part else { return false };
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
 /// Parse a step directory name back into (step, operation).
 pub fn parse_step_dir(name: &str) -> Option<(i32, &str)> {
     let (step, operation) = name.split_once('_')?;

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::SENTINEL;
-use super::paths::{is_batch_id, parse_step_dir, validate_dir_name};
+use super::paths::{is_batch_id, is_real_dir, parse_step_dir, validate_dir_name};
 use crate::error::{Error, Result};
 
 /// A staging directory found on disk: one execution's, or a batch of one
@@ -102,16 +102,22 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
             out.foreign.push(step_dir);
             continue;
         };
-        if step.is_some_and(|s| s != step_number) || !step_dir.is_dir() {
+        if step.is_some_and(|s| s != step_number) {
+            continue;
+        }
+        // Every level must be a real directory: a symbolic link (to another
+        // lake's staging, say) is reported, never followed.
+        if !is_real_dir(&step_dir) {
+            out.foreign.push(step_dir);
             continue;
         }
         for shard1 in entries(&step_dir)? {
-            if !shard1.is_dir() {
+            if !is_real_dir(&shard1) {
                 out.foreign.push(shard1);
                 continue;
             }
             for shard2 in entries(&shard1)? {
-                if !shard2.is_dir() {
+                if !is_real_dir(&shard2) {
                     out.foreign.push(shard2);
                     continue;
                 }
@@ -120,7 +126,7 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
                     let fits = validate_dir_name(&run_id).is_ok()
                         && run_id[0..2] == *name(&shard1)
                         && run_id[2..4] == *name(&shard2);
-                    if !fits || !run.is_dir() {
+                    if !fits || !is_real_dir(&run) {
                         out.foreign.push(run);
                         continue;
                     }

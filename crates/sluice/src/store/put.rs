@@ -3,11 +3,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::artifact::{Artifact, ArtifactId};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lake::append::{self, Append, Dedup};
 use crate::lake::layout::{self, TableSpec};
 use crate::lake::tip::Tip;
-use crate::lake::{Lake, WriterLock, table};
+use crate::lake::writer::WriteKind;
+use crate::lake::{Lake, table};
+
+/// Restores a put meets while it writes before it gives up.
+const MAX_RESTORES_MET: usize = 8;
 use crate::store::rows;
 
 /// What [`Lake::put`] wrote.
@@ -28,8 +32,27 @@ impl Lake {
     /// version its de-duplication read (see [`append`]), so concurrent writers
     /// never add one id twice. Waits while another writer holds the lake's
     /// writer lock (a courtesy: correctness does not depend on it).
+    ///
+    /// A put passes through the writer protocol ([`crate::lake::writer`]): an unfinished
+    /// restore is settled first, and a restore claimed while the put wrote
+    /// (by a writer sharing no lock with it) is settled and the put made
+    /// again, so an acknowledged put is never half undone by a restore.
     pub async fn put(&self, artifacts: &[Artifact]) -> Result<PutReport> {
-        let _lock = WriterLock::wait(self.root()).await?;
+        let mut writer = self.writer(WriteKind::Put).begin().await?;
+        for _ in 0..MAX_RESTORES_MET {
+            let report = self.put_once(artifacts).await?;
+            if !writer.restore_claimed_since(self).await? {
+                return Ok(report);
+            }
+            tracing::info!(
+                "a restore was claimed while this put wrote; settling it and putting again"
+            );
+            writer.settle(self).await?;
+        }
+        Err(Error::Contention { table: "index".into(), attempts: MAX_RESTORES_MET })
+    }
+
+    async fn put_once(&self, artifacts: &[Artifact]) -> Result<PutReport> {
         let mut report = PutReport::default();
         let mut seen = BTreeSet::new();
         let mut by_type: BTreeMap<&str, Vec<&Artifact>> = BTreeMap::new();

@@ -167,7 +167,7 @@ async fn item3_an_orphaned_started_row_does_not_pin_readers() {
     // Someone cleans staging by hand: the manifest is gone, and the started
     // row's owner is a process that no longer exists.
     std::fs::remove_dir_all(staging_root(&lake)).unwrap();
-    let dead_owner = format!("{}:4194303:1", sluice::host::hostname());
+    let dead_owner = format!("{}:4194303:1", sluice::host::machine());
     rewrite_owner(&lake, seq, &dead_owner).await;
     // Readers are not pinned: a later put is visible at once.
     lake.put(&metrics(&lake, 2, 4)).await.unwrap();

@@ -433,3 +433,83 @@ async fn compaction_vacuum_and_checkpoints_keep_ingestion_tables_too() {
     let after = s.once().await;
     assert_eq!((after.files, after.duplicates), (1, 1), "{after:?}");
 }
+
+/// A log entry that cannot be read (not one log clean-up removed) is an
+/// error for the ledger's catch-up, never taken for an expired entry: that
+/// would make the files it committed look new, to be ingested again.
+#[tokio::test]
+async fn an_unreadable_log_entry_is_an_error_not_an_expired_one() {
+    let setup = Setup::new("", 3);
+    setup.land("a.csv", b"trip_id,pickup_at,zone,fare\n1,2024-01-01T00:00:00Z,Z1,3.50\n");
+    assert_eq!(setup.once().await.files, 1);
+    let dir = setup.root.join("lake/raw/trips");
+    let url = url::Url::from_directory_path(&dir).unwrap();
+    let handle = deltalake::open_table(url).await.unwrap();
+    let head = handle.version().unwrap();
+    let mut committed = ledger::Committed::default();
+    committed.catch_up(&handle, "trips", 0).await.unwrap();
+    assert!(committed.keys.contains("trips/a.csv"));
+    // The entry that committed the file becomes unreadable (a link to
+    // itself in its place: every open fails, as on a flaky mount).
+    let entry = dir.join(format!("_delta_log/{head:020}.json"));
+    std::fs::remove_file(&entry).unwrap();
+    std::os::unix::fs::symlink(&entry, &entry).unwrap();
+    let mut again = ledger::Committed::default();
+    let err = again.catch_up(&handle, "trips", 0).await;
+    assert!(err.is_err(), "an unreadable entry was skipped as expired: {:?}", again.keys);
+    // Gone (expired), it is skipped: the ledger covers it.
+    std::fs::remove_file(&entry).unwrap();
+    let mut expired = ledger::Committed::default();
+    expired.catch_up(&handle, "trips", 0).await.unwrap();
+    assert!(!expired.keys.contains("trips/a.csv"));
+}
+
+fn ok_row(key: &str, hash: &str) -> ledger::LedgerRow {
+    ledger::LedgerRow {
+        table: "trips".into(),
+        file_key: format!("trips/{key}"),
+        content_hash: hash.into(),
+        rows: 1,
+        rejected: 0,
+        status: "ok".into(),
+        attempts: 1,
+        error: None,
+        table_version: Some(1),
+        at: 0,
+    }
+}
+
+/// Two writers mean to record one file `ok` — the ingest process that
+/// committed it, and another that found the commit without a ledger row on
+/// startup — at any interleaving: the ledger records it once.
+#[tokio::test]
+async fn the_ledger_records_a_committed_file_once_whoever_writes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let mut first = ledger::Ledger::new(&lake);
+    let mut second = ledger::Ledger::new(&lake);
+    // Both have read the ledger before either records the file.
+    first.append(&[ok_row("warm-a.csv", "h0")]).await.unwrap();
+    second.append(&[ok_row("warm-b.csv", "h0")]).await.unwrap();
+    first.append(&[ok_row("a.csv", "h1")]).await.unwrap();
+    // The second's view is one version behind: its append learns the
+    // first's row from the version it must commit on top of.
+    second.append(&[ok_row("a.csv", "h1"), ok_row("b.csv", "h2")]).await.unwrap();
+    // A fresh writer knows from the rows; new content under a name is a new row.
+    let mut third = ledger::Ledger::new(&lake);
+    third.append(&[ok_row("b.csv", "h2"), ok_row("a.csv", "h3")]).await.unwrap();
+    // Rows that are not `ok` are never dropped.
+    let mut dead = ok_row("a.csv", "h1");
+    dead.status = "duplicate".into();
+    third.append(&[dead.clone(), dead]).await.unwrap();
+    let rows = ledger::read(&lake).await.unwrap();
+    let ok: Vec<(String, String)> = rows
+        .iter()
+        .filter(|r| r.status == "ok")
+        .map(|r| (r.file_key.clone(), r.content_hash.clone()))
+        .collect();
+    let distinct: std::collections::BTreeSet<_> = ok.iter().cloned().collect();
+    assert_eq!(ok.len(), distinct.len(), "a file recorded ok twice: {ok:?}");
+    assert_eq!(ok.len(), 5, "{ok:?}");
+    assert_eq!(rows.iter().filter(|r| r.status == "duplicate").count(), 2);
+}

@@ -1,0 +1,396 @@
+//! The writer protocol, tried where operations meet: a put after a killed
+//! restore, a restore whose files vacuum removed, staging folders that link
+//! elsewhere, a journal that cannot be read. Each test is the repro of a
+//! way the lake once lost an acknowledged write or wedged.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::Lake;
+use crate::crash::{TABLES, dump, new_lake, spawn_quiet, stage_mixed};
+
+/// A lake with three lake versions (commits of every kind of artifact).
+fn three_versions() -> Lake {
+    let lake = new_lake();
+    let files = lake.root.join("referenced-files");
+    for (step, seed) in [(1, 42), (2, 43), (3, 44)] {
+        stage_mixed(&lake, &files, 30, 1, 0.0, seed, step, 1);
+        lake.ok(&["commit"]);
+    }
+    lake
+}
+
+fn journal_versions(root: &Path) -> usize {
+    std::fs::read_dir(root.join("orchestration/commits/_delta_log"))
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().strip_suffix(".json").is_some_and(|v| v.parse::<u64>().is_ok())
+        })
+        .count()
+}
+
+fn journal(root: &Path) -> sluice::lake::journal::Journal {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(sluice::lake::journal::read(root, None)).unwrap()
+}
+
+fn count(lake: &Lake, sql: &str) -> i64 {
+    let rows = crate::json_lines(&lake.ok(&["sql", "--format", "json", sql]));
+    rows[0].as_object().unwrap().values().next().unwrap().as_i64().unwrap()
+}
+
+/// Start `sluice restore --to 1` pausing `pause` before each table, wait
+/// until its `started` row is journaled and `tables_done` pauses have
+/// passed, then SIGKILL it.
+fn kill_restore_midway(lake: &Lake, pause: Duration, tables_done: u32) {
+    let before = journal_versions(&lake.root);
+    let mut command = lake.command(&["restore", "--to", "1"]);
+    command.env("SLUICE_RESTORE_PAUSE_MS", pause.as_millis().to_string());
+    let mut child = spawn_quiet(&mut command);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while journal_versions(&lake.root) == before {
+        assert!(child.try_wait().unwrap().is_none(), "the restore exited before journaling");
+        assert!(Instant::now() < deadline, "the restore never journaled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(pause * tables_done + pause / 2);
+    assert!(child.try_wait().unwrap().is_none(), "the restore finished before the kill");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_put_after_a_killed_restore_is_never_lost() {
+    let lake = three_versions();
+    kill_restore_midway(&lake, Duration::from_millis(1500), 2);
+    let open = journal(&lake.root);
+    assert!(
+        open.unfinished().iter().any(|e| e.is_restore()),
+        "the kill must leave the restore unfinished"
+    );
+    // The put settles the restore first (its restorer is gone), then writes.
+    let id = lake.ok(&["put", "--type", "metric", r#"{"x": 1}"#]).trim().to_owned();
+    assert_eq!(id.len(), 32, "{id}");
+    let after = journal(&lake.root);
+    assert!(after.unfinished().is_empty(), "the put left the restore unfinished");
+    lake.ok(&["recover"]);
+    let shown = lake.ok(&["show", &id]);
+    assert!(shown.contains("\"x\": 1"), "{shown}");
+    assert_eq!(count(&lake, &format!("SELECT count(*) FROM index WHERE artifact_id = '{id}'")), 1);
+    assert_eq!(
+        count(&lake, &format!("SELECT count(*) FROM metrics WHERE artifact_id = '{id}'")),
+        1
+    );
+    // The restore itself was carried out whole: as of lake version 1, plus the put.
+    let executions = count(&lake, "SELECT count(*) FROM executions");
+    let at_one = crate::json_lines(&lake.ok(&[
+        "sql",
+        "--format",
+        "json",
+        "--as-of",
+        "1",
+        "SELECT count(*) AS n FROM executions",
+    ]))[0]["n"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(executions, at_one);
+    assert_eq!(dump(&lake.root).1, 0, "duplicate keys");
+}
+
+/// Data files of a table's folder (recursively), relative to it.
+fn data_files(table: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![table.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_dir() && !name.starts_with('_') {
+                todo.push(path);
+            } else if name.ends_with(".parquet") {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_restore_to_vacuumed_files_is_refused_and_the_lake_stays_writable() {
+    let lake = three_versions();
+    lake.ok(&["compact", "--table", "executions"]);
+    lake.ok(&["vacuum", "--retention-hours", "0", "--force"]);
+    let before = dump(&lake.root);
+    let err = lake.fails(&["restore", "--to", "1"]);
+    assert!(
+        err.contains("executions")
+            && err.contains("gone from storage")
+            && err.contains("Nothing was changed"),
+        "{err}"
+    );
+    assert!(journal(&lake.root).unfinished().is_empty(), "nothing may be journaled");
+    assert_eq!(dump(&lake.root), before, "a refused restore changes nothing");
+    // The lake stays writable: a commit, a recover and a doctor all succeed.
+    let files = lake.root.join("referenced-files");
+    stage_mixed(&lake, &files, 10, 1, 0.0, 99, 4, 1);
+    lake.ok(&["commit"]);
+    lake.ok(&["recover"]);
+    let doctor = lake.ok(&["doctor"]);
+    assert!(doctor.contains("clean"), "{doctor}");
+    // A restore to a version whose files are still there works.
+    lake.ok(&["restore", "--to", "4"]);
+}
+
+#[test]
+fn a_restore_whose_files_vanish_midway_is_rolled_back_not_wedged() {
+    let lake = three_versions();
+    lake.ok(&["compact", "--table", "executions"]);
+    let before = dump(&lake.root);
+    // The compacted-away files of `executions` are what a restore to 1
+    // brings back; they vanish while the restore pauses before its first
+    // table (a vacuum on a host that shares no lock, a hand-run `rm`).
+    let live: Vec<PathBuf> = data_files(&lake.root.join("orchestration/executions"));
+    let mut command = lake.command(&["restore", "--to", "1"]);
+    command.env("SLUICE_RESTORE_PAUSE_MS", "1500");
+    let child = command.stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let journaled = journal_versions(&lake.root);
+    while journal_versions(&lake.root) == journaled {
+        assert!(Instant::now() < deadline, "the restore never journaled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let compacted_to = compacted_output(&lake.root.join("orchestration/executions"));
+    for file in live.iter().filter(|f| !compacted_to.contains(f)) {
+        std::fs::remove_file(file).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the restore cannot succeed without its files");
+    assert!(stderr.contains("rolled back"), "{stderr}");
+    let journal = journal(&lake.root);
+    assert!(journal.unfinished().is_empty(), "the restore must be closed, not left open");
+    // Every table is as before the restore (the rows; versions moved on).
+    let now = dump(&lake.root);
+    for (i, (table, _)) in TABLES.iter().enumerate() {
+        assert!(now.0[i] == before.0[i], "`{table}` differs from before the restore");
+    }
+    let files = lake.root.join("referenced-files");
+    stage_mixed(&lake, &files, 10, 1, 0.0, 99, 4, 1);
+    lake.ok(&["commit"]);
+    // The journal says what happened, and the restore is no lake version.
+    let abandoned: Vec<_> = journal
+        .entries()
+        .iter()
+        .filter(|e| e.is_restore() || e.phase() == sluice::lake::journal::Phase::Abandoned)
+        .filter(|e| e.phase() == sluice::lake::journal::Phase::Abandoned)
+        .collect();
+    assert_eq!(abandoned.len(), 1, "{:?}", journal.entries());
+    let why = abandoned[0].reason.clone().unwrap_or_default();
+    assert!(why.contains("returned to its version before"), "{why}");
+    let history = lake.ok(&["history", "--json"]);
+    assert!(!history.contains("restore to"), "{history}");
+}
+
+/// The data files the last (compaction) commit of a table added.
+fn compacted_output(table: &Path) -> Vec<PathBuf> {
+    let log = table.join("_delta_log");
+    let last = std::fs::read_dir(&log)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".json").and_then(|v| v.parse::<u64>().ok())
+        })
+        .filter(|v| {
+            let text = std::fs::read_to_string(log.join(format!("{v:020}.json"))).unwrap();
+            text.contains("OPTIMIZE")
+        })
+        .max()
+        .expect("a compaction commit");
+    let text = std::fs::read_to_string(log.join(format!("{last:020}.json"))).unwrap();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["add"]["path"].as_str().map(|p| table.join(p)))
+        .collect()
+}
+
+#[test]
+fn staging_folders_that_link_to_another_lake_are_never_followed() {
+    let ours = new_lake();
+    let theirs = new_lake();
+    let files = theirs.root.join("referenced-files");
+    stage_mixed(&theirs, &files, 5, 1, 0.0, 7, 1, 1);
+    let their_staging = theirs.root.join("_staging");
+    let step_dir = std::fs::read_dir(&their_staging)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .unwrap();
+    let step_name = step_dir.file_name().unwrap().to_owned();
+    let shard = std::fs::read_dir(&step_dir).unwrap().next().unwrap().unwrap().path();
+    // A step folder that is a link, and a shard folder that is a link.
+    let our_staging = ours.root.join("_staging");
+    std::fs::create_dir_all(&our_staging).unwrap();
+    std::os::unix::fs::symlink(&step_dir, our_staging.join(&step_name)).unwrap();
+    let real_step = our_staging.join("2_generate_data");
+    std::fs::create_dir_all(&real_step).unwrap();
+    std::os::unix::fs::symlink(&shard, real_step.join(shard.file_name().unwrap())).unwrap();
+    let staged_before = data_files(&their_staging).len();
+    ours.ok(&["commit"]);
+    ours.ok(&["recover"]);
+    assert_eq!(
+        count(&ours, "SELECT count(*) FROM executions"),
+        0,
+        "their runs committed into ours"
+    );
+    assert_eq!(data_files(&their_staging).len(), staged_before, "their staging was touched");
+    let doctor = ours.ok(&["doctor"]);
+    assert!(doctor.contains(&step_name.to_string_lossy().into_owned()), "{doctor}");
+    // Their lake commits its own staging as ever.
+    theirs.ok(&["commit"]);
+    assert_eq!(count(&theirs, "SELECT count(*) FROM executions"), 5);
+}
+
+#[test]
+fn a_damaged_journal_is_rebuilt_from_the_tables() {
+    let lake = three_versions();
+    let expected = count(&lake, "SELECT count(*) FROM executions");
+    let journal_dir = lake.root.join("orchestration/commits");
+    let victim = data_files(&journal_dir).into_iter().next().unwrap();
+    std::fs::write(&victim, b"not parquet at all").unwrap();
+    let repaired = lake.ok(&["doctor", "--repair"]);
+    assert!(repaired.contains("could not be read") && repaired.contains("rebuilt"), "{repaired}");
+    assert_eq!(count(&lake, "SELECT count(*) FROM executions"), expected);
+    let history: serde_json::Value =
+        serde_json::from_str(&lake.ok(&["history", "--json"])).unwrap();
+    assert_eq!(history.as_array().unwrap().len(), 3, "{history}");
+    // The lake is writable again and the journal consistent.
+    let files = lake.root.join("referenced-files");
+    stage_mixed(&lake, &files, 10, 1, 0.0, 99, 4, 1);
+    lake.ok(&["commit"]);
+    crate::crash::check_journal(&lake.root, 0);
+    // The damaged journal was kept, not deleted.
+    let kept = std::fs::read_dir(lake.root.join("orchestration"))
+        .unwrap()
+        .any(|e| e.unwrap().file_name().to_string_lossy().starts_with("_commits.unreadable-"));
+    assert!(kept);
+}
+
+/// A pipeline whose middle step keeps two orchestrators' workers busy at
+/// the same time, so both run (and commit) the same units.
+const TWIN_PIPELINE: &str = r#"name = "twins"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 6, rows = 5 }
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", 'sleep 0.4; for f in inputs/t/*; do cp "$f" outputs/t/; done']
+inputs = { t = "gen.data" }
+outputs = { t = "data" }
+
+[[step]]
+name = "stats"
+operation = "compute_metrics"
+inputs = { t = "work.t" }
+"#;
+
+/// Run two orchestrators of one pipeline at once; both must succeed.
+fn run_twins(lake: &Lake, pipeline: &Path, unlocked: bool, trial: u32) {
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            let mut command = lake.command(&["run", pipeline.to_str().unwrap(), "--workers", "2"]);
+            if unlocked {
+                command.env("SLUICE_UNSAFE_NO_LOCK", "1");
+            }
+            command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+            command.spawn().unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "trial {trial} (unlocked: {unlocked}): an orchestrator failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn two_orchestrators_without_a_shared_lock_make_each_spec_succeed_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipeline = dir.path().join("p.toml");
+    std::fs::write(&pipeline, TWIN_PIPELINE).unwrap();
+    let alone = Lake::new();
+    alone.ok(&["init"]);
+    alone.ok(&["run", pipeline.to_str().unwrap()]);
+    let units = count(&alone, "SELECT count(*) FROM executions WHERE success");
+    for trial in 0..4 {
+        let unlocked = trial < 3;
+        let lake = new_lake();
+        run_twins(&lake, &pipeline, unlocked, trial);
+        let twice = count(
+            &lake,
+            "SELECT count(*) FROM (SELECT execution_spec_id FROM executions WHERE success \
+             GROUP BY execution_spec_id HAVING count(*) > 1)",
+        );
+        assert_eq!(twice, 0, "trial {trial}: a spec succeeded twice");
+        // Every unit succeeded, once, as in a run alone.
+        let specs =
+            count(&lake, "SELECT count(DISTINCT execution_spec_id) FROM executions WHERE success");
+        assert_eq!(specs, units, "trial {trial}");
+        // A run committed second is recorded as what it was, not lost.
+        let superseded = count(
+            &lake,
+            "SELECT count(*) FROM executions WHERE NOT success AND error LIKE 'superseded:%'",
+        );
+        let failed = count(&lake, "SELECT count(*) FROM executions WHERE NOT success");
+        eprintln!("trial {trial} (unlocked: {unlocked}): {superseded} runs committed superseded");
+        assert_eq!(failed, superseded, "trial {trial}: only superseded runs may be unsuccessful");
+        assert_eq!(dump(&lake.root).1, 0, "trial {trial}: duplicate keys");
+        // A rerun finds every unit cached.
+        let rerun = lake.ok(&["run", pipeline.to_str().unwrap(), "--json"]);
+        assert!(!rerun.contains("\"failed\": 1"), "{rerun}");
+    }
+}
+
+/// Two compactions of the same tables at once, on hosts that share no lock:
+/// delta-rs commits the second OPTIMIZE on top of the first (its conflict
+/// checker ignores removes without a data change), which kept both copies
+/// of the rows; the compaction that met the other is now undone exactly.
+#[test]
+fn two_compactions_without_a_lock_never_duplicate_rows() {
+    let lake = new_lake();
+    let files = lake.root.join("referenced-files");
+    let rounds: u64 =
+        std::env::var("SLUICE_RACE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    for round in 0..rounds {
+        stage_mixed(&lake, &files, 6, 1, 0.0, 500 + round, 1 + (round % 2) as i32, 1);
+        lake.ok(&["commit"]);
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                lake.command(&["compact"])
+                    .env("SLUICE_UNSAFE_NO_LOCK", "1")
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for racer in racers {
+            let out = racer.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let (_, duplicates) = dump(&lake.root);
+        assert_eq!(duplicates, 0, "round {round}: duplicate keys after racing compactions");
+        crate::crash::check_journal(&lake.root, round);
+    }
+    assert_eq!(count(&lake, "SELECT count(*) FROM executions"), 6 * rounds as i64);
+}

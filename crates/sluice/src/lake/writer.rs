@@ -1,0 +1,250 @@
+//! The writer protocol: the one entry every operation that changes the
+//! lake passes through.
+//!
+//! A put, a pipeline commit, `restore`, `compact`, `vacuum`, `checkpoint`,
+//! `doctor --repair`, an ingest flush, a transform and `ingest dedup` all
+//! begin with [`Lake::writer`]`(kind).begin()`, which
+//!
+//! 1. takes the writer lock — a courtesy that keeps two writers from doing
+//!    the same work twice, never what correctness rests on (a lake on
+//!    hosts that share no lock, or on an object store, has none);
+//! 2. **settles** every unfinished restore in the journal before anything
+//!    is written: a restore undoes, table by table, what came after its
+//!    target, so a write landing between two of its table commits would be
+//!    kept in one table and undone in the next (a put's content kept, its
+//!    index row removed). Settling finishes the restore, or rolls it back
+//!    when it cannot be finished ([`restore::settle`]); a restore whose
+//!    restorer may still be running is refused with who runs it.
+//!    Unfinished commit sequences need no settling here: they only add
+//!    rows, and the committer finishes them from their manifests.
+//!
+//! Without a lock, a restore can still be claimed after a writer settled.
+//! Journaled writers (commit sequences, restores) are ordered by the
+//! journal itself: each claim is exactly the journal's next version and is
+//! refused while a restore is unfinished, so a sequence and a restore
+//! never overlap. Writers that do not journal (a put) ask
+//! [`Writer::restore_claimed_since`] after their last commit: if a restore
+//! was claimed since they settled, it may have undone part of what they
+//! wrote, so they settle again and write again — their writes are
+//! idempotent, and a write acknowledged is then wholly before or wholly
+//! after every restore. docs/ARCHITECTURE.md, "The writer protocol", states
+//! the whole rule.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::journal::{JournalEntry, Phase};
+use super::restore::{self, Settled};
+use super::{Lake, WriterLock, layout, table};
+use crate::error::{Error, Result};
+use crate::progress::Progress;
+
+/// Default age after which a started sequence of another host is taken for
+/// abandoned by its writer.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(3600);
+
+/// The operations that change the lake (for messages and traces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    /// A direct put of artifacts.
+    Put,
+    /// A commit of staging (or `recover`).
+    Commit,
+    /// A restore of every table to one point.
+    Restore,
+    /// Compaction.
+    Compact,
+    /// Vacuum.
+    Vacuum,
+    /// Checkpoints and log clean-up.
+    Checkpoint,
+    /// `doctor --repair`.
+    Repair,
+    /// An ingestion flush.
+    Ingest,
+    /// A medallion transform.
+    Transform,
+    /// `ingest dedup`.
+    Dedup,
+}
+
+/// How a writer begins; see [`Lake::writer`].
+#[must_use = "a writer begins only when `begin` is awaited"]
+#[derive(Debug)]
+pub struct WriteBuilder<'a> {
+    lake: &'a Lake,
+    kind: WriteKind,
+    lock_wait: Option<Duration>,
+    locked: bool,
+    stale_after: Duration,
+}
+
+/// A writer that has settled the journal; holds the writer lock until
+/// dropped.
+#[derive(Debug)]
+pub struct Writer {
+    _lock: Option<WriterLock>,
+    kind: WriteKind,
+    stale_after: Duration,
+    /// The journal's version once settled (`None`: no journal yet).
+    settled_at: Option<u64>,
+    /// Restores this writer settled.
+    settled: Vec<Settled>,
+}
+
+impl Lake {
+    /// Begin an operation that changes the lake: the writer protocol's one
+    /// entry (see [the module](self)).
+    pub fn writer(&self, kind: WriteKind) -> WriteBuilder<'_> {
+        WriteBuilder {
+            lake: self,
+            kind,
+            lock_wait: None,
+            locked: true,
+            stale_after: DEFAULT_STALE_AFTER,
+        }
+    }
+}
+
+impl WriteBuilder<'_> {
+    /// Wait at most this long for the writer lock (default: as long as it
+    /// takes), then fail naming its holder.
+    pub fn lock_wait(mut self, wait: Option<Duration>) -> Self {
+        self.lock_wait = wait;
+        self
+    }
+
+    /// Take no writer lock: for long-running writers of their own tables
+    /// (ingestion runs for hours beside pipelines), whose exactly-once
+    /// rests on their commits alone.
+    pub fn without_lock(mut self) -> Self {
+        self.locked = false;
+        self
+    }
+
+    /// How old an unfinished restore of another host must be before this
+    /// writer settles it rather than refusing (default 1 hour). One of this
+    /// host is settled as soon as its process is gone.
+    pub fn stale_after(mut self, age: Duration) -> Self {
+        self.stale_after = age;
+        self
+    }
+
+    /// Take the lock, then settle every unfinished restore.
+    pub async fn begin(self) -> Result<Writer> {
+        let lock = match self.locked {
+            true => Some(WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?),
+            false => None,
+        };
+        let mut writer = Writer {
+            _lock: lock,
+            kind: self.kind,
+            stale_after: self.stale_after,
+            settled_at: None,
+            settled: Vec::new(),
+        };
+        writer.settle(self.lake).await?;
+        Ok(writer)
+    }
+}
+
+impl Writer {
+    /// Restores this writer found unfinished and settled.
+    pub fn settled(&self) -> &[Settled] {
+        &self.settled
+    }
+
+    /// Whether a restore was claimed after this writer last settled: what
+    /// it wrote since may have been undone in part. A writer that does not
+    /// journal asks after its last commit and, on `true`, calls
+    /// [`Writer::settle`] and writes again.
+    pub async fn restore_claimed_since(&self, lake: &Lake) -> Result<bool> {
+        if !journal_exists(lake.root()) {
+            return Ok(false);
+        }
+        let mut tip = lake.take_journal_tip().await?;
+        let advanced = tip.advance(lake.root()).await.map(|journal| {
+            journal.entries().iter().any(|e| {
+                e.is_restore()
+                    && e.phase() == Phase::Started
+                    && self.settled_at.is_none_or(|at| e.position > at)
+            })
+        });
+        lake.keep_journal_tip(tip);
+        advanced
+    }
+
+    /// Settle every unfinished restore (see [the module](self)). A repair
+    /// goes on when the journal cannot be read: rebuilding it is what a
+    /// repair is for.
+    pub async fn settle(&mut self, lake: &Lake) -> Result<()> {
+        if !journal_exists(lake.root()) {
+            return Ok(());
+        }
+        let open = match unfinished_restores(lake).await {
+            Err(e) if self.kind == WriteKind::Repair => {
+                tracing::warn!(error = %e, "the journal cannot be read; repairing without settling it");
+                return Ok(());
+            }
+            open => open?,
+        };
+        for restore in open {
+            self.settled.push(settle_restore(lake, &restore, self.stale_after, self.kind).await?);
+        }
+        let mut tip = lake.take_journal_tip().await?;
+        let version = tip.advance(lake.root()).await.map(|journal| journal.version);
+        lake.keep_journal_tip(tip);
+        self.settled_at = version?;
+        Ok(())
+    }
+}
+
+/// The journal's unfinished restores, read through the lake's kept tip.
+async fn unfinished_restores(lake: &Lake) -> Result<Vec<JournalEntry>> {
+    let mut tip = lake.take_journal_tip().await?;
+    let open = tip.advance(lake.root()).await.map(|journal| {
+        journal.unfinished().into_iter().filter(|e| e.is_restore()).cloned().collect()
+    });
+    lake.keep_journal_tip(tip);
+    open
+}
+
+/// Settle one unfinished restore, unless its restorer may still be running.
+pub(crate) async fn settle_restore(
+    lake: &Lake,
+    open: &JournalEntry,
+    stale_after: Duration,
+    kind: WriteKind,
+) -> Result<Settled> {
+    if orphan_reason(open, stale_after).is_none() {
+        return Err(Error::RestoreInProgress {
+            seq: open.seq,
+            what: open.reason.clone().unwrap_or_else(|| "restore".into()),
+            owner: open.owner.clone(),
+        });
+    }
+    tracing::info!(seq = open.seq, writer = ?kind, "settling an interrupted restore");
+    restore::settle(lake.root(), &lake.table_specs(), open, &Progress::default()).await
+}
+
+fn journal_exists(root: &Path) -> bool {
+    table::is_table(&table::table_dir(root, &layout::commits_table()))
+}
+
+/// Why an unfinished sequence's writer can be taken for gone, if it can:
+/// it ran on this host and its process is gone, or it is older than
+/// `stale_after`, or it names no writer.
+pub(crate) fn orphan_reason(open: &JournalEntry, stale_after: Duration) -> Option<String> {
+    if crate::host::owner_is_dead(&open.owner) {
+        return Some(format!("its writer ({}) is gone", open.owner));
+    }
+    let age_us = chrono::Utc::now().timestamp_micros() - open.timestamp;
+    let stale = u128::try_from(age_us).is_ok_and(|age| age > stale_after.as_micros());
+    (stale || open.owner.is_empty()).then(|| {
+        format!(
+            "it was started {} s ago by {}",
+            age_us / 1_000_000,
+            if open.owner.is_empty() { "an unknown writer" } else { open.owner.as_str() }
+        )
+    })
+}
