@@ -103,6 +103,11 @@ pub enum Command {
         /// Staged bytes per commit sequence, in MiB (bounds memory).
         #[arg(long, default_value_t = sluice::commit::DEFAULT_CHUNK_BYTES >> 20)]
         chunk_mib: u64,
+        /// Decoded rows one commit sequence may hold in memory, in MiB: runs
+        /// past it go to the next sequence (one larger run is a sequence of
+        /// its own).
+        #[arg(long, default_value_t = sluice::commit::DEFAULT_CHUNK_MEMORY >> 20)]
+        memory_mib: u64,
         /// Give up after waiting this many seconds for the writer lock.
         #[arg(long)]
         wait: Option<f64>,
@@ -114,6 +119,9 @@ pub enum Command {
     /// Finish interrupted commits, close sequences nothing can finish, and
     /// commit every sealed leftover staging directory.
     Recover {
+        /// Decoded rows one commit sequence may hold in memory, in MiB.
+        #[arg(long, default_value_t = sluice::commit::DEFAULT_CHUNK_MEMORY >> 20)]
+        memory_mib: u64,
         /// Give up after waiting this many seconds for the writer lock.
         #[arg(long)]
         wait: Option<f64>,

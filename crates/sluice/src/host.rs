@@ -36,6 +36,37 @@ pub fn on_cores<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Ve
     on_threads(items, cores().min(8), f)
 }
 
+/// [`on_cores`] within a budget: items are taken in order, and once the
+/// `weight` of the results so far reaches `budget`, the items not yet taken
+/// are left (`None`), always a suffix of `items`. The first item always
+/// runs, and results under way when the budget is reached finish, so at
+/// most one result per thread goes past it.
+pub fn on_cores_within<T: Sync, R: Send>(
+    items: &[T],
+    budget: u64,
+    f: impl Fn(&T) -> R + Sync,
+    weight: impl Fn(&R) -> u64 + Sync,
+) -> Vec<Option<R>> {
+    let used = AtomicU64::new(0);
+    let (used, f, weight) = (&used, &f, &weight);
+    let taken = AtomicUsize::new(0);
+    let taken = &taken;
+    let out = on_cores(items, move |item| {
+        let i = taken.fetch_add(1, Ordering::SeqCst);
+        if i > 0 && used.load(Ordering::SeqCst) >= budget {
+            return None;
+        }
+        let result = f(item);
+        used.fetch_add(weight(&result), Ordering::SeqCst);
+        Some(result)
+    });
+    // Threads take items in order but may finish out of order: keep only a
+    // prefix, so what is left is a suffix (a run never goes ahead of one
+    // before it).
+    let first_left = out.iter().position(Option::is_none).unwrap_or(out.len());
+    out.into_iter().enumerate().map(|(i, r)| if i < first_left { r } else { None }).collect()
+}
+
 /// [`on_cores`] on up to `threads` threads, for work that waits on reads.
 pub fn on_threads<T: Sync, R: Send>(
     items: &[T],
@@ -169,6 +200,19 @@ mod tests {
             assert_ne!(other, here);
             assert!(!owner_is_dead(&format!("{other}:4194303:5")), "{other}");
         }
+    }
+
+    #[test]
+    fn on_cores_within_a_budget_runs_a_prefix_and_leaves_a_suffix() {
+        let items: Vec<u64> = (0..40).collect();
+        let out = on_cores_within(&items, 10, |i| *i, |_| 3);
+        let ran = out.iter().take_while(|r| r.is_some()).count();
+        // 10 units at 3 each: at least 4 items, at most one more per thread.
+        assert!((4..=4 + cores().min(8)).contains(&ran), "{ran}");
+        assert!(out[ran..].iter().all(Option::is_none), "a suffix is left");
+        assert!(out[..ran].iter().enumerate().all(|(i, r)| *r == Some(i as u64)), "in order");
+        // The first item runs whatever the budget.
+        assert_eq!(on_cores_within(&items, 0, |i| *i, |_| 1)[0], Some(0));
     }
 
     #[test]

@@ -41,12 +41,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Put { type_key, step, metadata, values } => {
             put(&root, &type_key, step, metadata.as_deref(), &values).await
         }
-        Command::Commit { step, chunk, chunk_mib, wait, json } => {
-            let options = commit::CommitOptions { step, chunk, chunk_mib, wait, recover: false };
+        Command::Commit { step, chunk, chunk_mib, memory_mib, wait, json } => {
+            let options =
+                commit::CommitOptions { step, chunk, chunk_mib, memory_mib, wait, recover: false };
             commit::commit(&root, options, json).await
         }
-        Command::Recover { wait, json } => {
-            let options = commit::CommitOptions { wait, recover: true, ..Default::default() };
+        Command::Recover { memory_mib, wait, json } => {
+            let options =
+                commit::CommitOptions { memory_mib, wait, recover: true, ..Default::default() };
             commit::commit(&root, options, json).await
         }
         Command::Doctor { repair, json } => doctor::doctor(&root, repair, json).await,

@@ -73,6 +73,13 @@ pub struct LoadedRun {
     pub executions: Vec<StagedRun>,
 }
 
+impl LoadedRun {
+    /// What its staged rows hold in memory, decoded.
+    pub fn decoded_bytes(&self) -> u64 {
+        self.tables.values().flatten().map(|b| b.get_array_memory_size() as u64).sum()
+    }
+}
+
 /// One execution of a loaded directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StagedRun {

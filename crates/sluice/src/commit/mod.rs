@@ -46,6 +46,10 @@ pub const DEFAULT_CHUNK: usize = 1000;
 /// commit's memory (see [`CommitBuilder::with_chunk_bytes`]).
 pub const DEFAULT_CHUNK_BYTES: u64 = 256 << 20;
 
+/// Default bound on the decoded rows one commit sequence holds in memory
+/// (see [`CommitBuilder::with_memory_limit`]).
+pub const DEFAULT_CHUNK_MEMORY: u64 = 1 << 30;
+
 /// What a commit did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CommitReport {
@@ -100,6 +104,7 @@ pub struct CommitBuilder<'a> {
     step: Option<i32>,
     chunk: usize,
     chunk_bytes: u64,
+    memory: u64,
     sync: SyncPolicy,
     progress: Option<Progress>,
     lock_wait: Option<Duration>,
@@ -131,6 +136,7 @@ impl Lake {
             step: None,
             chunk: DEFAULT_CHUNK,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
+            memory: DEFAULT_CHUNK_MEMORY,
             sync: SyncPolicy::Detect,
             progress: None,
             lock_wait: None,
@@ -185,6 +191,16 @@ impl<'a> CommitBuilder<'a> {
     /// single one is larger.
     pub fn with_chunk_bytes(mut self, bytes: u64) -> Self {
         self.chunk_bytes = bytes.max(1);
+        self
+    }
+
+    /// Decoded bytes one sequence may hold in memory (default 1 GiB): runs
+    /// are loaded in order until their decoded rows reach it, the rest go
+    /// to the next sequence (a single run larger than it is a sequence of
+    /// its own). Staged sizes cannot bound this: compressible data decodes
+    /// to thousands of times its staged size.
+    pub fn with_memory_limit(mut self, bytes: u64) -> Self {
+        self.memory = bytes.max(1);
         self
     }
 
@@ -277,7 +293,8 @@ impl<'a> CommitBuilder<'a> {
         }
         let checked_ms = started.elapsed().as_secs_f64() * 1e3;
         if let Some(existing) = existing {
-            recovery::recover(&ctx, &existing, manifests, self.stale_after, &mut report).await?;
+            let bounds = (self.stale_after, self.memory);
+            recovery::recover(&ctx, &existing, manifests, bounds, &mut report).await?;
         }
         let recovered_ms = started.elapsed().as_secs_f64() * 1e3;
         self.commit_sealed(&ctx, &mut report).await?;
@@ -328,10 +345,22 @@ impl<'a> CommitBuilder<'a> {
         };
         let total = sealed.len();
         let mut done = 0;
-        for chunk in chunks(sealed, self.chunk, self.chunk_bytes) {
-            let size = chunk.len();
+        let mut pending: std::collections::VecDeque<RunDir> = sealed.into();
+        while !pending.is_empty() {
+            let chunk = next_chunk(&mut pending, self.chunk, self.chunk_bytes);
             let clock = Instant::now();
-            let loaded = sequence::Loaded::load(ctx, chunk).await?;
+            let taken = chunk.len();
+            let (loaded, left) = sequence::Loaded::load_within(ctx, chunk, self.memory).await?;
+            let size = taken - left.len();
+            if !left.is_empty() {
+                tracing::debug!(
+                    left = left.len(),
+                    "runs past the memory bound go to the next sequence"
+                );
+            }
+            for run in left.into_iter().rev() {
+                pending.push_front(run);
+            }
             if !loaded.is_empty() {
                 let loaded_ms = clock.elapsed().as_secs_f64() * 1e3;
                 let claimed = loaded.claim(ctx).await?;
@@ -361,25 +390,25 @@ fn holds_any(dir: &RunDir, runs: &std::collections::HashSet<String>) -> bool {
     dir.staged_run_ids().is_ok_and(|ids| ids.iter().any(|id| runs.contains(id)))
 }
 
-/// Cut sealed runs into chunks of at most `runs` directories and `bytes`
-/// staged bytes (a directory larger than `bytes` is a chunk of its own).
-fn chunks(sealed: Vec<RunDir>, runs: usize, bytes: u64) -> Vec<Vec<RunDir>> {
-    let mut out: Vec<Vec<RunDir>> = Vec::new();
-    let mut current: Vec<RunDir> = Vec::new();
-    let mut current_bytes = 0u64;
-    for run in sealed {
+/// The next chunk off the front of `pending`: at most `runs` directories
+/// and `bytes` staged bytes (a directory larger than `bytes` is a chunk of
+/// its own).
+fn next_chunk(
+    pending: &mut std::collections::VecDeque<RunDir>,
+    runs: usize,
+    bytes: u64,
+) -> Vec<RunDir> {
+    let mut chunk = Vec::new();
+    let mut chunk_bytes = 0u64;
+    while let Some(run) = pending.front() {
         let size = dir_bytes(&run.path);
-        if !current.is_empty() && (current.len() >= runs || current_bytes + size > bytes) {
-            out.push(std::mem::take(&mut current));
-            current_bytes = 0;
+        if !chunk.is_empty() && (chunk.len() >= runs || chunk_bytes + size > bytes) {
+            break;
         }
-        current_bytes += size;
-        current.push(run);
+        chunk_bytes += size;
+        chunk.extend(pending.pop_front());
     }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
+    chunk
 }
 
 /// Bytes of the regular files directly in a directory.
@@ -416,9 +445,16 @@ mod tests {
                 RunDir { step: 1, operation: "op".into(), run_id: format!("r{i}"), path }
             })
             .collect();
-        let sizes = |c: Vec<Vec<RunDir>>| c.iter().map(Vec::len).collect::<Vec<_>>();
-        assert_eq!(sizes(chunks(runs.clone(), 2, u64::MAX)), vec![2, 2, 1]);
+        let sizes = |runs: &[RunDir], n: usize, bytes: u64| {
+            let mut pending: std::collections::VecDeque<RunDir> = runs.iter().cloned().collect();
+            let mut out = Vec::new();
+            while !pending.is_empty() {
+                out.push(next_chunk(&mut pending, n, bytes).len());
+            }
+            out
+        };
+        assert_eq!(sizes(&runs, 2, u64::MAX), vec![2, 2, 1]);
         // The 5000-byte run is alone; small ones share up to 300 bytes.
-        assert_eq!(sizes(chunks(runs, 10, 300)), vec![2, 1, 2]);
+        assert_eq!(sizes(&runs, 10, 300), vec![2, 1, 2]);
     }
 }

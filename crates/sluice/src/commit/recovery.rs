@@ -39,7 +39,7 @@ pub(super) async fn recover(
     ctx: &Context<'_>,
     journal: &Journal,
     manifests: Vec<manifest::Manifest>,
-    stale_after: Duration,
+    (stale_after, memory): (Duration, u64),
     report: &mut CommitReport,
 ) -> Result<()> {
     for manifest in &manifests {
@@ -69,7 +69,27 @@ pub(super) async fn recover(
             "finishing an interrupted commit sequence"
         );
         let present: Vec<_> = dirs.into_iter().filter(|d| d.path.is_dir()).collect();
-        let loaded = Loaded::load(ctx, present).await?;
+        let (mut loaded, left) = Loaded::load_within(ctx, present.clone(), memory).await?;
+        if !left.is_empty() {
+            if !reached_any_table(ctx, started).await? {
+                // Nothing of it is committed: close it, and its runs (still
+                // sealed in staging) are committed in sequences that fit.
+                let reason = format!(
+                    "its {} runs decode to more than the commit's memory bound ({} MiB); they are committed again in smaller sequences",
+                    present.len(),
+                    memory >> 20
+                );
+                abandon(ctx, started, &reason).await?;
+                manifest::remove(ctx.staging_root, manifest.seq)?;
+                report.abandoned.push((manifest.seq, reason));
+                continue;
+            }
+            tracing::warn!(
+                seq = manifest.seq,
+                "an interrupted sequence past the memory bound has committed tables already; finishing it whole"
+            );
+            loaded = Loaded::load(ctx, present).await?;
+        }
         report.absorb(loaded.resume(started).finish(ctx).await?);
         report.recovered.push(manifest.seq);
     }
@@ -106,6 +126,29 @@ async fn finish_restore(
         }
     }
     Ok(())
+}
+
+/// Whether some table holds a commit of this sequence (after the version
+/// its started row recorded).
+async fn reached_any_table(ctx: &Context<'_>, started: &JournalEntry) -> Result<bool> {
+    let specs = ctx.lake.table_specs();
+    for spec in crate::lake::journal::sequence_tables(&specs) {
+        let dir = crate::lake::table::table_dir(ctx.lake.root(), spec);
+        if !crate::lake::table::is_table(&dir) {
+            continue;
+        }
+        let since = started.table_versions.get(&spec.name).copied().unwrap_or(0);
+        let handle = crate::lake::table::open(ctx.lake.root(), spec).await?;
+        let head = handle.version().unwrap_or_default();
+        let token = &started.token;
+        if crate::lake::append::find_token(&handle, &spec.name, token, since + 1, head)
+            .await?
+            .is_some()
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Manifests written before tokens existed name sequences by number.

@@ -103,14 +103,33 @@ impl Loaded {
     /// that fails, including runs whose edges point at artifacts neither the
     /// commit nor the lake holds.
     pub(super) async fn load(ctx: &Context<'_>, dirs: Vec<RunDir>) -> Result<Loaded> {
+        Ok(Self::load_within(ctx, dirs, u64::MAX).await?.0)
+    }
+
+    /// [`Loaded::load`] of the runs whose decoded rows fit in `budget`
+    /// bytes, taken in order (the first always); the runs left over come
+    /// back, not loaded. A chunk is cut by what its rows hold in memory
+    /// once decoded, which compressed file sizes do not tell (100 MB of
+    /// zeros stage as 44 KB).
+    pub(super) async fn load_within(
+        ctx: &Context<'_>,
+        dirs: Vec<RunDir>,
+        budget: u64,
+    ) -> Result<(Loaded, Vec<RunDir>)> {
         let mut report = SequenceReport::default();
         let registry = ctx.lake.registry().clone();
         let specs = ctx.lake.table_specs();
-        let results = tokio::task::spawn_blocking(move || load_parallel(&registry, &specs, dirs))
-            .await
-            .map_err(|e| Error::task("loading staged runs", e))?;
+        let results =
+            tokio::task::spawn_blocking(move || load_parallel(&registry, &specs, dirs, budget))
+                .await
+                .map_err(|e| Error::task("loading staged runs", e))?;
         let mut runs = Vec::with_capacity(results.len());
+        let mut left = Vec::new();
         for (result, dir) in results {
+            let Some(result) = result else {
+                left.push(dir);
+                continue;
+            };
             match result {
                 Ok(run) => runs.push(run),
                 Err(rejection) => {
@@ -128,7 +147,7 @@ impl Loaded {
             edges_ms = clock.elapsed().as_millis() as u64 - committed_ms,
             "loaded and checked"
         );
-        Ok(Loaded { runs, report, specs_checked_at })
+        Ok((Loaded { runs, report, specs_checked_at }, left))
     }
 
     /// Whether nothing is left to commit.
@@ -598,12 +617,21 @@ async fn drop_orphan_edges(
 
 /// Load run directories on all cores (reading and checking them is most of a
 /// commit's work), keeping their order.
+/// Load runs on all cores until their decoded rows reach `budget` bytes;
+/// `None` for the runs left over.
 fn load_parallel(
     registry: &crate::registry::TypeRegistry,
     specs: &[TableSpec],
     runs: Vec<RunDir>,
-) -> Vec<(std::result::Result<LoadedRun, Rejection>, RunDir)> {
-    crate::host::on_cores(&runs, |dir| (load_run(registry, specs, dir), dir.clone()))
+    budget: u64,
+) -> Vec<(Option<std::result::Result<LoadedRun, Rejection>>, RunDir)> {
+    let loaded = crate::host::on_cores_within(
+        &runs,
+        budget,
+        |dir| load_run(registry, specs, dir),
+        |result| result.as_ref().map_or(0, LoadedRun::decoded_bytes),
+    );
+    loaded.into_iter().zip(runs).collect()
 }
 
 /// The kept tip of a table at its latest version, and its staged rows in
