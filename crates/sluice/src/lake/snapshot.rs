@@ -173,7 +173,15 @@ fn wholly_visible(entry: &JournalEntry, cut: &BTreeMap<String, u64>) -> bool {
     entry.table_commits.iter().all(|(t, v)| cut.get(t).is_some_and(|c| v <= c))
 }
 
-/// Step 3: a completed sequence partly above the cut is hidden everywhere.
+/// Step 3: a completed sequence partly above the cut is hidden everywhere:
+/// every table is capped at the versions its `started` row recorded. Those
+/// were read in reverse commit order, so they are a consistent point of
+/// their own, and the lowest of consistent points is consistent: capping
+/// only the tables the sequence touched, each below its own commit, could
+/// cut between a direct put's content and its index row (which no journal
+/// row records) when two committers that share no lock interleave. A
+/// sequence whose `started` row is gone (a journal rebuilt by `doctor
+/// --repair` holds completed rows only) is capped below its commits.
 fn hide_partial_sequences(journal: &Journal, cut: &mut BTreeMap<String, u64>) {
     loop {
         let mut changed = false;
@@ -186,9 +194,20 @@ fn hide_partial_sequences(journal: &Journal, cut: &mut BTreeMap<String, u64>) {
             if visible.is_empty() || visible.len() == entry.table_commits.len() {
                 continue;
             }
-            for (table, version) in visible {
-                cap(cut, table, version.saturating_sub(1));
-                changed = true;
+            let started = journal.of_token(&entry.token).find(|e| e.phase() == Phase::Started);
+            match started {
+                Some(started) => {
+                    for (table, version) in &started.table_versions {
+                        changed |= cut.get(table).is_some_and(|c| c > version);
+                        cap(cut, table, *version);
+                    }
+                }
+                None => {
+                    for (table, version) in visible {
+                        cap(cut, table, version.saturating_sub(1));
+                        changed = true;
+                    }
+                }
             }
         }
         if !changed {
@@ -243,6 +262,46 @@ mod tests {
             table_commits: commits.iter().map(|(t, v)| ((*t).to_owned(), *v)).collect(),
             ..JournalEntry::default()
         }
+    }
+
+    fn started(seq: i64, versions: &[(&str, u64)]) -> JournalEntry {
+        JournalEntry {
+            seq,
+            phase: Some(Phase::Started),
+            token: format!("t{seq}"),
+            table_versions: versions.iter().map(|(t, v)| ((*t).to_owned(), *v)).collect(),
+            ..JournalEntry::default()
+        }
+    }
+
+    #[test]
+    fn hiding_interleaved_sequences_never_cuts_between_a_puts_content_and_index() {
+        // Two committers without a shared lock, and a direct put between
+        // them (the journal does not record puts):
+        //   seq 2 claims (metrics 8, index 18) and commits metrics 9;
+        //   the put commits its content at metrics 10;
+        //   seq 3 claims (metrics 10, index 18);
+        //   the put commits its index row at index 19;
+        //   seq 3 commits metrics 11 and index 20; seq 2 commits index 21.
+        // A reader read index at 20 and metrics at 11.
+        let journal = Journal::new(
+            vec![
+                started(2, &[("metrics", 8), ("index", 18)]),
+                started(3, &[("metrics", 10), ("index", 18)]),
+                completed(3, &[("metrics", 11), ("index", 20)]),
+                completed(2, &[("metrics", 9), ("index", 21)]),
+            ],
+            Some(4),
+        );
+        let mut cut: BTreeMap<String, u64> =
+            [("metrics", 11), ("index", 20)].map(|(t, v)| (t.to_owned(), v)).into();
+        hide_partial_sequences(&journal, &mut cut);
+        // The put's index row (19) may be seen only with its content (10).
+        assert!(cut["index"] < 19 || cut["metrics"] >= 10, "{cut:?}");
+        assert!(journal.entries().iter().filter(|e| e.phase() == Phase::Completed).all(|e| {
+            let seen = e.table_commits.iter().filter(|(t, v)| **v <= cut[t.as_str()]).count();
+            seen == 0 || seen == e.table_commits.len()
+        }));
     }
 
     #[test]
