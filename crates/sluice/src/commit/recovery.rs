@@ -132,23 +132,8 @@ async fn finish_restore(
 /// its started row recorded).
 async fn reached_any_table(ctx: &Context<'_>, started: &JournalEntry) -> Result<bool> {
     let specs = ctx.lake.table_specs();
-    for spec in crate::lake::journal::sequence_tables(&specs) {
-        let dir = crate::lake::table::table_dir(ctx.lake.root(), spec);
-        if !crate::lake::table::is_table(&dir) {
-            continue;
-        }
-        let since = started.table_versions.get(&spec.name).copied().unwrap_or(0);
-        let handle = crate::lake::table::open(ctx.lake.root(), spec).await?;
-        let head = handle.version().unwrap_or_default();
-        let token = &started.token;
-        if crate::lake::append::find_token(&handle, &spec.name, token, since + 1, head)
-            .await?
-            .is_some()
-        {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    let tables = crate::lake::journal::sequence_tables(&specs);
+    crate::lake::journal::any_table_holds(ctx.lake.root(), &tables, started, &started.token).await
 }
 
 /// Manifests written before tokens existed name sequences by number.

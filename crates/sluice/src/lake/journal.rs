@@ -475,6 +475,30 @@ pub(super) fn row_batch(
         .map_err(|e| Error::arrow("building a journal row", e))
 }
 
+/// Whether any of `specs` holds a commit carrying `token` after the version
+/// the `started` row recorded for it (a table that does not exist holds
+/// none): how a settle tells which tables a sequence, or its roll-back,
+/// has reached.
+pub async fn any_table_holds(
+    root: &Path,
+    specs: &[&TableSpec],
+    started: &JournalEntry,
+    token: &str,
+) -> Result<bool> {
+    for &spec in specs {
+        if !table::is_table(&table::table_dir(root, spec)) {
+            continue;
+        }
+        let since = started.table_versions.get(&spec.name).copied().unwrap_or(0);
+        let handle = table::open(root, spec).await?;
+        let head = handle.version().unwrap_or_default();
+        if append::find_token(&handle, &spec.name, token, since + 1, head).await?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// The tables a sequence writes, in commit order.
 pub fn sequence_tables(specs: &[TableSpec]) -> Vec<&TableSpec> {
     specs.iter().filter(|s| !matches!(s.kind, TableKind::Steps | TableKind::Commits)).collect()

@@ -278,16 +278,9 @@ pub fn rollback_token(token: &str) -> String {
 
 /// Whether some table already holds a roll-back commit of this restore.
 async fn rollback_began(root: &Path, specs: &[TableSpec], started: &JournalEntry) -> Result<bool> {
-    let undo = rollback_token(&started.token);
-    for spec in restorable(specs).filter(|s| started.restore_to.contains_key(&s.name)) {
-        let since = started.table_versions.get(&spec.name).copied().unwrap_or(0);
-        let handle = table::open(root, spec).await?;
-        let head = handle.version().unwrap_or_default();
-        if append::find_token(&handle, &spec.name, &undo, since + 1, head).await?.is_some() {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    let tables: Vec<&TableSpec> =
+        restorable(specs).filter(|s| started.restore_to.contains_key(&s.name)).collect();
+    journal::any_table_holds(root, &tables, started, &rollback_token(&started.token)).await
 }
 
 /// Return every table this restore committed to the version it had before
