@@ -1,9 +1,10 @@
 //! The writer protocol: the one entry every operation that changes the
 //! lake passes through.
 //!
-//! A put, a pipeline commit, `restore`, `compact`, `vacuum`, `checkpoint`,
-//! `doctor --repair`, an ingest flush, a transform and `ingest dedup` all
-//! begin with [`Lake::writer`]`(kind).begin()`, which
+//! A put, a pipeline commit, `restore`, `compact`, `vacuum`, `checkpoint`
+//! and `doctor --repair` all begin with [`Lake::writer`]`(kind).begin()`
+//! (ingestion's writers commit only their own tables, which no restore
+//! touches, and do not begin here yet), which
 //!
 //! 1. takes the writer lock — a courtesy that keeps two writers from doing
 //!    the same work twice, never what correctness rests on (a lake on
@@ -60,12 +61,6 @@ pub enum WriteKind {
     Checkpoint,
     /// `doctor --repair`.
     Repair,
-    /// An ingestion flush.
-    Ingest,
-    /// A medallion transform.
-    Transform,
-    /// `ingest dedup`.
-    Dedup,
 }
 
 /// How a writer begins; see [`Lake::writer`].
@@ -75,7 +70,6 @@ pub struct WriteBuilder<'a> {
     lake: &'a Lake,
     kind: WriteKind,
     lock_wait: Option<Duration>,
-    locked: bool,
     stale_after: Duration,
 }
 
@@ -83,7 +77,7 @@ pub struct WriteBuilder<'a> {
 /// dropped.
 #[derive(Debug)]
 pub struct Writer {
-    _lock: Option<WriterLock>,
+    _lock: WriterLock,
     kind: WriteKind,
     stale_after: Duration,
     /// The journal's version once settled (`None`: no journal yet).
@@ -96,13 +90,7 @@ impl Lake {
     /// Begin an operation that changes the lake: the writer protocol's one
     /// entry (see [the module](self)).
     pub fn writer(&self, kind: WriteKind) -> WriteBuilder<'_> {
-        WriteBuilder {
-            lake: self,
-            kind,
-            lock_wait: None,
-            locked: true,
-            stale_after: DEFAULT_STALE_AFTER,
-        }
+        WriteBuilder { lake: self, kind, lock_wait: None, stale_after: DEFAULT_STALE_AFTER }
     }
 }
 
@@ -111,14 +99,6 @@ impl WriteBuilder<'_> {
     /// takes), then fail naming its holder.
     pub fn lock_wait(mut self, wait: Option<Duration>) -> Self {
         self.lock_wait = wait;
-        self
-    }
-
-    /// Take no writer lock: for long-running writers of their own tables
-    /// (ingestion runs for hours beside pipelines), whose exactly-once
-    /// rests on their commits alone.
-    pub fn without_lock(mut self) -> Self {
-        self.locked = false;
         self
     }
 
@@ -132,10 +112,7 @@ impl WriteBuilder<'_> {
 
     /// Take the lock, then settle every unfinished restore.
     pub async fn begin(self) -> Result<Writer> {
-        let lock = match self.locked {
-            true => Some(WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?),
-            false => None,
-        };
+        let lock = WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?;
         let mut writer = Writer {
             _lock: lock,
             kind: self.kind,
