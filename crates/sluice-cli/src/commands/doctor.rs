@@ -91,6 +91,17 @@ fn repairs_text(r: &Repairs) -> String {
             r.journal.rebuilt_started.len()
         ));
     }
+    for (table, f) in &r.integrity.files_forgotten {
+        out.push_str(&format!(
+            "repaired `{table}`: data files of {} delivered files were lost; removed all their rows ({} data files, version {}) and forgot them, so dropping them again ingests them whole:\n",
+            f.files.len(),
+            f.data_files.len(),
+            f.version
+        ));
+        for key in &f.files {
+            out.push_str(&format!("  {key}\n"));
+        }
+    }
     for (table, files) in &r.integrity.references_dropped {
         out.push_str(&format!(
             "repaired `{table}`: dropped {} references to data files storage lacks (their rows were already unreadable):\n",

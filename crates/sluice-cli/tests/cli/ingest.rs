@@ -440,3 +440,89 @@ fn data_files_that_vanish_before_the_flush_are_delivered_again_not_committed() {
     let expected: u64 = (0..10).chain(100..120).sum();
     assert_eq!(all.lines().nth(1), Some(expected.to_string().as_str()), "{all}");
 }
+
+/// The data files a table commit lists for the delivered file `key`.
+fn data_files_of(table: &Path, key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(table.join("_delta_log")).unwrap().flatten() {
+        if !entry.file_name().to_string_lossy().ends_with(".json") {
+            continue;
+        }
+        for line in std::fs::read_to_string(entry.path()).unwrap().lines() {
+            let action: serde_json::Value = serde_json::from_str(line).unwrap();
+            let Some(files) = action.pointer("/commitInfo/sluice_ingest") else { continue };
+            for file in files.as_array().unwrap() {
+                if file["key"] == key {
+                    let paths = file["paths"].as_array().unwrap();
+                    out.extend(paths.iter().map(|p| p.as_str().unwrap().to_owned()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A data file of an ingested file is lost (a forced `vacuum --full`
+/// beside an ingestion, a disk fault). `doctor --repair` removes all of
+/// that file's rows — not only the lost ones — and forgets it, keeping
+/// every other file's rows; the same file dropped again then lands whole,
+/// instead of being skipped as a redelivery with its rows gone for good.
+#[test]
+fn a_repair_that_drops_an_ingested_file_s_rows_forgets_it_so_it_lands_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let schema = format!("{SCHEMA}partition_by: [zone]\n");
+    let config = ingest_config(
+        root,
+        &schema,
+        "lake = \"lake\"\n[queue]\nsettle_ms = 0\npoll_ms = 20\nretry_delay_ms = 0\n[ingest]\nworkers = 1\n",
+    );
+    let landing = root.join("landing/trips");
+    std::fs::create_dir_all(&landing).unwrap();
+    for (name, first) in [("a.csv", 0), ("b.csv", 100), ("c.csv", 200)] {
+        write_csv(&landing.join(name), first, 30);
+    }
+    assert!(sluice(&config, &["run", "--once"]).status().unwrap().success());
+    let table = root.join("lake/raw/trips");
+    let of_b = data_files_of(&table, "trips/b.csv");
+    assert!(of_b.len() > 1, "b.csv spans several zones: {of_b:?}");
+    std::fs::remove_file(table.join(&of_b[0])).unwrap();
+
+    let lake = crate::Lake::at(root.join("lake"));
+    let query = |sql: &str| {
+        let csv = lake.ok(&["sql", "--format", "csv", sql]);
+        csv.lines().nth(1).unwrap().to_owned()
+    };
+    let report = lake.ok(&["doctor", "--repair"]);
+    assert!(report.contains("trips/b.csv"), "{report}");
+    assert!(!report.contains("trips/a.csv") && !report.contains("trips/c.csv"), "{report}");
+    // Every row of b is gone (not only the lost zone's); a's and c's stay.
+    let kept: u64 = (0..30).chain(200..230).sum();
+    assert_eq!(query("SELECT count(*) FROM trips"), "60");
+    assert_eq!(query("SELECT sum(trip_id) FROM trips"), kept.to_string());
+    let doctor: serde_json::Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    assert_eq!(doctor["clean"], true, "{doctor}");
+
+    // The same file dropped again lands whole, exactly once.
+    std::fs::copy(root.join("landing/.sluice/done/trips/b.csv"), landing.join("b.csv")).unwrap();
+    assert!(sluice(&config, &["run", "--once"]).status().unwrap().success());
+    assert_eq!(query("SELECT count(*) FROM trips"), "90");
+    assert_eq!(query("SELECT count(DISTINCT trip_id) FROM trips"), "90");
+    // And once more: now it is a redelivery again.
+    std::fs::copy(root.join("landing/.sluice/done/trips/b.csv"), landing.join("b.csv")).unwrap();
+    assert!(sluice(&config, &["run", "--once"]).status().unwrap().success());
+    assert_eq!(query("SELECT count(*) FROM trips"), "90");
+    let status = sluice(&config, &["status", "--json"]).output().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["tables"]["trips"]["files"], 3, "{status}");
+    assert_eq!(status["tables"]["trips"]["rows"], 90, "{status}");
+    // The ledger tells the story: ingested, forgotten, ingested again.
+    let ledger = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT status, count(*) AS n FROM ingest_ledger WHERE file_key = 'trips/b.csv' \
+         GROUP BY status ORDER BY status",
+    ]);
+    assert_eq!(ledger.lines().skip(1).collect::<Vec<_>>(), ["forgotten,1", "ok,2"]);
+}

@@ -13,6 +13,12 @@
 //! people and for `sluice ingest status`. It is written after the table
 //! commit; if a crash comes between, [`Committed::load`] finds table
 //! commits the ledger lacks and the ingestor writes their rows on startup.
+//!
+//! A file can be *forgotten*: when `doctor --repair` finds one of its data
+//! files lost, it removes all of the file's rows in one commit that names it
+//! under [`FORGOTTEN_KEY`], and the ledger records it `forgotten`. From then
+//! on neither the table nor the ledger holds it, so the same file dropped
+//! again lands whole instead of being skipped as a redelivery.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -35,6 +41,10 @@ use crate::lake::table;
 /// The commit-metadata key listing a commit's files.
 pub const INGEST_KEY: &str = "sluice_ingest";
 
+/// The commit-metadata key listing the files whose rows a commit removed
+/// because one of their data files was lost: the table no longer holds them.
+pub const FORGOTTEN_KEY: &str = "sluice_ingest_forgotten";
+
 /// One file in a commit's metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommittedFile {
@@ -44,6 +54,10 @@ pub struct CommittedFile {
     pub hash: String,
     /// Rows it added.
     pub rows: u64,
+    /// The data files that hold its rows, as the commit adds them (absent
+    /// in commits of an older sluice: then every file of the commit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }
 
 /// Files a table holds, as of one of its versions.
@@ -74,10 +88,16 @@ impl Committed {
     /// `ledger` is every ledger row ([`read`], once for all tables).
     pub async fn load(ledger: &[LedgerRow], handle: &DeltaTable, table: &str) -> Result<Committed> {
         let mut out = Committed::default();
-        for row in ledger.iter().filter(|r| r.table == table && r.status == "ok") {
-            out.insert(&row.file_key, &row.content_hash);
+        let recorded: BTreeSet<(String, String)> = held(ledger.iter().filter(|r| r.table == table))
+            .map(|r| (r.file_key.clone(), r.content_hash.clone()))
+            .collect();
+        for (key, hash) in &recorded {
+            out.insert(key, hash);
         }
         out.catch_up(handle, table, 0).await?;
+        // A file forgotten and ingested again is found anew in the log, but
+        // the ledger may already say so.
+        out.unrecorded.retain(|(f, _)| !recorded.contains(&(f.key.clone(), f.hash.clone())));
         Ok(out)
     }
 
@@ -102,38 +122,37 @@ impl Committed {
         self.files.insert((key.to_owned(), hash.to_owned()))
     }
 
+    /// Record that the table no longer holds this file.
+    pub fn forget(&mut self, key: &str, hash: &str) {
+        self.files.remove(&(key.to_owned(), hash.to_owned()));
+        if self.hashes.get(hash).map(String::as_str) == Some(key) {
+            self.hashes.remove(hash);
+        }
+        if !self.files.range((key.to_owned(), String::new())..).any(|(k, _)| k == key) {
+            self.keys.remove(key);
+        }
+        self.unrecorded.retain(|(f, _)| !(f.key == key && f.hash == hash));
+    }
+
     /// Add the files of the table's commits from `from` to its head.
     pub async fn catch_up(&mut self, handle: &DeltaTable, table: &str, from: u64) -> Result<()> {
         let head = handle.version().unwrap_or_default();
         for version in from..=head {
             // An entry log clean-up removed is absent (the ledger, written
-            // long before, covers it); any other failure to read one is an
-            // error: taking it for absent would make its files look new.
-            let Some(bytes) = handle
-                .log_store()
-                .read_commit_entry(version)
-                .await
-                .map_err(|e| Error::delta(table, e))?
-            else {
+            // long before, covers it); taking an unreadable one for absent
+            // would make its files look new.
+            let Some(actions) = table::retained_actions(handle, table, version).await? else {
                 continue;
             };
-            let actions = deltalake::logstore::get_actions(version, &bytes)
-                .map_err(|e| Error::delta(table, e))?;
             for action in actions {
                 let Action::CommitInfo(info) = action else { continue };
-                let Some(files) = info.info.get(INGEST_KEY) else { continue };
-                let files: Vec<CommittedFile> =
-                    serde_json::from_value(files.clone()).map_err(|e| {
-                        Error::corrupt(
-                            table,
-                            format!("version {version}"),
-                            format!("bad `{INGEST_KEY}` metadata: {e}"),
-                        )
-                    })?;
-                for file in files {
+                for file in listed(&info, INGEST_KEY, table, version)? {
                     if self.insert(&file.key, &file.hash) {
                         self.unrecorded.push((file, version));
                     }
+                }
+                for file in listed(&info, FORGOTTEN_KEY, table, version)? {
+                    self.forget(&file.key, &file.hash);
                 }
             }
         }
@@ -141,6 +160,36 @@ impl Committed {
         Ok(())
     }
 }
+
+/// The files a commit's metadata lists under `key`.
+pub(crate) fn listed(
+    info: &deltalake::kernel::CommitInfo,
+    key: &str,
+    table: &str,
+    version: u64,
+) -> Result<Vec<CommittedFile>> {
+    let Some(files) = info.info.get(key) else { return Ok(Vec::new()) };
+    serde_json::from_value(files.clone()).map_err(|e| {
+        Error::corrupt(table, format!("version {version}"), format!("bad `{key}` metadata: {e}"))
+    })
+}
+
+/// The ledger rows of files the table holds: each file's latest `ok` or
+/// `forgotten` row decides (a forgotten file dropped again is `ok` anew).
+fn held<'a>(rows: impl Iterator<Item = &'a LedgerRow>) -> impl Iterator<Item = &'a LedgerRow> {
+    let mut latest: BTreeMap<String, &LedgerRow> = BTreeMap::new();
+    for row in rows.filter(|r| r.status == "ok" || r.status == FORGOTTEN) {
+        let slot = latest.entry(ok_key(row)).or_insert(row);
+        if row.at >= slot.at {
+            *slot = row;
+        }
+    }
+    latest.into_values().filter(|r| r.status == "ok")
+}
+
+/// The status of a file whose rows were removed because a data file of it
+/// was lost (see the module doc).
+pub const FORGOTTEN: &str = "forgotten";
 
 /// One ledger row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -155,7 +204,7 @@ pub struct LedgerRow {
     pub rows: i64,
     /// Rows rejected (to `<table>_rejects`).
     pub rejected: i64,
-    /// `ok`, `duplicate` or `dead`.
+    /// `ok`, `duplicate`, `dead` or `forgotten`.
     pub status: String,
     /// Deliveries it took.
     pub attempts: i64,
@@ -196,6 +245,10 @@ async fn open(lake: &Path) -> Result<DeltaTable> {
 /// (`table`, `file_key`, `content_hash` joined by [`OK_SEP`]).
 pub const LEDGER_OK_KEY: &str = "sluice_ledger_ok";
 const OK_SEP: char = '\u{1f}';
+
+/// The commit metadata key listing the `forgotten` rows a ledger commit
+/// added, spelt as [`LEDGER_OK_KEY`] spells them.
+pub const LEDGER_FORGOTTEN_KEY: &str = "sluice_ledger_forgotten";
 
 fn ok_key(row: &LedgerRow) -> String {
     format!("{}{OK_SEP}{}{OK_SEP}{}", row.table, row.file_key, row.content_hash)
@@ -263,16 +316,24 @@ impl Ledger {
                     append::write_files(&lease.table, "ledger", &[batch(&owned)?], props).await?
                 }
             };
-            let oks: Vec<String> =
-                fresh.iter().filter(|r| r.status == "ok").map(|r| ok_key(r)).collect();
+            let keyed = |status: &str| -> Vec<String> {
+                fresh.iter().filter(|r| r.status == status).map(|r| ok_key(r)).collect()
+            };
+            let (oks, forgotten) = (keyed("ok"), keyed(FORGOTTEN));
             let spec = CommitSpec {
-                metadata: vec![(LEDGER_OK_KEY.to_owned(), serde_json::json!(oks))],
+                metadata: vec![
+                    (LEDGER_OK_KEY.to_owned(), serde_json::json!(oks)),
+                    (LEDGER_FORGOTTEN_KEY.to_owned(), serde_json::json!(forgotten)),
+                ],
                 ..CommitSpec::default()
             };
             if let Some(version) =
                 append::try_commit_next(&mut lease.table, "ledger", &[], &adds, &spec).await?
             {
                 self.ok.extend(oks);
+                for key in &forgotten {
+                    self.ok.remove(key);
+                }
                 self.known_at = Some(version);
                 self.kept = Some(lease);
                 return Ok(());
@@ -292,29 +353,37 @@ impl Ledger {
     async fn learn(&mut self, table: &DeltaTable) -> Result<()> {
         let head = table.version().unwrap_or_default();
         if let Some(known) = self.known_at {
-            let mut learnt = BTreeSet::new();
+            let mut ok = self.ok.clone();
             let mut whole = false;
             for version in known + 1..=head {
                 let actions = table::commit_actions(table, "ledger", version).await?;
                 let adds = actions.iter().any(|a| matches!(a, Action::Add(a) if a.data_change));
-                let listed = actions.iter().find_map(|a| match a {
-                    Action::CommitInfo(info) => info.info.get(LEDGER_OK_KEY).cloned(),
+                let info = actions.iter().find_map(|a| match a {
+                    Action::CommitInfo(info) => Some(&info.info),
                     _ => None,
                 });
-                match listed.map(serde_json::from_value::<Vec<String>>) {
-                    Some(Ok(keys)) => learnt.extend(keys),
+                let keys = |name: &str| {
+                    info.and_then(|i| i.get(name))
+                        .and_then(|v| serde_json::from_value::<Vec<String>>(v.clone()).ok())
+                };
+                match (keys(LEDGER_OK_KEY), keys(LEDGER_FORGOTTEN_KEY)) {
+                    (Some(added), forgotten) => {
+                        ok.extend(added);
+                        forgotten.into_iter().flatten().for_each(|k| {
+                            ok.remove(&k);
+                        });
+                    }
                     _ if adds => whole = true,
                     _ => {}
                 }
             }
             if !whole {
-                self.ok.extend(learnt);
+                self.ok = ok;
                 self.known_at = Some(head);
                 return Ok(());
             }
         }
-        self.ok =
-            read_table(table).await?.iter().filter(|r| r.status == "ok").map(ok_key).collect();
+        self.ok = held(read_table(table).await?.iter()).map(ok_key).collect();
         self.known_at = Some(head);
         Ok(())
     }
@@ -379,8 +448,8 @@ async fn read_table(handle: &DeltaTable) -> Result<Vec<LedgerRow>> {
         };
         let (t, k, h, s) =
             (text("table")?, text("file_key")?, text("content_hash")?, text("status")?);
-        let (rows, rejected, attempts, version) =
-            (int("rows")?, int("rejected")?, int("attempts")?, int("table_version")?);
+        let (rows, rejected, attempts, version, at) =
+            (int("rows")?, int("rejected")?, int("attempts")?, int("table_version")?, int("at")?);
         let error = text("error")?;
         let opt = |a: &Int64Array, i: usize| a.is_valid(i).then(|| a.value(i));
         for i in 0..batch.num_rows() {
@@ -394,7 +463,7 @@ async fn read_table(handle: &DeltaTable) -> Result<Vec<LedgerRow>> {
                 attempts: opt(&attempts, i).unwrap_or(0),
                 error: error.is_valid(i).then(|| error.value(i).to_owned()),
                 table_version: opt(&version, i).map(|v| v.max(0) as u64),
-                at: 0,
+                at: opt(&at, i).unwrap_or(0),
             });
         }
     }
@@ -410,6 +479,10 @@ pub fn totals(rows: &[LedgerRow]) -> BTreeMap<String, (u64, u64, u64, u64)> {
             "ok" => {
                 e.0 += 1;
                 e.1 += r.rows.max(0) as u64;
+            }
+            FORGOTTEN => {
+                e.0 = e.0.saturating_sub(1);
+                e.1 = e.1.saturating_sub(r.rows.max(0) as u64);
             }
             "duplicate" => e.2 += 1,
             _ => e.3 += 1,

@@ -23,6 +23,7 @@
 
 pub mod config;
 pub mod dedup;
+pub mod forget;
 pub mod ledger;
 pub mod parse;
 pub mod queue;

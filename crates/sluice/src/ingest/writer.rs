@@ -199,7 +199,8 @@ impl Target {
                         keys.insert((&file.key, &file.hash));
                         hashes.insert(&file.hash, &file.key);
                         adds.extend(file_adds.iter().cloned());
-                        metadata.push(file.clone());
+                        let paths = file_adds.iter().map(|a| a.path.clone()).collect();
+                        metadata.push(CommittedFile { paths, ..file.clone() });
                         outcome.push(Ok(0));
                     }
                 }
@@ -296,7 +297,12 @@ pub async fn flush(
     let files = with_data_files(queue, target, files).await?;
     let entries: Vec<CommittedFile> = files
         .iter()
-        .map(|f| CommittedFile { key: f.message.key(), hash: f.hash.clone(), rows: f.rows })
+        .map(|f| CommittedFile {
+            key: f.message.key(),
+            hash: f.hash.clone(),
+            rows: f.rows,
+            paths: Vec::new(),
+        })
         .collect();
     if let Some(rejects) = rejects {
         let with_rejects: Vec<(CommittedFile, &[Add])> = files

@@ -849,6 +849,19 @@ pub(crate) async fn try_commit_actions_next(
     }
 }
 
+/// The action removing the data file `add` added, now.
+pub(crate) fn removal(add: &Add, data_change: bool) -> Action {
+    Action::Remove(deltalake::kernel::Remove {
+        path: add.path.clone(),
+        data_change,
+        deletion_timestamp: Some(chrono::Utc::now().timestamp_millis()),
+        extended_file_metadata: Some(true),
+        partition_values: Some(add.partition_values.clone()),
+        size: Some(add.size),
+        ..deltalake::kernel::Remove::default()
+    })
+}
+
 pub(crate) fn lost_the_version(e: &DeltaTableError) -> bool {
     matches!(
         e,

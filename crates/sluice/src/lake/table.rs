@@ -418,16 +418,27 @@ pub async fn commit_actions(
     name: &str,
     version: u64,
 ) -> Result<Vec<deltalake::kernel::Action>> {
-    let bytes = table
-        .log_store()
-        .read_commit_entry(version)
-        .await
-        .map_err(|e| Error::delta(name, e))?
-        .ok_or_else(|| Error::NotInitialized {
-            what: format!("version {version} of table `{name}`"),
-            path: PathBuf::from(table.table_url().to_string()),
-        })?;
-    deltalake::logstore::get_actions(version, &bytes).map_err(|e| Error::delta(name, e))
+    retained_actions(table, name, version).await?.ok_or_else(|| Error::NotInitialized {
+        what: format!("version {version} of table `{name}`"),
+        path: PathBuf::from(table.table_url().to_string()),
+    })
+}
+
+/// The actions of one committed version, or `None` when its entry is gone
+/// (log clean-up removes entries a checkpoint covers). Any other failure to
+/// read it is an error: a caller replaying the log must never take an
+/// unreadable entry for an expired one.
+pub(crate) async fn retained_actions(
+    table: &DeltaTable,
+    name: &str,
+    version: u64,
+) -> Result<Option<Vec<deltalake::kernel::Action>>> {
+    let Some(bytes) =
+        table.log_store().read_commit_entry(version).await.map_err(|e| Error::delta(name, e))?
+    else {
+        return Ok(None);
+    };
+    deltalake::logstore::get_actions(version, &bytes).map(Some).map_err(|e| Error::delta(name, e))
 }
 
 /// Record the key filter and key set of the ids a version of a table added

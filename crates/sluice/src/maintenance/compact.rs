@@ -211,27 +211,13 @@ async fn undo_if_raced(
         return Ok(false);
     }
     tracing::warn!(table = %name, files = raced.len(), "a compaction met another rewrite of the same files; undoing it");
-    let now = chrono::Utc::now().timestamp_millis();
-    let mut actions: Vec<Action> = added
-        .iter()
-        .map(|a| {
-            Action::Remove(Remove {
-                path: a.path.clone(),
-                data_change: false,
-                deletion_timestamp: Some(now),
-                extended_file_metadata: Some(true),
-                partition_values: Some(a.partition_values.clone()),
-                size: Some(a.size),
-                ..Remove::default()
-            })
-        })
-        .collect();
+    let mut actions: Vec<Action> = added.iter().map(|a| append::removal(a, false)).collect();
     actions.extend(removed.iter().filter(|r| !raced.contains(&r.path)).map(|r| {
         Action::Add(Add {
             path: r.path.clone(),
             partition_values: r.partition_values.clone().unwrap_or_default(),
             size: r.size.unwrap_or_default(),
-            modification_time: now,
+            modification_time: chrono::Utc::now().timestamp_millis(),
             data_change: false,
             ..Add::default()
         })

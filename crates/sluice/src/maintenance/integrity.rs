@@ -3,7 +3,7 @@
 //!
 //! | check | how | `--repair` |
 //! |---|---|---|
-//! | data files the log references but storage lacks | Delta's file-system check, dry run | drop the references (the rows were already unreadable; named in the report) |
+//! | data files the log references but storage lacks | Delta's file-system check, dry run | ingestion tables: forget the delivered files that lost rows — remove all their rows and record them forgotten, so dropping them again ingests them whole (see [`forget`](crate::ingest::forget)); then drop the references left (the rows were already unreadable; named in the report) |
 //! | data files no retained log entry references | table folder vs. every add of the retained log | none: `sluice vacuum --full` removes them once past the retention (a writer may still be about to commit them) |
 //! | edges naming an artifact the index lacks | anti-join at one consistent point | none: the edge is evidence; the artifact may come back by restore |
 //! | index rows without content | anti-join per type | none: the content is gone; reported by type |
@@ -19,8 +19,9 @@
 //!
 //! A missing key set costs only speed (present ids are confirmed in the
 //! files), so it is reported but does not make the lake unclean.
-//! Nothing a reader could still need is deleted: repairs only add rows or
-//! drop references to files that no longer exist.
+//! Nothing a reader could still need is deleted: repairs only add rows,
+//! drop references to files that no longer exist, or remove the surviving
+//! rows of a delivered file that lost some (which is then delivered again).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -80,6 +81,10 @@ impl IntegrityReport {
 /// What [`repair`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct IntegrityRepair {
+    /// Per ingestion table: the delivered files forgotten because data
+    /// files of theirs were lost (all their rows removed, so dropping them
+    /// again ingests them).
+    pub files_forgotten: BTreeMap<String, crate::ingest::forget::Forgotten>,
     /// Per table: references to missing files dropped.
     pub references_dropped: BTreeMap<String, Vec<String>>,
     /// Per content table: index rows added for content without one.
@@ -108,8 +113,14 @@ pub async fn check(lake: &Lake) -> Result<IntegrityReport> {
             report.versions_without_key_sets.insert(spec.name.clone(), unset);
         }
     }
-    if !report.missing_files.is_empty() {
-        // The SQL checks below would fail on the missing files.
+    let exists = |spec: TableSpec| table::is_table(&table::table_dir(lake.root(), &spec));
+    let with_artifacts = [layout::index_table(), layout::execution_edges_table()]
+        .into_iter()
+        .chain([layout::artifact_edges_table()])
+        .all(exists);
+    if !report.missing_files.is_empty() || !with_artifacts {
+        // The SQL checks below would fail on the missing files; a lake
+        // that only ingests has no artifacts to check.
         return Ok(report);
     }
     report.dangling_execution_edges = count(
@@ -148,6 +159,19 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
     let _writer = lake.writer(crate::lake::writer::WriteKind::Repair).begin().await?;
     let mut out = IntegrityRepair::default();
     for spec in super::select_tables(lake, None)? {
+        if spec.kind == TableKind::Ingestion {
+            let handle = table::open(lake.root(), &spec).await?;
+            let lost: BTreeSet<String> =
+                missing_files(handle, &spec, true).await?.into_iter().collect();
+            if !lost.is_empty()
+                && let Some(forgotten) =
+                    crate::ingest::forget::forget_lost(lake.root(), &spec, &lost).await?
+            {
+                out.files_forgotten.insert(spec.name.clone(), forgotten);
+            }
+        }
+        // What no forgetting removed (a lake table, or a lost file whose
+        // origin the log no longer holds).
         let handle = table::open(lake.root(), &spec).await?;
         let dropped = missing_files(handle, &spec, false).await?;
         if !dropped.is_empty() {

@@ -238,6 +238,10 @@ fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<StepRecord>
 /// no longer exists): their last rows. Steps of other hosts' orchestrators
 /// are not judged.
 pub async fn orphaned_running(lake: &Lake) -> Result<Vec<StepRecord>> {
+    // A lake that only ingests has run no step.
+    if !table::is_table(&table::table_dir(lake.root(), &layout::steps_table())) {
+        return Ok(Vec::new());
+    }
     let rows = read(lake, None).await?;
     let mut last: BTreeMap<&str, &StepRecord> = BTreeMap::new();
     for row in &rows {
