@@ -105,9 +105,10 @@ pub enum Command {
         chunk_mib: u64,
         /// Decoded rows one commit sequence may hold in memory, in MiB: runs
         /// past it go to the next sequence (one larger run is a sequence of
-        /// its own).
-        #[arg(long, default_value_t = sluice::commit::DEFAULT_CHUNK_MEMORY >> 20)]
-        memory_mib: u64,
+        /// its own). Default: 1024, or an eighth of the job's memory limit
+        /// (its cgroup's) when that is smaller.
+        #[arg(long)]
+        memory_mib: Option<u64>,
         /// Give up after waiting this many seconds for the writer lock.
         #[arg(long)]
         wait: Option<f64>,
@@ -119,9 +120,10 @@ pub enum Command {
     /// Finish interrupted commits, close sequences nothing can finish, and
     /// commit every sealed leftover staging directory.
     Recover {
-        /// Decoded rows one commit sequence may hold in memory, in MiB.
-        #[arg(long, default_value_t = sluice::commit::DEFAULT_CHUNK_MEMORY >> 20)]
-        memory_mib: u64,
+        /// Decoded rows one commit sequence may hold in memory, in MiB
+        /// (default as for `commit`).
+        #[arg(long)]
+        memory_mib: Option<u64>,
         /// Give up after waiting this many seconds for the writer lock.
         #[arg(long)]
         wait: Option<f64>,

@@ -15,7 +15,7 @@ pub struct CommitOptions {
     pub step: Option<i32>,
     pub chunk: usize,
     pub chunk_mib: u64,
-    pub memory_mib: u64,
+    pub memory_mib: Option<u64>,
     pub wait: Option<f64>,
     pub recover: bool,
 }
@@ -26,7 +26,7 @@ impl Default for CommitOptions {
             step: None,
             chunk: sluice::commit::DEFAULT_CHUNK,
             chunk_mib: sluice::commit::DEFAULT_CHUNK_BYTES >> 20,
-            memory_mib: sluice::commit::DEFAULT_CHUNK_MEMORY >> 20,
+            memory_mib: None,
             wait: None,
             recover: false,
         }
@@ -48,7 +48,9 @@ pub async fn commit(root: &Path, options: CommitOptions, as_json: bool) -> anyho
         .with_step(options.step)
         .with_chunk_size(options.chunk)
         .with_chunk_bytes(options.chunk_mib.max(1) << 20)
-        .with_memory_limit(options.memory_mib.max(1) << 20)
+        .with_memory_limit(
+            options.memory_mib.map_or_else(sluice::commit::default_memory, |m| m.max(1) << 20),
+        )
         .with_lock_wait(options.wait.map(std::time::Duration::from_secs_f64))
         .with_progress(Box::new(move |done, total| {
             progress_bar.set_length(total as u64);

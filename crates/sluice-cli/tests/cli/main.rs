@@ -14,6 +14,7 @@ mod hardening;
 mod ingest;
 mod interleaving;
 mod lineage;
+mod memory_cgroup;
 mod pipeline;
 mod protocol;
 mod restore;

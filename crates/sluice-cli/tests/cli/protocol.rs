@@ -556,3 +556,44 @@ fn dump_blobs(lake: &Lake) -> String {
         "SELECT artifact_id, length(payload) FROM blobs ORDER BY 1",
     ])
 }
+
+/// Under a real memory limit (a cgroup of its own, as SLURM's `--mem` gives
+/// a job), a commit that holds every compressible run at once (20 MiB
+/// decoded each, a few KiB staged) is killed by the kernel; `recover` with
+/// the default bound — an eighth of the limit, read from the cgroup — then
+/// commits every run within it, and the lake is exact and writable.
+#[test]
+fn under_a_memory_limit_the_default_bound_commits_what_all_at_once_cannot() {
+    use std::os::unix::process::ExitStatusExt;
+    let (limit_mib, runs, mib) = (450, 24, 20);
+    let test = "under_a_memory_limit_the_default_bound_commits_what_all_at_once_cannot";
+    let Some(group) = crate::memory_cgroup::memory_cgroup_or_skip(limit_mib, test) else {
+        return;
+    };
+    let lake = blob_lake();
+    stage_blobs(&lake.root, runs, mib, 1);
+    let out = group.output(&lake.command(&["commit", "--memory-mib", "100000"]));
+    assert_eq!(
+        out.status.signal(),
+        Some(9),
+        "all {runs} runs at once fit in {limit_mib} MiB after all: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    group.reset_peak();
+    let out = group.output(&lake.command(&["recover", "--json"]));
+    assert!(
+        out.status.success(),
+        "recover under the limit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["runs_committed"], runs, "{report}");
+    assert!(report["sequences"].as_array().unwrap().len() >= 4, "{report}");
+    eprintln!("peak charge of the group: {:?}", group.peak_mib());
+    let bytes = runs as i64 * (mib << 20) as i64
+        + (0..runs).map(|i| format!("1-{i}").len() as i64).sum::<i64>();
+    assert_eq!(count(&lake, "SELECT count(*) FROM blobs"), runs as i64);
+    assert_eq!(count(&lake, "SELECT sum(length(payload)) FROM blobs"), bytes);
+    crate::crash::check_journal(&lake.root, 0);
+    lake.ok(&["put", "--type", "metric", "{\"x\": 1}"]);
+}

@@ -7,6 +7,10 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+mod memory;
+
+pub use memory::memory_limit;
+
 /// This machine's host name, read once.
 pub fn hostname() -> &'static str {
     static HOST: OnceLock<String> = OnceLock::new();

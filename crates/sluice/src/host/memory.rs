@@ -1,0 +1,94 @@
+//! The memory this process may use: its control group's limit.
+//!
+//! A batch scheduler (SLURM's `--mem`, a Kubernetes pod, `systemd-run -p
+//! MemoryMax=`) puts a job in a memory cgroup and kills it when the group
+//! outgrows its limit. Bounds that default to a fixed size (a commit's
+//! decoded rows) must shrink to fit inside it, or a `recover` under a small
+//! limit would be killed on every attempt.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The memory limit of this process's cgroup (the smallest along its path,
+/// v1 or v2), read once; `None` when there is none.
+pub fn memory_limit() -> Option<u64> {
+    static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        let groups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        limit_of(&groups, Path::new("/sys/fs/cgroup"), |p| std::fs::read_to_string(p).ok())
+    })
+}
+
+/// The limit named by `/proc/self/cgroup`'s text `groups`, with the cgroup
+/// files under `root` read by `read`.
+fn limit_of(groups: &str, root: &Path, read: impl Fn(&Path) -> Option<String>) -> Option<u64> {
+    let mut limits = Vec::new();
+    for line in groups.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let (base, file) = if id == "0" && controllers.is_empty() {
+            (root.to_path_buf(), "memory.max")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            (root.join("memory"), "memory.limit_in_bytes")
+        } else {
+            continue;
+        };
+        // Every ancestor's limit applies too.
+        let mut dir: PathBuf = base.join(path.trim_start_matches('/'));
+        loop {
+            if let Some(limit) = read(&dir.join(file)).and_then(|text| parse(&text)) {
+                limits.push(limit);
+            }
+            if dir == base || !dir.pop() {
+                break;
+            }
+        }
+    }
+    limits.into_iter().min()
+}
+
+/// A limit file's value: `max` (v2) and v1's "unlimited" (a page-rounded
+/// `i64::MAX`) are no limit.
+fn parse(text: &str) -> Option<u64> {
+    let value: u64 = text.trim().parse().ok()?;
+    (value < 1 << 62).then_some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn reader(files: &[(&str, &str)]) -> impl Fn(&Path) -> Option<String> {
+        let files: BTreeMap<PathBuf, String> =
+            files.iter().map(|(p, v)| (PathBuf::from(p), (*v).to_owned())).collect();
+        move |p| files.get(p).cloned()
+    }
+
+    #[test]
+    fn a_v2_limit_is_the_smallest_along_the_path() {
+        let read = reader(&[
+            ("/cg/memory.max", "max\n"),
+            ("/cg/slurm/memory.max", "1073741824\n"),
+            ("/cg/slurm/job_7/memory.max", "max\n"),
+        ]);
+        assert_eq!(limit_of("0::/slurm/job_7\n", Path::new("/cg"), &read), Some(1 << 30));
+        assert_eq!(limit_of("0::/\n", Path::new("/cg"), &read), None);
+    }
+
+    #[test]
+    fn a_v1_limit_is_read_from_the_memory_controller() {
+        let read = reader(&[
+            ("/cg/memory/memory.limit_in_bytes", "9223372036854771712\n"),
+            ("/cg/memory/job/memory.limit_in_bytes", "209715200\n"),
+        ]);
+        let groups = "5:cpu,cpuacct:/job\n4:memory:/job\n0::/\n";
+        assert_eq!(limit_of(groups, Path::new("/cg"), &read), Some(200 << 20));
+        assert_eq!(limit_of("4:memory:/other\n", Path::new("/cg"), &read), None);
+        assert_eq!(limit_of("", Path::new("/cg"), &read), None);
+    }
+}
