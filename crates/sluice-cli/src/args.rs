@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[command(name = "sluice", version, about, long_about = None)]
 pub struct Cli {
     /// The lake's root folder.
-    #[arg(long, global = true, env = "SLUICE_LAKE", default_value = "./lake")]
+    #[arg(long, global = true, env = "SLUICE_LAKE", default_value = "./lake", value_parser = lake_root)]
     pub lake: PathBuf,
 
     /// More log output on stderr (-v, -vv). `SLUICE_LOG` overrides.
@@ -709,4 +709,10 @@ pub struct ScaleArgs {
     /// figure is their median.
     #[arg(long, default_value_t = 1)]
     pub commits: u64,
+}
+
+/// `--lake`: a folder, given as a path or a `file://` URL; any other URL is
+/// refused, never taken for a folder name.
+fn lake_root(text: &str) -> Result<PathBuf, String> {
+    sluice::lake::location::local_root(text).map_err(|e| e.to_string())
 }

@@ -287,3 +287,38 @@ fn python_deltalake_and_polars_read_every_table() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 11, "{stdout}");
 }
+
+/// `--lake s3://…` (or `SLUICE_LAKE`) is refused with a message, never
+/// taken for a local folder named `s3:`; `file://` URLs are folders.
+#[test]
+fn a_lake_url_sluice_cannot_serve_is_refused_not_taken_for_a_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    for url in ["s3://bucket/lake", "abfss://c@acct.dfs.core.windows.net/lake", "gs://b/l"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .current_dir(dir.path())
+            .args(["--lake", url, "init"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{url}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(url) && stderr.contains("object store"), "{stderr}");
+        assert_eq!(stderr.matches(url).count(), 1, "the URL is named once: {stderr}");
+        let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .current_dir(dir.path())
+            .env("SLUICE_LAKE", url)
+            .args(["status"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{url}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing was created");
+    let url = format!("file://{}", dir.path().join("lake").display());
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_sluice")).args(["--lake", &url, "init"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        dir.path().join("lake/sluice.toml").exists()
+            || dir.path().join("lake/_staging").exists()
+            || dir.path().join("lake").is_dir()
+    );
+}

@@ -273,7 +273,10 @@ impl IngestConfig {
         }
         Ok(IngestConfig {
             path: path.to_path_buf(),
-            lake: resolve(&file.lake),
+            lake: resolve(
+                &crate::lake::location::local_root_of(&file.lake)
+                    .map_err(|e| bad(format!("lake `{}`: {e}", file.lake.display())))?,
+            ),
             schemas: resolve(&file.schemas),
             queue,
             ingest: file.ingest,
@@ -293,6 +296,12 @@ mod tests {
         assert_eq!(c.schemas, PathBuf::from("/etc/x/schemas"));
         assert_eq!(c.queue.landing, PathBuf::from("/etc/x/landing"));
         assert_eq!(c.ingest.workers, 2);
+        let url =
+            IngestConfig::parse("lake = \"file:///data/lk\"\n", Path::new("/c.toml")).unwrap();
+        assert_eq!(url.lake, PathBuf::from("/data/lk"));
+        let refused = IngestConfig::parse("lake = \"s3://b/lk\"\n", Path::new("/c.toml"));
+        let message = refused.unwrap_err().to_string();
+        assert!(message.contains("lake `s3://b/lk`: s3:// is an object store"), "{message}");
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod journal_tip;
 pub mod key_filter;
 pub mod key_set;
 pub mod layout;
+pub mod location;
 mod lock;
 mod log_entry;
 pub mod lookup;
