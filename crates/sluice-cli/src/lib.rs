@@ -35,15 +35,31 @@ pub fn main_entry() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
-            let mut source = e.source();
-            while let Some(cause) = source {
-                eprintln!("  caused by: {cause}");
-                source = cause.source();
-            }
+            eprint!("{}", error_text(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes, each said once: a sluice error's text already
+/// says its causes, so the chain is walked only down to the first one (and
+/// a cause an outer text already said is not repeated).
+fn error_text(error: &anyhow::Error) -> String {
+    let mut said = String::new();
+    let mut out = String::new();
+    for (depth, cause) in error.chain().enumerate() {
+        let text = cause.to_string();
+        if depth == 0 {
+            out.push_str(&format!("error: {text}\n"));
+        } else if !said.contains(&text) {
+            out.push_str(&format!("  caused by: {text}\n"));
+        }
+        said.push_str(&text);
+        if cause.downcast_ref::<sluice::Error>().is_some() {
+            break;
+        }
+    }
+    out
 }
 
 fn init_tracing(verbose: u8) {

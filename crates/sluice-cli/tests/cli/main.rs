@@ -322,3 +322,27 @@ fn a_lake_url_sluice_cannot_serve_is_refused_not_taken_for_a_folder() {
             || dir.path().join("lake").is_dir()
     );
 }
+
+/// Each cause of an error is said once, in words (no `ParserError("…")`,
+/// no "caused by" copies), and a misspelt table or type names the nearest.
+#[test]
+fn errors_say_each_cause_once_and_suggest_the_nearest_name() {
+    let lake = Lake::new();
+    lake.ok(&["init"]);
+    let stderr = lake.fails(&["sql", "SELEC 1"]);
+    assert_eq!(
+        stderr,
+        "error: SQL syntax: Expected: an SQL statement, found: SELEC at Line: 1, Column: 1\n"
+    );
+    let stderr = lake.fails(&["sql", "SELECT * FROM metric"]);
+    assert_eq!(
+        stderr,
+        "error: no table named `metric` (did you mean `metrics`?). Help: `sluice tables` lists them\n"
+    );
+    let stderr = lake.fails(&["sql", "SELECT nope FROM metrics"]);
+    assert_eq!(stderr.matches("Valid fields").count(), 1, "{stderr}");
+    assert!(!stderr.contains("caused by"), "{stderr}");
+    let stderr = lake.fails(&["put", "--type", "metrc", "{\"x\": 1}"]);
+    assert_eq!(stderr.matches("metrc").count(), 1, "{stderr}");
+    assert!(stderr.contains("(did you mean `metric`?)"), "{stderr}");
+}

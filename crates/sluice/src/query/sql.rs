@@ -5,6 +5,7 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use deltalake::arrow::record_batch::RecordBatch;
+use deltalake::datafusion::error::DataFusionError;
 use deltalake::datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
 use deltalake::datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use deltalake::datafusion::prelude::{SessionConfig, SessionContext};
@@ -203,10 +204,34 @@ impl<'a> SqlBuilder<'a> {
         })
     }
 
+    /// A statement naming a table the lake lacks: said as such, with the
+    /// nearest names the lake has.
+    fn no_such_table(&self, error: DataFusionError) -> Error {
+        let DataFusionError::Plan(message) = error.find_root() else { return error.into() };
+        let Some(quoted) =
+            message.strip_prefix("table '").and_then(|m| m.strip_suffix("' not found"))
+        else {
+            return error.into();
+        };
+        let name = quoted.rsplit('.').next().unwrap_or(quoted);
+        let known: Vec<String> = self
+            .lake
+            .table_specs()
+            .into_iter()
+            .chain(layout::ingestion_tables(self.lake.root()))
+            .map(|s| s.name)
+            .collect();
+        let near = crate::error::words::nearest(name, known.iter().map(String::as_str));
+        Error::InvalidInput(format!(
+            "no table named `{name}`{}. Help: `sluice tables` lists them",
+            crate::error::words::did_you_mean(&near)
+        ))
+    }
+
     /// Run the statement and collect its rows.
     pub async fn execute(self) -> Result<QueryResult> {
         let (ctx, table_versions, snapshot) = self.context_at().await?;
-        let df = ctx.sql(&self.sql).await?;
+        let df = ctx.sql(&self.sql).await.map_err(|e| self.no_such_table(e))?;
         let batches = df.collect().await?;
         Ok(QueryResult { batches, table_versions, lake_version: snapshot.sequence })
     }

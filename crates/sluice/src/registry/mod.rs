@@ -244,20 +244,19 @@ impl TypeRegistry {
         Ok(())
     }
 
+    fn unknown(&self, key: &str) -> Error {
+        let known = self.entries.iter().map(|e| e.descriptor.key.clone()).collect();
+        Error::UnknownType { key: key.to_owned(), known }
+    }
+
     /// The implementation of a type.
     pub fn get(&self, key: &str) -> Result<&Arc<dyn ArtifactType>> {
-        self.by_key
-            .get(key)
-            .map(|&i| &self.entries[i].imp)
-            .ok_or_else(|| Error::UnknownType(key.to_owned()))
+        self.by_key.get(key).map(|&i| &self.entries[i].imp).ok_or_else(|| self.unknown(key))
     }
 
     /// The descriptor of a type.
     pub fn descriptor(&self, key: &str) -> Result<&TypeDescriptor> {
-        self.by_key
-            .get(key)
-            .map(|&i| &self.entries[i].descriptor)
-            .ok_or_else(|| Error::UnknownType(key.to_owned()))
+        self.by_key.get(key).map(|&i| &self.entries[i].descriptor).ok_or_else(|| self.unknown(key))
     }
 
     /// Every registered type's descriptor, in registration order.

@@ -91,9 +91,11 @@ async fn as_of_version_and_time() {
 async fn bad_sql_is_an_error_not_a_panic() {
     let (_dir, lake) = lake().await;
     let err = lake.sql("SELEC 1").execute().await.unwrap_err().to_string();
-    assert!(err.contains("SQL error"), "{err}");
+    assert_eq!(err, "SQL syntax: Expected: an SQL statement, found: SELEC at Line: 1, Column: 1");
     let err = lake.sql("SELECT * FROM nope").execute().await.unwrap_err().to_string();
-    assert!(err.contains("nope"), "{err}");
+    assert_eq!(err, "no table named `nope`. Help: `sluice tables` lists them");
+    let err = lake.sql("SELECT * FROM metric").execute().await.unwrap_err().to_string();
+    assert!(err.contains("(did you mean `metrics`?)"), "{err}");
 }
 
 /// The sum of every `spill_count` an `EXPLAIN ANALYZE` reports.

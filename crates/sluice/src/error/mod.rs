@@ -7,6 +7,8 @@
 
 use std::path::PathBuf;
 
+pub(crate) mod words;
+
 /// Result alias used throughout sluice.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -55,7 +57,7 @@ pub enum Error {
     },
 
     /// A SQL query failed to plan or run.
-    #[error("SQL error: {source}")]
+    #[error("{}", words::sql(source))]
     Sql {
         /// The underlying error.
         #[source]
@@ -266,8 +268,16 @@ pub enum Error {
     },
 
     /// An artifact type key is not registered.
-    #[error("unknown artifact type `{0}`. Help: run `sluice types` to list registered types")]
-    UnknownType(String),
+    #[error(
+        "unknown artifact type `{key}`{}. Help: run `sluice types` to list registered types",
+        words::did_you_mean(&words::nearest(key, known.iter().map(String::as_str)))
+    )]
+    UnknownType {
+        /// The key asked for.
+        key: String,
+        /// The registered keys.
+        known: Vec<String>,
+    },
 
     /// An existing table has a schema that conflicts with what sluice expects.
     #[error(

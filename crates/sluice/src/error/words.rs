@@ -1,0 +1,87 @@
+//! Errors in words a user reads: DataFusion's errors without their Debug
+//! spelling and repeated prefixes, and the names nearest a misspelt one.
+
+use deltalake::datafusion::error::DataFusionError;
+use deltalake::datafusion::sql::sqlparser::parser::ParserError;
+
+/// A failed SQL statement, said once: the deepest DataFusion error of the
+/// chain (the wrappers above it repeat it), a parse error as its message
+/// rather than `ParserError("…")`, and no "Error during planning:"-style
+/// prefixes.
+pub(crate) fn sql(error: &DataFusionError) -> String {
+    let root = error.find_root();
+    match root {
+        DataFusionError::SQL(parse, _) => match parse.as_ref() {
+            ParserError::ParserError(m) | ParserError::TokenizerError(m) => {
+                format!("SQL syntax: {m}")
+            }
+            ParserError::RecursionLimitExceeded => {
+                "SQL syntax: the statement nests too deeply".into()
+            }
+        },
+        DataFusionError::Plan(m) | DataFusionError::Execution(m) => format!("SQL: {m}"),
+        DataFusionError::SchemaError(..) => format!("SQL: {}", root.message()),
+        DataFusionError::NotImplemented(m) => format!("SQL: not supported: {m}"),
+        DataFusionError::ResourcesExhausted(m) => format!("SQL: out of memory: {m}"),
+        DataFusionError::External(e) => e.to_string(),
+        other => format!("SQL: {}", other.strip_backtrace()),
+    }
+}
+
+/// Up to three of `known` nearest to `name` (a typo, a singular for a
+/// plural, a different case), nearest first.
+pub(crate) fn nearest<'a>(name: &str, known: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    let lower = name.to_lowercase();
+    let mut scored: Vec<(usize, &str)> = known
+        .into_iter()
+        .filter_map(|k| {
+            let other = k.to_lowercase();
+            let distance = strsim::levenshtein(&lower, &other);
+            let close = distance <= (lower.len().max(3) / 3).max(1)
+                || (lower.len() >= 3 && (other.starts_with(&lower) || lower.starts_with(&other)));
+            close.then_some((distance, k))
+        })
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, k)| k).collect()
+}
+
+/// ` (did you mean `a` or `b`?)`, or nothing.
+pub(crate) fn did_you_mean(candidates: &[&str]) -> String {
+    match candidates {
+        [] => String::new(),
+        [one] => format!(" (did you mean `{one}`?)"),
+        [rest @ .., last] => {
+            let rest: Vec<String> = rest.iter().map(|c| format!("`{c}`")).collect();
+            format!(" (did you mean {} or `{last}`?)", rest.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parse_error_is_said_once_in_words() {
+        let e = DataFusionError::SQL(
+            Box::new(ParserError::ParserError("Expected: an SQL statement, found: SELEC".into())),
+            None,
+        );
+        let wrapped = DataFusionError::Context("planning".into(), Box::new(e));
+        assert_eq!(sql(&wrapped), "SQL syntax: Expected: an SQL statement, found: SELEC");
+        let plan = DataFusionError::Plan("table 'x' not found".into());
+        assert_eq!(sql(&plan), "SQL: table 'x' not found");
+    }
+
+    #[test]
+    fn the_nearest_names_are_suggested() {
+        let known = ["metrics", "configs", "index", "executions", "data"];
+        assert_eq!(nearest("metric", known), ["metrics"]);
+        assert_eq!(nearest("Configs", known), ["configs"]);
+        assert_eq!(nearest("excutions", known), ["executions"]);
+        assert!(nearest("zzzzzz", known).is_empty());
+        assert_eq!(did_you_mean(&["a", "b", "c"]), " (did you mean `a`, `b` or `c`?)");
+        assert_eq!(did_you_mean(&[]), "");
+    }
+}
