@@ -35,8 +35,23 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
         .map(|r| r.step_run_id)
         .collect();
     let clean = d.is_clean() && checks.is_clean() && orphaned.is_empty();
+    // Exit 1 when anything is found (after a repair: when anything
+    // remains), so doctor can gate cron jobs and CI.
+    let verdict = || -> anyhow::Result<()> {
+        match (clean, repair) {
+            (true, _) => Ok(()),
+            (false, false) => anyhow::bail!(
+                "the lake is not clean (listed above); `sluice doctor --repair` repairs what it can"
+            ),
+            (false, true) => {
+                anyhow::bail!(
+                    "the lake is not clean after the repair (what remains is listed above)"
+                )
+            }
+        }
+    };
     if as_json {
-        return print(&serde_json::to_string_pretty(&json!({
+        print(&serde_json::to_string_pretty(&json!({
             "clean": clean,
             "repaired": repaired.as_ref().map(|r| json!({
                 "rebuilt_completed": r.journal.rebuilt_completed,
@@ -55,7 +70,8 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
             "foreign": d.foreign,
             "integrity": checks,
             "orphaned_running_steps": orphaned,
-        }))?);
+        }))?)?;
+        return verdict();
     }
     let mut out = String::new();
     if let Some(r) = &repaired {
@@ -73,7 +89,8 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
             orphaned.join(", ")
         ));
     }
-    print(out.trim_end())
+    print(out.trim_end())?;
+    verdict()
 }
 
 fn repairs_text(r: &Repairs) -> String {

@@ -340,7 +340,7 @@ fn doctor_reports_what_is_pending_and_what_was_quarantined() {
         "--seed",
         "8",
     ]);
-    let d: serde_json::Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    let d: serde_json::Value = lake.doctor(&[]);
     let unsealed = d["unsealed"].as_array().unwrap().len();
     assert!(unsealed > 0 && d["sealed_waiting"].as_u64().unwrap() as usize == 20 - unsealed, "{d}");
     // Break one sealed run, then commit: it is quarantined, doctor says why.
@@ -349,7 +349,7 @@ fn doctor_reports_what_is_pending_and_what_was_quarantined() {
     let out =
         lake.command(&["commit"]).env("SLUICE_FAILPOINT", "commit:executions").output().unwrap();
     assert!(!out.status.success());
-    let d: serde_json::Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    let d: serde_json::Value = lake.doctor(&[]);
     assert_eq!(d["quarantined"].as_array().unwrap().len(), 1, "{d}");
     assert!(
         d["quarantined"][0]["reason"]
@@ -361,7 +361,7 @@ fn doctor_reports_what_is_pending_and_what_was_quarantined() {
     assert_eq!(d["unfinished_sequences"].as_array().unwrap().len(), 1, "{d}");
     assert_eq!(d["pending_manifests"].as_array().unwrap().len(), 1, "{d}");
     lake.ok(&["recover"]);
-    let d: serde_json::Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    let d: serde_json::Value = lake.doctor(&[]);
     assert!(
         d["unfinished_sequences"].as_array().unwrap().is_empty() && d["sealed_waiting"] == 0,
         "{d}"

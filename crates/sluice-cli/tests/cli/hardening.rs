@@ -103,7 +103,7 @@ fn two_committers_without_a_lock_lose_and_duplicate_nothing() {
     );
     let left = sluice::staging::scan(&lake.root.join("_staging"), None).unwrap();
     assert!(left.sealed.is_empty(), "{left:?}");
-    let doctor: Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    let doctor = lake.doctor(&[]);
     assert!(doctor["quarantined"].as_array().unwrap().is_empty(), "{doctor:#}");
 }
 

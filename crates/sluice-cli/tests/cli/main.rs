@@ -58,6 +58,18 @@ impl Lake {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// `sluice doctor --json` (plus `args`), whose exit status must say
+    /// what its report does: 0 when clean, 1 otherwise.
+    pub(crate) fn doctor(&self, args: &[&str]) -> Value {
+        let mut all = vec!["doctor", "--json"];
+        all.extend_from_slice(args);
+        let out = self.run(&all);
+        let report: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("doctor: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert_eq!(out.status.success(), report["clean"] == true, "doctor's exit status: {report}");
+        report
+    }
+
     /// Run and require failure; returns stderr.
     pub(crate) fn fails(&self, args: &[&str]) -> String {
         let out = self.run(args);
@@ -345,4 +357,47 @@ fn errors_say_each_cause_once_and_suggest_the_nearest_name() {
     let stderr = lake.fails(&["put", "--type", "metrc", "{\"x\": 1}"]);
     assert_eq!(stderr.matches("metrc").count(), 1, "{stderr}");
     assert!(stderr.contains("(did you mean `metric`?)"), "{stderr}");
+}
+
+/// `doctor` exits 1 when it finds a problem and 0 when the lake is clean,
+/// so it can gate cron jobs and CI; `--repair` exits 1 while anything it
+/// could not repair remains, and says what.
+#[test]
+fn doctor_exit_status_says_whether_the_lake_is_clean() {
+    let lake = Lake::new();
+    lake.ok(&["init"]);
+    lake.ok(&["put", "--type", "metric", "{\"loss\": 0.5}"]);
+    assert!(lake.doctor(&[])["clean"] == true);
+    let metrics = lake.root.join("artifacts/metrics");
+    let lost =
+        walk_files(&metrics).into_iter().find(|p| p.extension().is_some_and(|e| e == "parquet"));
+    std::fs::remove_file(lost.expect("a metrics data file")).unwrap();
+    let stderr = lake.fails(&["doctor"]);
+    assert!(stderr.contains("not clean") && stderr.contains("--repair"), "{stderr}");
+    assert!(lake.doctor(&[])["clean"] == false);
+    // The repair drops the reference; the index row whose content is gone
+    // cannot be repaired, so it is reported and the status stays 1.
+    let repaired = lake.doctor(&["--repair"]);
+    assert_eq!(
+        repaired["repaired"]["integrity"]["references_dropped"]["metrics"].as_array().map(Vec::len),
+        Some(1),
+        "{repaired}"
+    );
+    assert!(repaired["clean"] == false, "{repaired}");
+    assert_eq!(repaired["integrity"]["index_without_content"]["metrics"], 1, "{repaired}");
+    let stderr = lake.fails(&["doctor", "--repair"]);
+    assert!(stderr.contains("not clean after the repair"), "{stderr}");
+}
+
+fn walk_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !entry.file_name().to_string_lossy().starts_with('_') {
+            out.extend(walk_files(&path));
+        } else if path.is_file() {
+            out.push(path);
+        }
+    }
+    out
 }

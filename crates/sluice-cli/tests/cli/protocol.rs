@@ -244,8 +244,8 @@ fn staging_folders_that_link_to_another_lake_are_never_followed() {
         "their runs committed into ours"
     );
     assert_eq!(data_files(&their_staging).len(), staged_before, "their staging was touched");
-    let doctor = ours.ok(&["doctor"]);
-    assert!(doctor.contains(&step_name.to_string_lossy().into_owned()), "{doctor}");
+    let doctor = ours.doctor(&[]);
+    assert!(doctor.to_string().contains(&step_name.to_string_lossy().into_owned()), "{doctor}");
     // Their lake commits its own staging as ever.
     theirs.ok(&["commit"]);
     assert_eq!(count(&theirs, "SELECT count(*) FROM executions"), 5);
