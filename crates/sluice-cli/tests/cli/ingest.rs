@@ -162,13 +162,8 @@ fn ingestion_killed_at_random_moments_lands_every_row_exactly_once() {
 fn the_demo_ingests_its_files_and_its_totals_match_the_files() {
     let dir = tempfile::tempdir().unwrap();
     let demo = dir.path().join("d");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(["ingest", "demo"])
-        .arg(&demo)
-        .output()
-        .unwrap();
+    let out = ingest_demo(&demo);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         text.contains("ingested 5 files, 5000 rows") && text.contains("1 dead-lettered"),
         "{text}"
@@ -525,4 +520,41 @@ fn a_repair_that_drops_an_ingested_file_s_rows_forgets_it_so_it_lands_again() {
          GROUP BY status ORDER BY status",
     ]);
     assert_eq!(ledger.lines().skip(1).collect::<Vec<_>>(), ["forgotten,1", "ok,2"]);
+}
+
+/// A lake that only ingests answers the lake-wide commands: `tables` lists
+/// its raw, aggregate and curated tables and the ledger, `history` and
+/// `changes` take an ingestion table by name, `doctor` checks it, and a
+/// misspelt name suggests the nearest.
+#[test]
+fn an_ingest_only_lake_answers_tables_history_changes_and_doctor() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = dir.path().join("d");
+    ingest_demo(&demo);
+    let lake = crate::Lake::at(demo.join("lake"));
+    let tables: serde_json::Value = serde_json::from_str(&lake.ok(&["tables", "--json"])).unwrap();
+    let names: Vec<&str> =
+        tables.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["trips", "zone_days", "trips_daily", "ingest_ledger"], "{tables}");
+    assert_eq!(tables[0]["rows"], 5000, "{tables}");
+    let history = lake.ok(&["history", "--table", "trips"]);
+    assert!(history.lines().count() >= 3, "{history}");
+    let since = lake.ok(&["changes", "trips", "--since", "trips@0", "--format", "csv"]);
+    assert_eq!(since.lines().count(), 5001, "every row is a change since version 0");
+    let stderr = lake.fails(&["changes", "trips", "--since", "1"]);
+    assert!(stderr.contains("--since trips@VERSION"), "{stderr}");
+    let stderr = lake.fails(&["history", "--table", "trip"]);
+    assert!(stderr.contains("(did you mean `trips` or `trips_daily`?)"), "{stderr}");
+    assert!(lake.doctor(&[])["clean"] == true);
+}
+
+/// `sluice ingest demo DIR`, which must succeed.
+fn ingest_demo(dir: &Path) -> std::process::Output {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["ingest", "demo"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    out
 }

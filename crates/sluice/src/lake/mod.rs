@@ -329,19 +329,33 @@ impl Lake {
         layout::all_tables(&self.registry)
     }
 
-    /// One table's spec by short name.
+    /// One table's spec by short name: a lake table or an ingestion table
+    /// (`trips`, `trips_daily`, `ingest_ledger`); an unknown name is an
+    /// error naming the nearest ones.
     pub fn table_spec(&self, name: &str) -> Result<TableSpec> {
-        self.table_specs().into_iter().find(|t| t.name == name).ok_or_else(|| {
-            Error::InvalidInput(format!(
-                "no table named `{name}`. Help: `sluice tables` lists them"
-            ))
-        })
+        let mut all: Vec<TableSpec> =
+            self.table_specs().into_iter().chain(layout::ingestion_tables(&self.root)).collect();
+        if let Some(found) = all.iter().position(|t| t.name == name) {
+            return Ok(all.swap_remove(found));
+        }
+        let near = crate::error::words::nearest(name, all.iter().map(|t| t.name.as_str()));
+        Err(Error::InvalidInput(format!(
+            "no table named `{name}`{}. Help: `sluice tables` lists them",
+            crate::error::words::did_you_mean(&near)
+        )))
     }
 
-    /// Version, rows, files and bytes of every table.
+    /// Version, rows, files and bytes of every table the lake holds: its
+    /// artifact and orchestration tables (a lake that only ingests has
+    /// none), then its ingestion tables and ledger.
     pub async fn table_infos(&self) -> Result<Vec<TableInfo>> {
         let mut out = Vec::new();
-        for spec in self.table_specs() {
+        let held = self
+            .table_specs()
+            .into_iter()
+            .filter(|s| table::is_table(&table::table_dir(&self.root, s)))
+            .chain(layout::ingestion_tables(&self.root));
+        for spec in held {
             let handle = table::open(&self.root, &spec).await?;
             let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
             let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;

@@ -48,22 +48,14 @@ pub use vacuum::{VacuumOptions, VacuumReport};
 /// artifact lake's and the ingestion tables (`raw/`, `aggregate/`,
 /// `curated/`, the ledger) alike.
 pub(crate) fn select_tables(lake: &Lake, name: Option<&str>) -> Result<Vec<TableSpec>> {
-    let all: Vec<TableSpec> = lake
-        .table_specs()
-        .into_iter()
-        .chain(crate::lake::layout::ingestion_tables(lake.root()))
-        .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))
-        .collect();
     match name {
-        None => Ok(all),
-        Some(name) => {
-            let spec = all.into_iter().find(|s| s.name == name).ok_or_else(|| {
-                Error::InvalidInput(format!(
-                    "no table named `{name}`. Help: `sluice tables` lists them"
-                ))
-            })?;
-            Ok(vec![spec])
-        }
+        Some(name) => Ok(vec![lake.table_spec(name)?]),
+        None => Ok(lake
+            .table_specs()
+            .into_iter()
+            .chain(crate::lake::layout::ingestion_tables(lake.root()))
+            .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))
+            .collect()),
     }
 }
 

@@ -22,6 +22,7 @@ use deltalake::delta_datafusion::DeltaCdfTableProvider;
 
 use super::AsOf;
 use crate::error::{Error, Result};
+use crate::lake::layout::TableKind;
 use crate::lake::{Lake, snapshot, table};
 
 /// The change-data-feed property sluice creates tables with.
@@ -65,9 +66,22 @@ pub async fn changes(lake: &Lake, table_name: &str, since: &AsOf) -> Result<Chan
             spec.name, spec.name
         )));
     }
-    let to_version = lake.snapshot().await?.version_of(&spec.name).unwrap_or_default();
+    // An ingestion table commits outside the lake's commit sequences: it is
+    // read at its head, and a start is named by its own version or a time.
+    let ingestion = spec.kind == TableKind::Ingestion;
+    let to_version = match ingestion {
+        true => handle.version().unwrap_or_default(),
+        false => lake.snapshot().await?.version_of(&spec.name).unwrap_or_default(),
+    };
     let from_version = match since {
         AsOf::Time(_) => None,
+        AsOf::Tables(versions) if ingestion => Some(versions.get(&spec.name).map_or(0, |v| v + 1)),
+        AsOf::Lake(_) if ingestion => {
+            return Err(Error::InvalidInput(format!(
+                "`{}` is an ingestion table, outside the lake's versions: give --since {}@VERSION (its own version, see `sluice history --table {}`) or a time",
+                spec.name, spec.name, spec.name
+            )));
+        }
         AsOf::Lake(_) | AsOf::Tables(_) => {
             let point = snapshot::resolve(lake.root(), &lake.table_specs(), &since.point()).await?;
             Some(point.version_of(&spec.name).map_or(0, |v| v + 1))

@@ -205,7 +205,7 @@ impl<'a> SqlBuilder<'a> {
     }
 
     /// A statement naming a table the lake lacks: said as such, with the
-    /// nearest names the lake has.
+    /// nearest names the lake has ([`Lake::table_spec`]).
     fn no_such_table(&self, error: DataFusionError) -> Error {
         let DataFusionError::Plan(message) = error.find_root() else { return error.into() };
         let Some(quoted) =
@@ -214,18 +214,10 @@ impl<'a> SqlBuilder<'a> {
             return error.into();
         };
         let name = quoted.rsplit('.').next().unwrap_or(quoted);
-        let known: Vec<String> = self
-            .lake
-            .table_specs()
-            .into_iter()
-            .chain(layout::ingestion_tables(self.lake.root()))
-            .map(|s| s.name)
-            .collect();
-        let near = crate::error::words::nearest(name, known.iter().map(String::as_str));
-        Error::InvalidInput(format!(
-            "no table named `{name}`{}. Help: `sluice tables` lists them",
-            crate::error::words::did_you_mean(&near)
-        ))
+        match self.lake.table_spec(name) {
+            Err(unknown) => unknown,
+            Ok(_) => error.into(),
+        }
     }
 
     /// Run the statement and collect its rows.
