@@ -29,14 +29,9 @@ fn staging_workers_and_a_committer_run_at_once() {
     assert!(stager.wait().unwrap().success());
     lake.ok(&["commit"]);
     assert!(commits >= 2, "commits ran while workers staged");
-    let n = lake.ok(&[
-        "sql",
-        "--format",
-        "csv",
-        "SELECT count(*) AS n, count(DISTINCT execution_run_id) AS d FROM executions",
-    ]);
+    let n = lake.csv("SELECT count(*) AS n, count(DISTINCT execution_run_id) AS d FROM executions");
     assert_eq!(n, "n,d\n1000,1000\n");
-    let n = lake.ok(&["sql", "--format", "csv", "SELECT count(*) AS n FROM execution_edges"]);
+    let n = lake.csv("SELECT count(*) AS n FROM execution_edges");
     assert_eq!(n, "n\n3000\n");
     let left = sluice::staging::scan(&lake.root.join("_staging"), None).unwrap();
     assert!(left.sealed.is_empty() && left.unsealed.is_empty(), "{left:?}");
@@ -69,18 +64,8 @@ fn a_put_during_a_commit_never_duplicates_an_artifact() {
     args.extend(pool.iter().map(String::as_str));
     lake.ok(&args);
     assert!(commit.wait().unwrap().success());
-    let counts = lake.ok(&[
-        "sql",
-        "--format",
-        "csv",
-        "SELECT count(*) AS n, count(DISTINCT artifact_id) AS d FROM metrics",
-    ]);
+    let counts = lake.csv("SELECT count(*) AS n, count(DISTINCT artifact_id) AS d FROM metrics");
     assert_eq!(counts, "n,d\n16,16\n");
-    let counts = lake.ok(&[
-        "sql",
-        "--format",
-        "csv",
-        "SELECT count(*) AS n, count(DISTINCT artifact_id) AS d FROM index",
-    ]);
+    let counts = lake.csv("SELECT count(*) AS n, count(DISTINCT artifact_id) AS d FROM index");
     assert_eq!(counts, "n,d\n16,16\n");
 }

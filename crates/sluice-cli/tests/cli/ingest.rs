@@ -546,6 +546,10 @@ fn an_ingest_only_lake_answers_tables_history_changes_and_doctor() {
     let stderr = lake.fails(&["history", "--table", "trip"]);
     assert!(stderr.contains("(did you mean `trips` or `trips_daily`?)"), "{stderr}");
     assert!(lake.doctor(&[])["clean"] == true);
+    let shown = lake.ok(&["sql", "SHOW TABLES"]);
+    for name in ["trips", "zone_days", "trips_daily", "ingest_ledger"] {
+        assert!(shown.contains(&format!("| {name} ")), "{name}: {shown}");
+    }
 }
 
 /// `sluice ingest demo DIR`, which must succeed.

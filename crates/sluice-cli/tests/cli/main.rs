@@ -70,6 +70,11 @@ impl Lake {
         report
     }
 
+    /// `sluice sql --format csv SQL`, which must succeed.
+    pub(crate) fn csv(&self, sql: &str) -> String {
+        self.ok(&["sql", "--format", "csv", sql])
+    }
+
     /// Run and require failure; returns stderr.
     pub(crate) fn fails(&self, args: &[&str]) -> String {
         let out = self.run(args);
@@ -172,12 +177,7 @@ fn declared_type_via_sluice_toml_and_types_listing() {
         "{types}"
     );
     let id = lake.ok(&["put", "--type", "sample", "--step", "1", r#"{"name": "s1", "mass": 1.5}"#]);
-    let rows = lake.ok(&[
-        "sql",
-        "--format",
-        "csv",
-        "SELECT name, mass FROM samples WHERE origin_step_number = 1",
-    ]);
+    let rows = lake.csv("SELECT name, mass FROM samples WHERE origin_step_number = 1");
     assert_eq!(rows, "name,mass\ns1,1.5\n");
     let shown = lake.ok(&["show", id.trim()]);
     assert!(shown.contains("type      sample"), "{shown}");
@@ -400,4 +400,34 @@ fn walk_files(dir: &std::path::Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// An empty result keeps its columns (a header and "(0 rows)"; the CSV
+/// header line), `SHOW TABLES` lists every lake table, and a statement
+/// whose effect would vanish with the query is refused with the reason.
+#[test]
+fn sql_keeps_columns_of_empty_results_lists_tables_and_refuses_ddl() {
+    let lake = Lake::new();
+    lake.ok(&["init"]);
+    let table = lake.ok(&["sql", "SELECT artifact_id, extension FROM metrics WHERE 1 = 0"]);
+    assert!(table.contains("| artifact_id | extension |"), "{table}");
+    assert!(table.trim_end().ends_with("(0 rows)"), "{table}");
+    let csv = lake.csv("SELECT artifact_id, extension FROM metrics WHERE 1 = 0");
+    assert_eq!(csv, "artifact_id,extension\n");
+    let json = lake.ok(&["sql", "--format", "json", "SELECT artifact_id FROM metrics WHERE 1 = 0"]);
+    assert_eq!(json.trim(), "", "no rows, no JSON lines: {json}");
+    let tables = lake.csv(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
+    );
+    for name in ["commits", "executions", "index", "metrics", "steps"] {
+        assert!(tables.lines().any(|l| l == name), "{name} missing: {tables}");
+    }
+    assert!(lake.ok(&["sql", "SHOW TABLES"]).contains("| metrics "));
+    for (statement, said) in [
+        ("CREATE TABLE t AS SELECT 1 AS x", "`CREATE TABLE` is refused"),
+        ("INSERT INTO metrics SELECT * FROM metrics", "`INSERT INTO` is refused"),
+    ] {
+        let stderr = lake.fails(&["sql", statement]);
+        assert!(stderr.contains(said), "{stderr}");
+    }
 }

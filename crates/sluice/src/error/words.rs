@@ -19,6 +19,15 @@ pub(crate) fn sql(error: &DataFusionError) -> String {
                 "SQL syntax: the statement nests too deeply".into()
             }
         },
+        DataFusionError::Plan(m)
+            if m.starts_with("DDL not supported") || m.starts_with("DML not supported") =>
+        {
+            let what = statement(m.split_once(": ").map_or(m.as_str(), |(_, w)| w));
+            format!(
+                "SQL: {what} is refused: sluice's SQL reads the lake, and a table made or changed \
+                 here would vanish with the query (the lake is written by put, pipelines and ingestion)"
+            )
+        }
         DataFusionError::Plan(m) | DataFusionError::Execution(m) => format!("SQL: {m}"),
         DataFusionError::SchemaError(..) => format!("SQL: {}", root.message()),
         DataFusionError::NotImplemented(m) => format!("SQL: not supported: {m}"),
@@ -26,6 +35,26 @@ pub(crate) fn sql(error: &DataFusionError) -> String {
         DataFusionError::External(e) => e.to_string(),
         other => format!("SQL: {}", other.strip_backtrace()),
     }
+}
+
+/// A DataFusion plan name (`CreateMemoryTable`, `Insert Into`) as the SQL
+/// a user wrote (`CREATE TABLE`, `INSERT INTO`).
+fn statement(plan: &str) -> String {
+    let words = match plan {
+        "CreateMemoryTable" | "CreateExternalTable" => "CREATE TABLE".to_owned(),
+        "CreateCatalogSchema" => "CREATE SCHEMA".to_owned(),
+        other => {
+            let mut out = String::new();
+            for c in other.chars() {
+                if c.is_uppercase() && !out.is_empty() && !out.ends_with(' ') {
+                    out.push(' ');
+                }
+                out.push(c);
+            }
+            out.to_uppercase()
+        }
+    };
+    format!("`{words}`")
 }
 
 /// Up to three of `known` nearest to `name` (a typo, a singular for a
@@ -72,6 +101,12 @@ mod tests {
         assert_eq!(sql(&wrapped), "SQL syntax: Expected: an SQL statement, found: SELEC");
         let plan = DataFusionError::Plan("table 'x' not found".into());
         assert_eq!(sql(&plan), "SQL: table 'x' not found");
+        let ddl = DataFusionError::Plan("DDL not supported: CreateMemoryTable".into());
+        assert!(sql(&ddl).starts_with("SQL: `CREATE TABLE` is refused"), "{}", sql(&ddl));
+        let dml = DataFusionError::Plan("DML not supported: Insert Into".into());
+        assert!(sql(&dml).starts_with("SQL: `INSERT INTO` is refused"), "{}", sql(&dml));
+        let view = DataFusionError::Plan("DDL not supported: CreateView".into());
+        assert!(sql(&view).starts_with("SQL: `CREATE VIEW` is refused"), "{}", sql(&view));
     }
 
     #[test]

@@ -76,9 +76,16 @@ fn hex_binary(batch: &RecordBatch) -> Result<RecordBatch> {
 /// Render batches in a format.
 pub fn render(batches: &[RecordBatch], format: OutputFormat) -> Result<String> {
     match format {
-        OutputFormat::Table => Ok(pretty_format_batches(batches)
-            .map_err(|e| Error::arrow("formatting table", e))?
-            .to_string()),
+        OutputFormat::Table => {
+            let table = pretty_format_batches(batches)
+                .map_err(|e| Error::arrow("formatting table", e))?
+                .to_string();
+            // A header alone would read as a formatting glitch.
+            match batches.iter().map(RecordBatch::num_rows).sum::<usize>() {
+                0 => Ok(format!("{table}\n(0 rows)")),
+                _ => Ok(table),
+            }
+        }
         OutputFormat::Csv => {
             let mut out = Vec::new();
             {

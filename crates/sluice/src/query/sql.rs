@@ -8,7 +8,9 @@ use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::datafusion::error::DataFusionError;
 use deltalake::datafusion::execution::memory_pool::{FairSpillPool, TrackConsumersPool};
 use deltalake::datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use deltalake::datafusion::prelude::{SessionConfig, SessionContext};
+use deltalake::datafusion::prelude::{SQLOptions, SessionConfig, SessionContext};
+use deltalake::datafusion::sql::parser::Statement;
+use deltalake::datafusion::sql::sqlparser::ast;
 
 use super::AsOf;
 use crate::error::{Error, Result};
@@ -135,9 +137,21 @@ impl<'a> SqlBuilder<'a> {
             None => self.lake.snapshot().await?,
             Some(as_of) => snapshot::resolve(self.lake.root(), &all, &as_of.point()).await?,
         };
+        // A look at the catalog (`SHOW TABLES`, `information_schema.…`)
+        // sees every table of the lake; a query, the tables it names.
+        let shows_tables = matches!(&statement, Statement::Statement(s) if matches!(**s, ast::Statement::ShowTables { .. }));
+        let catalog =
+            shows_tables || references.iter().any(|r| r.schema() == Some("information_schema"));
+        let mut names: Vec<String> = references.iter().map(|r| r.table().to_owned()).collect();
+        if catalog {
+            let held =
+                all.iter().filter(|s| table::is_table(&table::table_dir(self.lake.root(), s)));
+            names.extend(held.map(|s| s.name.clone()));
+            names.extend(layout::ingestion_tables(self.lake.root()).into_iter().map(|s| s.name));
+        }
         let mut versions = BTreeMap::new();
-        for reference in references {
-            let name = reference.table();
+        for name in &names {
+            let name = name.as_str();
             if versions.contains_key(name) {
                 continue;
             }
@@ -220,11 +234,20 @@ impl<'a> SqlBuilder<'a> {
         }
     }
 
-    /// Run the statement and collect its rows.
+    /// Run the statement and collect its rows. A statement that would
+    /// define or change a table (`CREATE TABLE`, `INSERT`, `COPY`) is
+    /// refused: it would change only this query's session and vanish with
+    /// it. An empty result is one batch of no rows, so it keeps its columns.
     pub async fn execute(self) -> Result<QueryResult> {
         let (ctx, table_versions, snapshot) = self.context_at().await?;
-        let df = ctx.sql(&self.sql).await.map_err(|e| self.no_such_table(e))?;
-        let batches = df.collect().await?;
+        let read_only = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false);
+        let df =
+            ctx.sql_with_options(&self.sql, read_only).await.map_err(|e| self.no_such_table(e))?;
+        let schema = df.schema().inner().clone();
+        let mut batches = df.collect().await?;
+        if batches.is_empty() {
+            batches.push(RecordBatch::new_empty(schema));
+        }
         Ok(QueryResult { batches, table_versions, lake_version: snapshot.sequence })
     }
 }
