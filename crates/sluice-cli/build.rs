@@ -1,5 +1,6 @@
 //! Records the git revision the binary is built from, for the bench results
-//! (`SLUICE_GIT_REV`; "unknown" outside a git checkout). Asked at run time,
+//! and `sluice --version` (`SLUICE_GIT_REV`; "unknown" outside a git
+//! checkout), and the build profile (`SLUICE_BUILD_PROFILE`). Asked at run time,
 //! git would name whatever the source tree holds by then, not the build.
 
 use std::path::Path;
@@ -27,4 +28,7 @@ fn main() {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=SLUICE_GIT_REV={rev}");
+    // "debug" for the dev profile, "release" for release: `sluice --version`.
+    let profile = std::env::var("PROFILE").unwrap_or_else(|_| "unknown".into());
+    println!("cargo:rustc-env=SLUICE_BUILD_PROFILE={profile}");
 }

@@ -6,7 +6,19 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// sluice: a service-free, transactional artifact lake on Delta Lake.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about, long_about = None)]
+#[command(
+    name = "sluice",
+    version = concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (",
+        env!("SLUICE_GIT_REV"),
+        ", ",
+        env!("SLUICE_BUILD_PROFILE"),
+        " build)"
+    ),
+    about,
+    long_about = None
+)]
 pub struct Cli {
     /// The lake's root folder.
     #[arg(long, global = true, env = "SLUICE_LAKE", default_value = "./lake", value_parser = lake_root)]
@@ -20,6 +32,9 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// Output formats of `sluice lineage` and `sluice graph`.
+const GRAPH_FORMATS: [&str; 5] = ["text", "json", "dot", "mermaid", "html"];
 
 /// Output formats of `sluice sql`.
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -157,7 +172,7 @@ pub enum Command {
         #[arg(long)]
         step: Option<i32>,
         /// text, json, dot, mermaid or html (one self-contained page).
-        #[arg(long, default_value = "text")]
+        #[arg(long, default_value = "text", value_parser = GRAPH_FORMATS)]
         format: String,
         /// Write to this file instead of stdout.
         #[arg(short = 'o', long)]
@@ -270,7 +285,7 @@ pub enum Command {
         /// Run id or prefix (default: the latest run).
         run: Option<String>,
         /// text, json, dot, mermaid or html.
-        #[arg(long, default_value = "text")]
+        #[arg(long, default_value = "text", value_parser = GRAPH_FORMATS)]
         format: String,
         /// Write to this file instead of stdout.
         #[arg(short = 'o', long)]

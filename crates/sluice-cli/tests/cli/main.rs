@@ -431,3 +431,24 @@ fn sql_keeps_columns_of_empty_results_lists_tables_and_refuses_ddl() {
         assert!(stderr.contains(said), "{stderr}");
     }
 }
+
+/// `--version` names the revision and the build profile; a `--format`
+/// sluice does not write exits 2 and lists the ones it does.
+#[test]
+fn version_names_the_build_and_bad_formats_list_the_choices() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice")).arg("--version").output().unwrap();
+    let version = String::from_utf8(out.stdout).unwrap();
+    assert!(version.starts_with(&format!("sluice {} (", env!("CARGO_PKG_VERSION"))), "{version}");
+    assert!(version.trim_end().ends_with(" build)"), "{version}");
+    let lake = Lake::new();
+    for args in [
+        vec!["sql", "--format", "xml", "SELECT 1"],
+        vec!["graph", "--format", "png"],
+        vec!["lineage", "00000000000000000000000000000000", "--format", "svg"],
+    ] {
+        let out = lake.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("possible values"), "{stderr}");
+    }
+}
