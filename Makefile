@@ -4,7 +4,10 @@
 #   make lint    structure check (no import cycles, no huge functions), rustfmt, clippy -D warnings
 #   make bench   release build; issue 11's end-to-end benches → bench-results/results.jsonl
 #                → docs/PERFORMANCE.md's table; then the criterion benchmarks
-#   make demo    build sluice, create a lake in ./lake and query it
+#   make demo    build sluice, run the demo pipeline into ./sluice-demo/lake and query it
+#   make install put the dev build of `sluice` on PATH as ~/.local/bin/sluice
+#                (PREFIX=DIR for DIR/bin/sluice; no release build needed)
+#   make python  the Python readers (deltalake, polars, duckdb, pandas) in /var/tmp/sluice-venv
 
 # Build profile (Cargo.toml): one dev profile for the binary, tests, examples
 # and CI, no debuginfo, dependencies at opt-level 0 except the crates a commit
@@ -27,10 +30,10 @@ export CARGO_TARGET_DIR ?= /var/tmp/sluice-target
 export SLUICE_VENV ?= /var/tmp/sluice-venv
 CARGO ?= cargo
 
-.PHONY: test lint fmt bench build demo python help
+.PHONY: test lint fmt bench build demo python help install
 
 help:
-	@grep -E '^#   make' Makefile | sed 's/^#   //'
+	@awk '/^#   make /{on=1} on && /^#/{sub(/^#   /, ""); print; next} on{exit}' Makefile
 
 build:
 	$(CARGO) build --workspace
@@ -68,3 +71,12 @@ bench:
 
 demo: build
 	bash scripts/demo.sh
+	@echo
+	@echo "sluice is $(CARGO_TARGET_DIR)/debug/sluice; \`make install\` puts it on PATH as $(PREFIX)/bin/sluice"
+
+# The dev build is the one build (see above): install copies it.
+PREFIX ?= $(HOME)/.local
+install: build
+	install -D -m 755 $(CARGO_TARGET_DIR)/debug/sluice $(PREFIX)/bin/sluice
+	@echo "installed $(PREFIX)/bin/sluice ($$($(PREFIX)/bin/sluice --version))"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "add it to PATH: export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
