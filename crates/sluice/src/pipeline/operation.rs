@@ -55,6 +55,14 @@ pub trait Operation: Send + Sync + 'static {
         signature: &Signature<'_>,
     ) -> std::result::Result<BTreeMap<String, String>, StepError>;
 
+    /// The params the operation reads, or `None` for any (an operation that
+    /// passes them on, as `command` does). A key outside the list fails
+    /// validation naming it, so a typo (`sed` for `seed`) never runs, nor
+    /// enters the cache key.
+    fn known_params(&self) -> Option<&'static [&'static str]> {
+        None
+    }
+
     /// Inputs the operation takes from its params rather than `inputs`
     /// (role → `"<step>.<role>"`), e.g. `filter`'s `metric`.
     fn implicit_inputs(&self, _step: &StepConfig) -> BTreeMap<String, String> {

@@ -90,6 +90,20 @@ impl Pipeline {
                 return Err(err("another step has the same name".into()));
             }
             let op = operations.get(&step.operation).map_err(|e| err(e.to_string()))?;
+            if let Some(known) = op.known_params()
+                && let Some(unknown) = step.params.keys().find(|k| !known.contains(&k.as_str()))
+            {
+                let near = crate::error::words::nearest(unknown, known.iter().copied());
+                let takes = match known {
+                    [] => "it takes none".to_owned(),
+                    _ => format!("it takes {}", known.join(", ")),
+                };
+                return Err(err(format!(
+                    "params.{unknown} is not a parameter of `{}`{}; {takes}",
+                    step.operation,
+                    crate::error::words::did_you_mean(&near)
+                )));
+            }
             if step.batch.artifacts_per_unit == 0 || step.batch.units_per_worker == 0 {
                 return Err(err("batch sizes must be at least 1".into()));
             }
@@ -273,6 +287,16 @@ mod tests {
                     "{HEAD}[[step]]\nname = \"m\"\noperation = \"compute_metrics\"\ninputs = {{ t = \"gen.data\" }}\n[[step]]\nname = \"k\"\noperation = \"filter\"\ninputs = {{ candidates = \"gen.data\" }}\nparams = {{ metric = \"m.metrics\", where = \"mean >\" }}\n"
                 ),
                 "is not a SQL expression",
+            ),
+            (
+                format!(
+                    "{HEAD}[[step]]\nname = \"m\"\noperation = \"merge\"\ninputs = {{ a = \"gen.data\" }}\nparams = {{ mode = \"x\" }}\n"
+                ),
+                "params.mode is not a parameter of `merge`; it takes none",
+            ),
+            (
+                format!("{HEAD}params = {{ sed = 3 }}\n"),
+                "params.sed is not a parameter of `generate_data` (did you mean `seed`?); it takes tables, rows, seed",
             ),
             (format!("{HEAD}batch = {{ artifacts_per_unit = 0 }}\n"), "at least 1"),
             ("name = \"t\"\n".to_owned(), "no steps"),

@@ -59,6 +59,10 @@ impl Operation for FilterOp {
         "filter"
     }
 
+    fn known_params(&self) -> Option<&'static [&'static str]> {
+        Some(&["metric", "where"])
+    }
+
     fn implicit_inputs(&self, step: &StepConfig) -> BTreeMap<String, String> {
         step.params
             .get("metric")

@@ -22,6 +22,10 @@ impl Operation for GenerateData {
         "generate_data"
     }
 
+    fn known_params(&self) -> Option<&'static [&'static str]> {
+        Some(&["tables", "rows", "seed"])
+    }
+
     fn outputs(
         &self,
         s: &Signature<'_>,

@@ -50,6 +50,10 @@ impl Operation for IngestFiles {
         "ingest_files"
     }
 
+    fn known_params(&self) -> Option<&'static [&'static str]> {
+        Some(&["paths", "hash"])
+    }
+
     fn outputs(
         &self,
         s: &Signature<'_>,

@@ -19,6 +19,10 @@ impl Operation for MergeOp {
         "merge"
     }
 
+    fn known_params(&self) -> Option<&'static [&'static str]> {
+        Some(&[])
+    }
+
     fn outputs(
         &self,
         s: &Signature<'_>,

@@ -119,6 +119,10 @@ impl Operation for ComputeMetrics {
         "compute_metrics"
     }
 
+    fn known_params(&self) -> Option<&'static [&'static str]> {
+        Some(&[])
+    }
+
     fn outputs(
         &self,
         s: &Signature<'_>,
