@@ -44,7 +44,12 @@ pub async fn check(root: &Path, file: &Path) -> anyhow::Result<()> {
             outputs.join(", ")
         ));
     }
-    print(&lines.join("\n"))
+    print(&lines.join("\n"))?;
+    // What this machine lacks is said, not fatal: the nodes may differ.
+    for warning in pipeline.preflight() {
+        eprintln!("warning: {warning}");
+    }
+    Ok(())
 }
 
 /// Run a pipeline with progress bars; the report is printed and returned.

@@ -452,3 +452,27 @@ fn version_names_the_build_and_bad_formats_list_the_choices() {
         assert!(stderr.contains("possible values"), "{stderr}");
     }
 }
+
+/// `sluice check` of a valid pipeline whose `command` program this machine
+/// lacks says so as a warning (the nodes that run it may have it) and
+/// still exits 0.
+#[test]
+fn check_warns_of_a_command_program_not_on_path() {
+    let lake = Lake::new();
+    let file = lake.root.with_file_name("p.toml");
+    std::fs::write(
+        &file,
+        "name = \"t\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\n\
+         [[step]]\nname = \"c\"\noperation = \"command\"\ninputs = { t = \"gen.data\" }\n\
+         outputs = { o = \"metric\" }\ncommand = [\"no-such-program-sluice\", \"x\"]\n",
+    )
+    .unwrap();
+    let out = lake.run(&["check", file.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("is valid"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr,
+        "warning: step `c`: program `no-such-program-sluice` is not on PATH here (fine if the nodes that run it have it)\n"
+    );
+}

@@ -35,6 +35,7 @@ pub mod events;
 pub mod operation;
 pub mod ops;
 pub mod plan;
+mod preflight;
 pub mod process;
 pub mod run;
 pub mod status;
