@@ -392,10 +392,12 @@ pub enum Command {
 
     /// Add artifacts to the lake and print their ids.
     ///
-    /// metric/config: each VALUE is JSON text, or @FILE to read it from a file.
+    /// metric/config: each VALUE is JSON text, @FILE to read it from a file,
+    /// or - for standard input (one JSON document, or one per line).
     /// data: each VALUE is a .csv, .parquet or .arrow file.
     /// file_ref: each VALUE is a path to reference.
-    /// custom types: each VALUE is a JSON object of the type's columns.
+    /// custom types: each VALUE is a JSON object of the type's columns (or -,
+    /// as for metric).
     Put {
         /// The artifact type key.
         #[arg(long = "type", short = 't')]

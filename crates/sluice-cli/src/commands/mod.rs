@@ -302,8 +302,29 @@ fn read_json_arg(value: &str) -> anyhow::Result<(Value, Option<String>)> {
         let name = Path::new(path).file_name().and_then(|n| n.to_str()).map(str::to_owned);
         return Ok((parsed, name));
     }
-    let parsed = serde_json::from_str(value).with_context(|| format!("not valid JSON: {value}"))?;
+    let parsed = serde_json::from_str(value).with_context(|| {
+        format!("`{value}` is not JSON (give a JSON object, @FILE for a JSON file, or - for standard input)")
+    })?;
     Ok((parsed, None))
+}
+
+/// The values of `put`: each argument, with `-` standing for the JSON
+/// documents on standard input (one, or one per line).
+fn expand_stdin(values: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::with_capacity(values.len());
+    for value in values {
+        if value != "-" {
+            out.push(value.clone());
+            continue;
+        }
+        let text = std::io::read_to_string(std::io::stdin()).context("reading standard input")?;
+        if serde_json::from_str::<Value>(&text).is_ok() {
+            out.push(text);
+        } else {
+            out.extend(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_owned));
+        }
+    }
+    Ok(out)
 }
 
 async fn put(
@@ -321,8 +342,9 @@ async fn put(
         },
         None => serde_json::Map::new(),
     };
+    let values = expand_stdin(values)?;
     let mut artifacts = Vec::with_capacity(values.len());
-    for value in values {
+    for value in &values {
         let draft = match type_key {
             METRIC | CONFIG => {
                 let (json, name) = read_json_arg(value)?;

@@ -476,3 +476,32 @@ fn check_warns_of_a_command_program_not_on_path() {
         "warning: step `c`: program `no-such-program-sluice` is not on PATH here (fine if the nodes that run it have it)\n"
     );
 }
+
+/// `put -` reads the JSON on standard input: one document, or one per line
+/// (`jq -c … | sluice put --type metric -`).
+#[test]
+fn put_reads_json_lines_from_standard_input() {
+    use std::io::Write;
+    let lake = Lake::new();
+    lake.ok(&["init"]);
+    for (input, expected) in
+        [("{\"a\": 1}\n{\"a\": 2}\n\n{\"a\": 3}\n", 3), ("{\n  \"b\": 1\n}\n", 1)]
+    {
+        let mut child = lake
+            .command(&["put", "--type", "metric", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), expected, "{input}");
+    }
+    assert_eq!(lake.csv("SELECT count(*) AS n FROM metrics"), "n\n4\n");
+    let stderr = lake.fails(&["put", "--type", "metric", "/nonexistent"]);
+    assert!(
+        stderr.starts_with("error: `/nonexistent` is not JSON (give a JSON object, @FILE"),
+        "{stderr}"
+    );
+}
