@@ -7,6 +7,7 @@
 
 mod args;
 mod commands;
+mod log_format;
 mod output;
 
 use std::process::ExitCode;
@@ -74,6 +75,12 @@ fn init_tracing(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(log_format::colour());
+    let _ = match verbose {
+        0 => builder.event_format(log_format::CargoStyle).try_init(),
+        _ => builder.try_init(),
+    };
 }

@@ -505,3 +505,24 @@ fn put_reads_json_lines_from_standard_input() {
         "{stderr}"
     );
 }
+
+/// Warnings read like cargo's (`warning: …`) and carry no colour codes
+/// when stderr is not a terminal.
+#[test]
+fn warnings_read_like_cargo_s_without_colour_codes_off_a_terminal() {
+    let lake = Lake::new();
+    lake.ok(&["init"]);
+    lake.ok(&["put", "--type", "metric", "{\"a\": 1}"]);
+    for file in walk_files(&lake.root.join("artifacts/metrics")) {
+        if file.extension().is_some_and(|e| e == "parquet") {
+            std::fs::remove_file(file).unwrap();
+        }
+    }
+    let out = lake.run(&["doctor", "--repair"]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+    assert!(
+        stderr.starts_with("warning: dropped references to missing data files table=metrics"),
+        "{stderr}"
+    );
+}
