@@ -341,12 +341,56 @@ pub async fn latest_version(root: &Path, spec: &TableSpec) -> Result<u64> {
 
 /// A table's version at an instant: the last version committed at or before
 /// it, `None` when the table was created later.
+///
+/// Decided by the commit times the log entries record (`commitInfo`'s
+/// timestamp), found by a binary search over the retained entries — not by
+/// the entries' file modification times, which a copy of the lake (`cp -r`,
+/// a sync to another machine) resets to the moment of the copy. Falls back
+/// to Delta's own search when an entry in the way has expired or records
+/// no time.
 pub async fn version_at(
     root: &Path,
     spec: &TableSpec,
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<Option<u64>> {
-    let mut handle = open_unloaded(root, spec).await?;
+    let handle = open_unloaded(root, spec).await?;
+    let head = latest_version(root, spec).await?;
+    let at = at.timestamp_millis();
+    let committed_at = async |version: u64| -> Result<Option<i64>> {
+        let Some(actions) = retained_actions(&handle, &spec.name, version).await? else {
+            return Ok(None);
+        };
+        Ok(actions.iter().find_map(|a| match a {
+            deltalake::kernel::Action::CommitInfo(info) => info.timestamp,
+            _ => None,
+        }))
+    };
+    // The last version committed at or before `at`, in [lo, hi].
+    let Some(first) = committed_at(0).await? else {
+        return version_at_by_delta(handle, spec, at).await;
+    };
+    if first > at {
+        return Ok(None);
+    }
+    let (mut lo, mut hi) = (0, head);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        match committed_at(mid).await? {
+            Some(time) if time <= at => lo = mid,
+            Some(_) => hi = mid - 1,
+            None => return version_at_by_delta(handle, spec, at).await,
+        }
+    }
+    Ok(Some(lo))
+}
+
+/// [`version_at`] as Delta decides it (by the log files' times).
+async fn version_at_by_delta(
+    mut handle: DeltaTable,
+    spec: &TableSpec,
+    at: i64,
+) -> Result<Option<u64>> {
+    let at = chrono::DateTime::from_timestamp_millis(at).unwrap_or_default();
     handle.load_with_datetime(at).await.map_err(|e| Error::delta(&spec.name, e))?;
     let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
     let version = state.version();

@@ -133,3 +133,38 @@ async fn a_memory_limit_spills_joins_instead_of_growing() {
     let free = csv(&lake, &format!("EXPLAIN ANALYZE {anti}"), None).await;
     assert_eq!(spills(&free), 0, "without a limit nothing spills:\n{free}");
 }
+
+/// `--as-of TIME` goes by the commit times the log records, not by the log
+/// files' modification times: a lake copied (`cp -r`, a sync) keeps its
+/// history, instead of every table falling back to one version.
+#[tokio::test]
+async fn as_of_a_time_survives_a_copy_that_resets_file_times() {
+    let (dir, lake) = lake().await;
+    lake.put(&metrics(&lake, 1, 2)).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let between = chrono::Utc::now();
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    lake.put(&metrics(&lake, 2, 3)).await.unwrap();
+    // What a copy does: every file is as new as the copy.
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    let mut stack = vec![dir.path().to_path_buf()];
+    while let Some(folder) = stack.pop() {
+        for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                std::fs::File::options()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_modified(later)
+                    .unwrap();
+            }
+        }
+    }
+    let copied = sluice::Lake::open(lake.root()).await.unwrap();
+    let count = "SELECT count(*) AS n FROM metrics";
+    assert_eq!(csv(&copied, count, Some(AsOf::Time(between))).await, "n\n2\n");
+    assert_eq!(csv(&copied, count, None).await, "n\n5\n");
+}
