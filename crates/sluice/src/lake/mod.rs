@@ -329,6 +329,17 @@ impl Lake {
         layout::all_tables(&self.registry)
     }
 
+    /// Every table this lake holds on disk: its artifact and orchestration
+    /// tables that exist (a lake that only ingests has none), then its
+    /// ingestion tables and ledger.
+    pub fn held_table_specs(&self) -> Vec<TableSpec> {
+        self.table_specs()
+            .into_iter()
+            .filter(|s| table::is_table(&table::table_dir(&self.root, s)))
+            .chain(layout::ingestion_tables(&self.root))
+            .collect()
+    }
+
     /// One table's spec by short name: a lake table or an ingestion table
     /// (`trips`, `trips_daily`, `ingest_ledger`); an unknown name is an
     /// error naming the nearest ones.
@@ -350,12 +361,7 @@ impl Lake {
     /// none), then its ingestion tables and ledger.
     pub async fn table_infos(&self) -> Result<Vec<TableInfo>> {
         let mut out = Vec::new();
-        let held = self
-            .table_specs()
-            .into_iter()
-            .filter(|s| table::is_table(&table::table_dir(&self.root, s)))
-            .chain(layout::ingestion_tables(&self.root));
-        for spec in held {
+        for spec in self.held_table_specs() {
             let handle = table::open(&self.root, &spec).await?;
             let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
             let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;

@@ -50,12 +50,7 @@ pub use vacuum::{VacuumOptions, VacuumReport};
 pub(crate) fn select_tables(lake: &Lake, name: Option<&str>) -> Result<Vec<TableSpec>> {
     match name {
         Some(name) => Ok(vec![lake.table_spec(name)?]),
-        None => Ok(lake
-            .table_specs()
-            .into_iter()
-            .chain(crate::lake::layout::ingestion_tables(lake.root()))
-            .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))
-            .collect()),
+        None => Ok(lake.held_table_specs()),
     }
 }
 

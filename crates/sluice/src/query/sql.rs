@@ -144,10 +144,7 @@ impl<'a> SqlBuilder<'a> {
             shows_tables || references.iter().any(|r| r.schema() == Some("information_schema"));
         let mut names: Vec<String> = references.iter().map(|r| r.table().to_owned()).collect();
         if catalog {
-            let held =
-                all.iter().filter(|s| table::is_table(&table::table_dir(self.lake.root(), s)));
-            names.extend(held.map(|s| s.name.clone()));
-            names.extend(layout::ingestion_tables(self.lake.root()).into_iter().map(|s| s.name));
+            names.extend(self.lake.held_table_specs().into_iter().map(|s| s.name));
         }
         let mut versions = BTreeMap::new();
         for name in &names {
