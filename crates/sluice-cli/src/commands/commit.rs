@@ -79,6 +79,9 @@ fn report_json(r: &CommitReport) -> serde_json::Value {
         "sequences": r.sequences,
         "recovered_sequences": r.recovered,
         "abandoned_sequences": r.abandoned.iter().map(|(s, why)| json!({"seq": s, "reason": why})).collect::<Vec<_>>(),
+        "puts_finished": r.unfinished.puts,
+        "compactions_undone": r.unfinished.compactions_undone,
+        "compactions_stuck": r.unfinished.compactions_stuck,
         "seconds": r.duration.as_secs_f64(),
     })
 }
@@ -98,6 +101,21 @@ pub fn summary(r: &CommitReport) -> String {
     );
     for (seq, why) in &r.abandoned {
         out.push_str(&format!("abandoned sequence {seq}: {why}\n"));
+    }
+    for (table, rows) in &r.unfinished.puts {
+        out.push_str(&format!(
+            "finished killed puts: {rows} index rows added for content in {table}\n"
+        ));
+    }
+    for (table, version) in &r.unfinished.compactions_undone {
+        out.push_str(&format!(
+            "undid compaction {table}@{version}: it met another rewrite of its files\n"
+        ));
+    }
+    for (table, version) in &r.unfinished.compactions_stuck {
+        out.push_str(&format!(
+            "warning: compaction {table}@{version} met another rewrite and its output was rewritten again; `sluice ingest dedup` or a restore removes the duplicate rows\n"
+        ));
     }
     out.push_str(&format!("skipped unsealed: {}\n", r.unsealed.len()));
     for path in r.unsealed.iter().take(10) {

@@ -107,7 +107,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Worker { units, task, per_task } => {
             pipeline::worker(&root, units.as_deref(), task, per_task).await
         }
-        Command::Bench(bench) => bench::run(&root, bench).await,
+        Command::Bench(bench) => Box::pin(bench::run(&root, bench)).await,
         Command::Ingest(command) => ingest::run(command).await,
         Command::StageWorker { workload, from, to } => {
             bench::stage_worker(&root, &workload, from, to).await

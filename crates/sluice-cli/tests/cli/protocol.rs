@@ -597,3 +597,69 @@ fn under_a_memory_limit_the_default_bound_commits_what_all_at_once_cannot() {
     crate::crash::check_journal(&lake.root, 0);
     lake.ok(&["put", "--type", "metric", "{\"x\": 1}"]);
 }
+
+/// Log entries of a table folder.
+fn log_versions(table: &Path) -> usize {
+    std::fs::read_dir(table.join("_delta_log"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.strip_suffix(".json").is_some_and(|v| v.parse::<u64>().is_ok())
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_put_killed_between_its_content_and_index_commits_is_made_whole_by_recover() {
+    let lake = new_lake();
+    lake.ok(&["put", "--type", "metric", r#"{"first": 1}"#]);
+    let metrics = lake.root.join("artifacts/metrics");
+    let unindexed = "SELECT count(*) FROM metrics m WHERE NOT EXISTS \
+                     (SELECT 1 FROM index i WHERE i.artifact_id = m.artifact_id)";
+    let mut hit = false;
+    for trial in 0..5 {
+        // Large enough that writing the index rows takes a while after the
+        // content commit: the kill lands between the two.
+        let lines: String =
+            (0..20_000).map(|i| format!("{{\"trial\": {trial}, \"i\": {i}}}\n")).collect();
+        let input = lake.root.join(format!("put-{trial}.jsonl"));
+        std::fs::write(&input, lines).unwrap();
+        let before = log_versions(&metrics);
+        let mut command = lake.command(&["put", "--type", "metric", "-"]);
+        command.stdin(std::fs::File::open(&input).unwrap());
+        let mut child = spawn_quiet(&mut command);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while log_versions(&metrics) == before && child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "the put never committed its content");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = child.kill();
+        child.wait().unwrap();
+        let half = count(&lake, unindexed);
+        if half == 0 {
+            continue; // the index commit was faster than the kill: try again
+        }
+        hit = true;
+        assert_eq!(half, 20_000, "the content commit is whole");
+        let recovered = lake.ok(&["recover"]);
+        assert!(recovered.contains("finished killed puts: 20000"), "{recovered}");
+        assert_eq!(count(&lake, unindexed), 0, "recover left content without index rows");
+        let indexed = count(
+            &lake,
+            &format!("SELECT count(*) FROM metrics WHERE content LIKE '%\"trial\":{trial}}}%'"),
+        );
+        assert_eq!(indexed, 20_000);
+        // Once: a second recover finds nothing to finish, and doctor is clean.
+        let again = lake.ok(&["recover"]);
+        assert!(!again.contains("finished killed puts"), "{again}");
+        let doctor = lake.doctor(&[]);
+        assert_eq!(doctor["integrity"]["content_without_index"]["metrics"], 0, "{doctor}");
+        break;
+    }
+    assert!(hit, "no kill landed between the content and index commits in 5 trials");
+}

@@ -91,6 +91,9 @@ pub struct CommitReport {
     /// Successful runs committed superseded: another committer, sharing no
     /// lock with this one, committed a success of the same spec first.
     pub superseded: Vec<String>,
+    /// What `recover` finished of puts and compactions killed between
+    /// their two commits (see [`unfinished`](crate::maintenance::unfinished)).
+    pub unfinished: crate::maintenance::unfinished::Finished,
     /// Wall time.
     pub duration: Duration,
 }
@@ -313,6 +316,9 @@ impl<'a> CommitBuilder<'a> {
         if let Some(existing) = existing {
             let bounds = (self.stale_after, self.memory);
             recovery::recover(&ctx, &existing, manifests, bounds, &mut report).await?;
+        }
+        if self.recover_only {
+            report.unfinished = crate::maintenance::unfinished::finish(self.lake).await?;
         }
         let recovered_ms = started.elapsed().as_secs_f64() * 1e3;
         self.commit_sealed(&ctx, &mut report).await?;

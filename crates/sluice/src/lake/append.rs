@@ -771,12 +771,15 @@ pub async fn find_token(
 /// The token a committed version carries, if any.
 async fn commit_token(table: &DeltaTable, name: &str, version: u64) -> Result<Option<String>> {
     let actions = table::commit_actions(table, name, version).await?;
-    Ok(actions.into_iter().find_map(|a| match a {
-        Action::CommitInfo(info) => {
-            info.info.get(TOKEN_KEY).and_then(|v| v.as_str()).map(str::to_owned)
-        }
+    Ok(commit_text(&actions, TOKEN_KEY))
+}
+
+/// The text a commit's `commitInfo` holds under `key`, if any.
+pub(crate) fn commit_text(actions: &[Action], key: &str) -> Option<String> {
+    actions.iter().find_map(|a| match a {
+        Action::CommitInfo(info) => info.info.get(key).and_then(|v| v.as_str()).map(str::to_owned),
         _ => None,
-    }))
+    })
 }
 
 /// Commit `adds` as exactly `table.version() + 1`. `Ok(None)`: another

@@ -189,18 +189,25 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
             out.key_sets_written.insert(spec.name.clone(), written);
         }
     }
-    let index = layout::index_table();
     for (spec, key) in content_tables(lake) {
-        // Rows appended before a failure are found indexed on the retry.
-        let added = within_limit(MEMORY_LIMIT, |limit| {
-            add_missing_index_rows(lake, &index, &spec, &key, limit)
-        })
-        .await?;
+        let added = index_unindexed_content(lake, &spec, &key).await?;
         if added > 0 {
             out.index_rows_added.insert(spec.name.clone(), added);
         }
     }
     Ok(out)
+}
+
+/// Add index rows, derived from the content, for the content rows of one
+/// table that have none (within [`MEMORY_LIMIT`]); how many were added. Rows
+/// appended before a failure are found indexed when it runs again.
+pub(crate) async fn index_unindexed_content(
+    lake: &Lake,
+    spec: &TableSpec,
+    key: &str,
+) -> Result<u64> {
+    let index = layout::index_table();
+    within_limit(MEMORY_LIMIT, |limit| add_missing_index_rows(lake, &index, spec, key, limit)).await
 }
 
 /// Derive index rows for the content rows of one table that have none and
@@ -300,7 +307,7 @@ fn without_key_sets(
         .collect())
 }
 
-fn content_tables(lake: &Lake) -> Vec<(TableSpec, String)> {
+pub(crate) fn content_tables(lake: &Lake) -> Vec<(TableSpec, String)> {
     lake.table_specs()
         .into_iter()
         .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))

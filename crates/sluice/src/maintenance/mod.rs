@@ -10,6 +10,8 @@
 //! - [`integrity`]: whole-lake checks for `sluice doctor` (missing and
 //!   unreferenced data files, dangling edges, index and content out of
 //!   step) and the repairs that delete nothing a reader could need.
+//! - [`unfinished`]: what `recover` finishes of puts and compactions
+//!   killed between their two commits.
 //! - [`checkpoint`]: write a checkpoint of every table (or one) and drop
 //!   expired log entries, so opening a table replays a short log.
 //! - [`compact`]: Delta OPTIMIZE per partition, Z-ordered by the column a
@@ -30,6 +32,7 @@ pub mod compact;
 pub mod history;
 pub mod integrity;
 pub mod restore;
+pub mod unfinished;
 pub mod vacuum;
 
 use serde::Serialize;

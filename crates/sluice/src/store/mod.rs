@@ -14,6 +14,7 @@ mod put;
 pub(crate) mod rows;
 
 pub use get::ListFilter;
+pub(crate) use put::PUT_TOKEN_KEY;
 pub use put::PutReport;
 pub(crate) use put::repoint_to_content;
 pub use rows::content_batch as content_rows;

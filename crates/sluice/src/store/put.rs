@@ -10,9 +10,15 @@ use crate::lake::tip::Tip;
 use crate::lake::writer::WriteKind;
 use crate::lake::{Lake, table};
 
+use crate::store::rows;
+
 /// Restores a put meets while it writes before it gives up.
 const MAX_RESTORES_MET: usize = 8;
-use crate::store::rows;
+
+/// The commit metadata key that names the put a content or index commit
+/// belongs to: `recover` finishes a put whose content commits carry a token
+/// no index commit does (see [`unfinished`](crate::maintenance::unfinished)).
+pub(crate) const PUT_TOKEN_KEY: &str = "sluice_put";
 
 /// What [`Lake::put`] wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -64,6 +70,7 @@ impl Lake {
                 report.duplicates_in_call += 1;
             }
         }
+        let token = serde_json::Value::String(uuid::Uuid::new_v4().simple().to_string());
         let mut indexed: Vec<&Artifact> = Vec::new();
         let mut content_present: Vec<(TableSpec, BTreeSet<String>)> = Vec::new();
         // Registry order is the fixed commit order of content tables.
@@ -74,8 +81,10 @@ impl Lake {
             let mut tip = self.put_tip(&spec).await?;
             let schema = table::arrow_schema(tip.table(), &spec)?;
             let rows = rows::content_batch(&spec.name, &schema, batch)?;
-            let appended =
-                Append::new(self.root(), &spec, vec![rows]).execute_on_tip(&mut tip).await?;
+            let appended = Append::new(self.root(), &spec, vec![rows])
+                .with_metadata(PUT_TOKEN_KEY, token.clone())
+                .execute_on_tip(&mut tip)
+                .await?;
             self.handles().keep_tip(&spec, tip);
             report.already_present += appended.rows_skipped as usize;
             report.rows_added.insert(spec.name.clone(), appended.rows_added as usize);
@@ -93,7 +102,7 @@ impl Lake {
                 repoint_to_content(self, &tip, &index, vec![rows], &content_present).await?;
             (rows, Some((tip.head(), indexed)))
         };
-        let mut append = Append::new(self.root(), &index, rows);
+        let mut append = Append::new(self.root(), &index, rows).with_metadata(PUT_TOKEN_KEY, token);
         if let Some((at, indexed)) = indexed {
             append = append.with_present_at(at, indexed);
         }
