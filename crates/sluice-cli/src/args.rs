@@ -354,6 +354,21 @@ pub enum Command {
         workers: Option<usize>,
     },
 
+    /// Print a shell completion script (e.g. `sluice completions bash >
+    /// ~/.local/share/bash-completion/completions/sluice`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+
+    /// Print sluice's manual page (roff; `sluice man | man -l -`), or write
+    /// one page per command into DIR.
+    Man {
+        /// Write `sluice.1` and `sluice-<command>.1` into this folder.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+
     /// Internal: a pipeline worker process (units on stdin, or a SLURM task's slice).
     #[command(name = "__worker", hide = true)]
     Worker {

@@ -104,6 +104,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status { run, json } => pipeline::status(&root, run.as_deref(), json).await,
         Command::Runs { json, limit } => pipeline::runs(&root, json, limit).await,
         Command::Demo { dir, workers } => demo::demo(&dir, workers).await,
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut command, "sluice", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { dir } => manual(dir.as_deref()),
         Command::Worker { units, task, per_task } => {
             pipeline::worker(&root, units.as_deref(), task, per_task).await
         }
@@ -113,6 +119,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             bench::stage_worker(&root, &workload, from, to).await
         }
     }
+}
+
+/// The manual page on standard output, or one page per visible command
+/// (`sluice-<command>.1`, nested commands joined by `-`) in `dir`.
+fn manual(dir: Option<&Path>) -> anyhow::Result<()> {
+    let command = <Cli as clap::CommandFactory>::command();
+    let Some(dir) = dir else {
+        clap_mangen::Man::new(command).render(&mut std::io::stdout())?;
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    clap_mangen::generate_to(command, dir)?;
+    print(&format!("manual pages written to {}", dir.display()))
 }
 
 async fn init(root: &Path) -> anyhow::Result<()> {

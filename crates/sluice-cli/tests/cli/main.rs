@@ -526,3 +526,27 @@ fn warnings_read_like_cargo_s_without_colour_codes_off_a_terminal() {
         "{stderr}"
     );
 }
+
+#[test]
+fn completions_and_manual_pages_cover_every_command() {
+    let lake = Lake::new();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let script = lake.ok(&["completions", shell]);
+        for command in ["ingest", "restore", "doctor", "completions"] {
+            assert!(script.contains(command), "{shell} completion lacks {command}");
+        }
+    }
+    let unknown = lake.fails(&["completions", "tcsh"]);
+    assert!(unknown.contains("possible values"), "{unknown}");
+    let page = lake.ok(&["man"]);
+    assert!(page.starts_with(".ie") || page.contains(".TH sluice"), "{page}");
+    assert!(page.contains("restore"), "{page}");
+    let dir = lake.root.with_file_name("man");
+    lake.ok(&["man", "--dir", dir.to_str().unwrap()]);
+    for page in ["sluice.1", "sluice-restore.1", "sluice-ingest-run.1"] {
+        let text =
+            std::fs::read_to_string(dir.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(text.contains(".TH"), "{page}");
+    }
+    assert!(!lake.root.exists(), "printing help text made a lake");
+}
