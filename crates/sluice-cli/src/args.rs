@@ -20,9 +20,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     long_about = None
 )]
 pub struct Cli {
-    /// The lake's root folder.
-    #[arg(long, global = true, env = "SLUICE_LAKE", default_value = "./lake", value_parser = lake_root)]
-    pub lake: PathBuf,
+    /// The lake's root folder [default: ./lake]. The `ingest` commands
+    /// take the lake their config names, and refuse a different one here.
+    #[arg(long, global = true, env = "SLUICE_LAKE", value_parser = lake_root)]
+    pub lake: Option<PathBuf>,
 
     /// More log output on stderr (-v, -vv). `SLUICE_LOG` overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

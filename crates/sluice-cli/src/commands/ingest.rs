@@ -1,5 +1,6 @@
 //! `sluice ingest run | status | retry`.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -9,10 +10,11 @@ use sluice::ingest::{IngestConfig, IngestReport, Ingestor, Mode};
 use crate::args::IngestCommand;
 use crate::output::{print, text_table};
 
-pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
+pub async fn run(command: IngestCommand, lake: Option<&Path>) -> anyhow::Result<()> {
+    let load = |config: &Path| load_config(config, lake);
     match command {
         IngestCommand::Run { config, once: _, watch, workers, json } => {
-            let mut config = IngestConfig::load(&config)?;
+            let mut config = load(&config)?;
             if let Some(w) = workers {
                 config.ingest.workers = w.max(1);
             }
@@ -93,7 +95,7 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
             failed
         }
         IngestCommand::Transform { config, json } => {
-            let ingestor = Ingestor::open(IngestConfig::load(&config)?).await?;
+            let ingestor = Ingestor::open(load(&config)?).await?;
             let reports = ingestor.transform().await?;
             if json {
                 return print(&serde_json::to_string_pretty(&reports)?);
@@ -101,7 +103,7 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
             print(&transform_table(&reports))
         }
         IngestCommand::Dedup { table, config, dry_run, json } => {
-            let config = IngestConfig::load(&config)?;
+            let config = load(&config)?;
             let Some(dir) = sluice::lake::layout::ingestion_table_dir(&config.lake, &table) else {
                 anyhow::bail!(
                     "no ingestion table `{table}` in {} (looked in raw/, aggregate/, curated/)",
@@ -130,7 +132,7 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
             ))
         }
         IngestCommand::Status { config, json } => {
-            let ingestor = Ingestor::open(IngestConfig::load(&config)?).await?;
+            let ingestor = Ingestor::open(load(&config)?).await?;
             let status = ingestor.status().await?;
             if json {
                 return print(&serde_json::to_string_pretty(&status)?);
@@ -186,7 +188,7 @@ pub async fn run(command: IngestCommand) -> anyhow::Result<()> {
         }
         IngestCommand::Demo { dir } => demo(&dir).await,
         IngestCommand::Retry { config, files, all_dead } => {
-            let config = IngestConfig::load(&config)?;
+            let config = load(&config)?;
             if files.is_empty() && !all_dead {
                 anyhow::bail!("name the dead letters to retry (table/file), or pass --all-dead");
             }
@@ -335,7 +337,7 @@ pub(super) fn demo_trips(file: u64, rows: u64) -> String {
     out
 }
 
-async fn demo(dir: &std::path::Path) -> anyhow::Result<()> {
+async fn demo(dir: &Path) -> anyhow::Result<()> {
     use anyhow::Context;
     let landing = dir.join("landing/trips");
     std::fs::create_dir_all(&landing).with_context(|| format!("creating {}", landing.display()))?;
@@ -415,4 +417,26 @@ async fn demo(dir: &std::path::Path) -> anyhow::Result<()> {
         d = landing.display()
     ));
     print(out.trim_end())
+}
+
+/// Load an ingestion config; a lake given by `--lake` or `SLUICE_LAKE` must
+/// be the one the config names (never silently ignored).
+fn load_config(path: &Path, lake: Option<&Path>) -> anyhow::Result<IngestConfig> {
+    let config = IngestConfig::load(path)?;
+    if let Some(given) = lake {
+        let same = |p: &Path| {
+            std::path::absolute(p).map(|a| a.canonicalize().unwrap_or(a)).unwrap_or(p.to_owned())
+        };
+        if same(given) != same(&config.lake) {
+            anyhow::bail!(
+                "--lake (or SLUICE_LAKE) names {}, but {} names the lake {}: `sluice ingest` \
+                 writes the lake its config names; drop --lake / unset SLUICE_LAKE, or change \
+                 `lake` in the config",
+                given.display(),
+                path.display(),
+                config.lake.display()
+            );
+        }
+    }
+    Ok(config)
 }

@@ -15,7 +15,7 @@ mod lineage;
 mod maintenance;
 mod pipeline;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
@@ -29,7 +29,8 @@ use crate::output::{print, text_table};
 
 /// Run a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let root = cli.lake;
+    let given = cli.lake.clone();
+    let root = cli.lake.unwrap_or_else(|| PathBuf::from("./lake"));
     match cli.command {
         Command::Init => init(&root).await,
         Command::Sql { sql, format, as_of, memory_limit_mib } => {
@@ -114,7 +115,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline::worker(&root, units.as_deref(), task, per_task).await
         }
         Command::Bench(bench) => Box::pin(bench::run(&root, bench)).await,
-        Command::Ingest(command) => ingest::run(command).await,
+        Command::Ingest(command) => ingest::run(command, given.as_deref()).await,
         Command::StageWorker { workload, from, to } => {
             bench::stage_worker(&root, &workload, from, to).await
         }

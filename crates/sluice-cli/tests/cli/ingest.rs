@@ -562,3 +562,33 @@ fn ingest_demo(dir: &Path) -> std::process::Output {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     out
 }
+
+/// `--lake` and `SLUICE_LAKE` are never silently ignored by `ingest`: the
+/// config's own lake is accepted, another one refused with both named.
+#[test]
+fn ingest_commands_refuse_a_lake_other_than_their_config_s() {
+    let dir = tempfile::tempdir().unwrap();
+    ingest_demo(dir.path());
+    let config = dir.path().join("lakehouse.toml");
+    let with = |lake: &Path, via_env: bool| {
+        let mut c = sluice(&config, &["status", "--json"]);
+        if via_env {
+            c.env("SLUICE_LAKE", lake);
+        } else {
+            c.env_remove("SLUICE_LAKE").arg("--lake").arg(lake);
+        }
+        c.output().unwrap()
+    };
+    let own = with(&dir.path().join("lake"), false);
+    assert!(own.status.success(), "{}", String::from_utf8_lossy(&own.stderr));
+    let own_env = with(&dir.path().join("lake/"), true);
+    assert!(own_env.status.success(), "{}", String::from_utf8_lossy(&own_env.stderr));
+    for via_env in [false, true] {
+        let other = with(&dir.path().join("elsewhere"), via_env);
+        let stderr = String::from_utf8_lossy(&other.stderr);
+        assert_eq!(other.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("elsewhere, but") && stderr.contains("names the lake"), "{stderr}");
+        assert_eq!(stderr.matches("names the lake").count(), 1, "said once: {stderr}");
+        assert!(!dir.path().join("elsewhere").exists(), "the refused lake was created");
+    }
+}
