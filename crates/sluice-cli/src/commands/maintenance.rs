@@ -189,7 +189,7 @@ pub async fn restore(
     json: bool,
 ) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let to = match to.parse::<AsOf>()? {
+    let to = match AsOf::parse_for(to, "--to")? {
         AsOf::Tables(_) => anyhow::bail!(
             "--to `{to}`: restore takes a lake version or a time (one point for every table)"
         ),

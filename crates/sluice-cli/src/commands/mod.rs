@@ -174,7 +174,7 @@ async fn query(
 
 async fn changes(root: &Path, table: &str, since: &str, format: Format) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let since = since.parse::<AsOf>()?;
+    let since = AsOf::parse_for(since, "--since")?;
     let changes = sluice::query::changes(&lake, table, &since).await?;
     let text = sluice::query::format::render(&changes.batches, output_format(format))?;
     if text.is_empty() {

@@ -550,3 +550,24 @@ fn completions_and_manual_pages_cover_every_command() {
     }
     assert!(!lake.root.exists(), "printing help text made a lake");
 }
+
+#[test]
+fn points_past_a_table_s_head_and_bad_points_say_so_naming_their_option() {
+    let lake = Lake::new();
+    lake.ok(&["init"]);
+    lake.ok(&["put", "--type", "metric", r#"{"a": 1}"#]);
+    let past = "error: cannot read table `metrics` as of version 9: its latest version is 1 (`sluice history --table metrics` lists them)\n";
+    assert_eq!(lake.fails(&["sql", "--as-of", "metrics@9", "SELECT * FROM metrics"]), past);
+    assert_eq!(lake.fails(&["changes", "metrics", "--since", "metrics@9"]), past);
+    // At the head: nothing changed since, which is no error.
+    lake.ok(&["changes", "metrics", "--since", "metrics@1"]);
+    for (args, flag) in [
+        (vec!["changes", "metrics", "--since", "yesterday"], "--since `yesterday`"),
+        (vec!["sql", "--as-of", "yesterday", "SELECT 1"], "--as-of `yesterday`"),
+        (vec!["restore", "--to", "yesterday"], "--to `yesterday`"),
+    ] {
+        let stderr = lake.fails(&args);
+        assert!(stderr.starts_with(&format!("error: {flag}: it is neither")), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
+}

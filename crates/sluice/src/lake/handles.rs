@@ -162,7 +162,7 @@ impl Handles {
             && at <= leased.opened_at + REOPEN_AFTER
         {
             if version(&leased.table) < at {
-                leased.table.load_version(at).await.map_err(|e| Error::delta(&spec.name, e))?;
+                table::load_version(&mut leased.table, &spec.name, at).await?;
             }
             return Ok(leased);
         }

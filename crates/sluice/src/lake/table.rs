@@ -406,18 +406,26 @@ async fn version_at_by_delta(
 /// Open a table at a version.
 pub async fn open_at(root: &Path, spec: &TableSpec, version: u64) -> Result<DeltaTable> {
     let mut handle = open_unloaded(root, spec).await?;
-    if let Err(e) = handle.load_version(version).await {
-        let latest = handle.get_latest_version().await.ok();
-        return Err(Error::TimeTravel {
-            table: spec.name.clone(),
-            as_of: format!("version {version}"),
-            message: match latest {
-                Some(v) => format!("{e} (the table's versions are 0..={v})"),
-                None => e.to_string(),
-            },
-        });
-    }
+    load_version(&mut handle, &spec.name, version).await?;
     Ok(handle)
+}
+
+/// Load `handle` at `version`; a version past the table's head, or one
+/// whose log clean-up removed, is said in one sentence.
+pub async fn load_version(handle: &mut DeltaTable, name: &str, version: u64) -> Result<()> {
+    let Err(e) = handle.load_version(version).await else { return Ok(()) };
+    let latest = handle.get_latest_version().await.ok();
+    Err(Error::TimeTravel {
+        table: name.to_owned(),
+        as_of: format!("version {version}"),
+        message: match latest {
+            Some(head) if version > head => {
+                format!("its latest version is {head} (`sluice history --table {name}` lists them)")
+            }
+            Some(head) => format!("{e} (the table's versions are 0..={head})"),
+            None => e.to_string(),
+        },
+    })
 }
 
 /// The Arrow schema of an open table (partition columns included).

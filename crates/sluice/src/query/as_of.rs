@@ -43,10 +43,19 @@ impl AsOf {
 impl FromStr for AsOf {
     type Err = Error;
 
+    /// A point as `--as-of` takes it (errors name `--as-of`).
     fn from_str(s: &str) -> Result<Self, Error> {
+        AsOf::parse_for(s, "--as-of")
+    }
+}
+
+impl AsOf {
+    /// A point as the option `flag` (`--as-of`, `--since`, `--to`) takes
+    /// it; an error names that option.
+    pub fn parse_for(s: &str, flag: &str) -> Result<Self, Error> {
         let bad = |why: String| {
             Error::InvalidInput(format!(
-                "--as-of `{s}`: {why}. Expected a lake version (e.g. 3, see `sluice history`), an \
+                "{flag} `{s}`: {why}. Expected a lake version (e.g. 3, see `sluice history`), an \
                  RFC 3339 time (e.g. 2026-11-29T08:00:00Z) or table versions (e.g. metrics@3,index@5)"
             ))
         };
@@ -69,7 +78,7 @@ impl FromStr for AsOf {
         }
         DateTime::parse_from_rfc3339(s)
             .map(|t| AsOf::Time(t.with_timezone(&Utc)))
-            .map_err(|e| bad(e.to_string()))
+            .map_err(|_| bad("it is neither a number, table@version nor an RFC 3339 time".into()))
     }
 }
 

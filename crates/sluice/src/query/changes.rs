@@ -93,6 +93,18 @@ pub async fn changes(lake: &Lake, table_name: &str, since: &AsOf) -> Result<Chan
         to_version,
         batches: Vec::new(),
     };
+    if let Some(from) = from_version
+        && from > to_version + 1
+    {
+        return Err(Error::TimeTravel {
+            table: spec.name.clone(),
+            as_of: format!("version {}", from - 1),
+            message: format!(
+                "its latest version is {to_version} (`sluice history --table {}` lists them)",
+                spec.name
+            ),
+        });
+    }
     if from_version.is_some_and(|from| from > to_version) {
         return Ok(empty(from_version.unwrap_or_default()));
     }

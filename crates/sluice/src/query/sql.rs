@@ -194,7 +194,7 @@ impl<'a> SqlBuilder<'a> {
         if let Some(AsOf::Tables(given)) = &self.as_of
             && let Some(version) = given.get(name)
         {
-            handle.load_version(*version).await.map_err(|e| Error::delta(name, e))?;
+            table::load_version(&mut handle, name, *version).await?;
         }
         let version = handle.version().unwrap_or_default();
         Ok(Some((handle, version)))
