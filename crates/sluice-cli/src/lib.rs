@@ -7,18 +7,20 @@
 
 mod args;
 mod commands;
+mod help;
 mod log_format;
 mod output;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 pub use args::Cli;
 
 /// Run the `sluice` command line with the process's arguments.
 pub fn main_entry() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = help::with_topics(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     init_tracing(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -106,7 +106,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Runs { json, limit } => pipeline::runs(&root, json, limit).await,
         Command::Demo { dir, workers } => demo::demo(&dir, workers).await,
         Command::Completions { shell } => {
-            let mut command = <Cli as clap::CommandFactory>::command();
+            let mut command = crate::help::with_topics(<Cli as clap::CommandFactory>::command());
             clap_complete::generate(shell, &mut command, "sluice", &mut std::io::stdout());
             Ok(())
         }
@@ -125,7 +125,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 /// The manual page on standard output, or one page per visible command
 /// (`sluice-<command>.1`, nested commands joined by `-`) in `dir`.
 fn manual(dir: Option<&Path>) -> anyhow::Result<()> {
-    let command = <Cli as clap::CommandFactory>::command();
+    let command = crate::help::with_topics(<Cli as clap::CommandFactory>::command());
     let Some(dir) = dir else {
         clap_mangen::Man::new(command).render(&mut std::io::stdout())?;
         return Ok(());

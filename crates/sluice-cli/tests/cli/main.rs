@@ -571,3 +571,29 @@ fn points_past_a_table_s_head_and_bad_points_say_so_naming_their_option() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
     }
 }
+
+#[test]
+fn help_groups_the_commands_and_shows_an_example_per_command() {
+    let lake = Lake::new();
+    let help = lake.ok(&["--help"]);
+    let groups: Vec<&str> = help.lines().filter(|l| l.ends_with(" commands:")).collect();
+    assert_eq!(
+        groups,
+        [
+            "Lake commands:",
+            "Pipeline commands:",
+            "Ingestion commands:",
+            "Maintenance commands:",
+            "Benchmark commands:",
+            "Shell commands:"
+        ],
+        "{help}"
+    );
+    for command in ["init", "put", "run", "ingest", "restore", "bench", "completions"] {
+        let line = format!("  {command} ");
+        assert_eq!(help.lines().filter(|l| l.starts_with(&line)).count(), 1, "{command}: {help}");
+        let own = lake.ok(&[command, "--help"]);
+        assert!(own.contains("Example:\n  sluice "), "{command}: {own}");
+    }
+    assert!(!help.contains("__worker"), "{help}");
+}
