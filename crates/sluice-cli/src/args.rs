@@ -140,6 +140,11 @@ pub enum Command {
         /// (default as for `commit`).
         #[arg(long)]
         memory_mib: Option<u64>,
+        /// Move quarantined runs back into staging and try them again (after
+        /// fixing their cause, or on a node with the memory a run too large
+        /// for another process needs).
+        #[arg(long)]
+        requeue: bool,
         /// Give up after waiting this many seconds for the writer lock.
         #[arg(long)]
         wait: Option<f64>,

@@ -18,6 +18,7 @@ pub struct CommitOptions {
     pub memory_mib: Option<u64>,
     pub wait: Option<f64>,
     pub recover: bool,
+    pub requeue: bool,
 }
 
 impl Default for CommitOptions {
@@ -29,6 +30,7 @@ impl Default for CommitOptions {
             memory_mib: None,
             wait: None,
             recover: false,
+            requeue: false,
         }
     }
 }
@@ -51,6 +53,7 @@ pub async fn commit(root: &Path, options: CommitOptions, as_json: bool) -> anyho
         .with_memory_limit(
             options.memory_mib.map_or_else(sluice::commit::default_memory, |m| m.max(1) << 20),
         )
+        .with_requeue(options.requeue)
         .with_lock_wait(options.wait.map(std::time::Duration::from_secs_f64))
         .with_progress(Box::new(move |done, total| {
             progress_bar.set_length(total as u64);
@@ -73,6 +76,7 @@ fn report_json(r: &CommitReport) -> serde_json::Value {
     json!({
         "runs_committed": r.runs_committed,
         "unsealed": r.unsealed,
+        "requeued": r.requeued,
         "quarantined": r.quarantined.iter().map(|(p, why)| json!({"path": p, "reason": why})).collect::<Vec<_>>(),
         "rows_added": r.rows_added,
         "rows_deduplicated": r.rows_deduplicated,
@@ -99,6 +103,9 @@ pub fn summary(r: &CommitReport) -> String {
             format!(", {} recovered", r.recovered.len())
         }
     );
+    if !r.requeued.is_empty() {
+        out.push_str(&format!("requeued from quarantine: {}\n", r.requeued.len()));
+    }
     for (seq, why) in &r.abandoned {
         out.push_str(&format!("abandoned sequence {seq}: {why}\n"));
     }

@@ -182,6 +182,7 @@ fn staging_text(d: &Diagnosis) -> String {
         for (p, why) in &d.quarantined {
             out.push_str(&format!("  {}: {why}\n", p.display()));
         }
+        out.push_str("  (`sluice recover --requeue` tries them again once their cause is fixed)\n");
     }
     out
 }

@@ -43,13 +43,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             put(&root, &type_key, step, metadata.as_deref(), &values).await
         }
         Command::Commit { step, chunk, chunk_mib, memory_mib, wait, json } => {
-            let options =
-                commit::CommitOptions { step, chunk, chunk_mib, memory_mib, wait, recover: false };
+            let options = commit::CommitOptions {
+                step,
+                chunk,
+                chunk_mib,
+                memory_mib,
+                wait,
+                ..Default::default()
+            };
             commit::commit(&root, options, json).await
         }
-        Command::Recover { memory_mib, wait, json } => {
-            let options =
-                commit::CommitOptions { memory_mib, wait, recover: true, ..Default::default() };
+        Command::Recover { memory_mib, requeue, wait, json } => {
+            let options = commit::CommitOptions {
+                memory_mib,
+                wait,
+                recover: true,
+                requeue,
+                ..Default::default()
+            };
             commit::commit(&root, options, json).await
         }
         Command::Doctor { repair, json } => doctor::doctor(&root, repair, json).await,

@@ -20,6 +20,20 @@ mod protocol;
 mod restore;
 mod slurm;
 
+/// How many trials, kills or rounds a kill or race loop runs: `var` when
+/// set; otherwise `full` under `SLUICE_TEST_DEPTH=full` (what `.ci/run`
+/// sets, so CI tries every guarantee at full depth) and `quick`, a
+/// representative depth, for a developer's `make test`.
+pub(crate) fn depth(var: &str, full: u64, quick: u64) -> u64 {
+    if let Some(n) = std::env::var(var).ok().and_then(|v| v.parse().ok()) {
+        return n;
+    }
+    match std::env::var("SLUICE_TEST_DEPTH").as_deref() {
+        Ok("full") => full,
+        _ => quick,
+    }
+}
+
 pub(crate) struct Lake {
     _dir: Option<tempfile::TempDir>,
     pub(crate) root: PathBuf,

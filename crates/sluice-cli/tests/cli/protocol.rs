@@ -365,8 +365,7 @@ fn two_orchestrators_without_a_shared_lock_make_each_spec_succeed_once() {
 fn two_compactions_without_a_lock_never_duplicate_rows() {
     let lake = new_lake();
     let files = lake.root.join("referenced-files");
-    let rounds: u64 =
-        std::env::var("SLUICE_RACE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    let rounds: u64 = crate::depth("SLUICE_RACE_ROUNDS", 12, 4);
     for round in 0..rounds {
         stage_mixed(&lake, &files, 6, 1, 0.0, 500 + round, 1 + (round % 2) as i32, 1);
         lake.ok(&["commit"]);
@@ -596,6 +595,63 @@ fn under_a_memory_limit_the_default_bound_commits_what_all_at_once_cannot() {
     assert_eq!(count(&lake, "SELECT sum(length(payload)) FROM blobs"), bytes);
     crate::crash::check_journal(&lake.root, 0);
     lake.ok(&["put", "--type", "metric", "{\"x\": 1}"]);
+}
+
+/// A single run whose commit needs more memory than the process may use
+/// (60 MiB of compressible text, a few KiB staged, under a 300 MiB
+/// cgroup) was loaded anyway and killed on every `recover`, wedging the
+/// staging. Its size is read from its files' footers before it is loaded:
+/// it is quarantined with the reason, the runs beside it are committed, the
+/// lake stays writable under the limit, and `recover --requeue` on a node
+/// with room commits it whole.
+#[test]
+fn a_run_too_large_for_the_memory_limit_is_quarantined_and_committed_where_it_fits() {
+    let (limit_mib, mib) = (300, 60);
+    let test = "a_run_too_large_for_the_memory_limit_is_quarantined_and_committed_where_it_fits";
+    let Some(group) = crate::memory_cgroup::memory_cgroup_or_skip(limit_mib, test) else {
+        return;
+    };
+    let lake = blob_lake();
+    stage_blobs(&lake.root, 1, mib, 1);
+    stage_blobs(&lake.root, 3, 1, 2);
+    let out = group.output(&lake.command(&["recover", "--json"]));
+    assert!(
+        out.status.success(),
+        "recover under the limit ({:?}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["runs_committed"], 3, "{report}");
+    let quarantined = report["quarantined"].as_array().unwrap();
+    assert_eq!(quarantined.len(), 1, "{report}");
+    let reason = quarantined[0]["reason"].as_str().unwrap();
+    let decoded: f64 = reason
+        .strip_prefix("its staged rows decode to about ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{reason}"));
+    assert!(
+        (mib as f64..mib as f64 + 1.0).contains(&decoded)
+            && reason.contains(&format!("more than this process's memory limit ({limit_mib} MiB"))
+            && reason.contains("sluice recover --requeue"),
+        "{reason}"
+    );
+    assert_eq!(count(&lake, "SELECT count(*) FROM blobs"), 3);
+    let put = group.output(&lake.command(&["put", "--type", "metric", "{\"x\": 1}"]));
+    assert!(put.status.success(), "the lake stays writable under the limit");
+
+    let requeued = lake.ok(&["recover", "--requeue", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&requeued).unwrap();
+    assert_eq!(report["requeued"].as_array().unwrap().len(), 1, "{report}");
+    assert_eq!(report["runs_committed"], 1, "{report}");
+    assert_eq!(report["quarantined"].as_array().unwrap().len(), 0, "{report}");
+    let bytes = (mib << 20) as i64 + "1-0".len() as i64 + 3 * ((1 << 20) + "2-0".len() as i64);
+    assert_eq!(count(&lake, "SELECT count(*) FROM blobs"), 4);
+    assert_eq!(count(&lake, "SELECT sum(length(payload)) FROM blobs"), bytes);
+    crate::crash::check_journal(&lake.root, 0);
+    let doctor = lake.doctor(&[]);
+    assert_eq!(doctor["quarantined"].as_array().map(Vec::len), Some(0), "{doctor}");
 }
 
 /// Log entries of a table folder.

@@ -24,7 +24,13 @@
 //!    equal the staged ones exactly;
 //! 5. the index lists exactly the run's artifacts, with the same type and
 //!    step as their content rows;
-//! 6. no binary value is larger than a Delta binary column can hold (2 GiB).
+//! 6. no binary value is larger than a Delta binary column can hold (2 GiB);
+//! 7. the run fits in this process: what its files decode to (read from
+//!    their footers, before any is decoded) times what a commit costs per
+//!    decoded byte stays within [`memory_ceiling`](crate::host::memory_ceiling).
+//!    A run that does not is quarantined with its size and how to commit it
+//!    elsewhere (`sluice recover --requeue`), never loaded to be killed on
+//!    every `recover`.
 //!
 //! Whether edges point at known artifacts needs the whole commit and the
 //! lake, so it is checked by the caller. Batches are kept as read (never
@@ -44,10 +50,12 @@ use deltalake::parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
 use deltalake::parquet::errors::ParquetError;
+use deltalake::parquet::file::metadata::ParquetMetaData;
 use deltalake::parquet::file::reader::ChunkReader;
 
 use crate::artifact::arrow_convert::read_value;
 use crate::artifact::{Artifact, ArtifactId, Draft};
+use crate::host::Ceiling;
 use crate::lake::layout::{self, STEP_COLUMN, TableKind, TableSpec};
 use crate::registry::TypeRegistry;
 use crate::staging::{RunDir, SENTINEL};
@@ -194,9 +202,65 @@ fn reject<T>(file: Option<&str>, reason: impl Into<String>) -> Result<T, Rejecti
 /// the file, so a big data artifact is not held twice.
 const READ_WHOLE: u64 = 64 << 20;
 
+/// What a run's staged files decode to, added up as their footers are
+/// read, against the most this process can use (check 7).
+struct Footprint {
+    decoded: u64,
+    ceiling: Option<Ceiling>,
+}
+
+impl Footprint {
+    /// Add one file's decoded size; refuse the run once committing it would
+    /// need more than the ceiling.
+    fn add(&mut self, metadata: &ParquetMetaData) -> Result<(), Rejection> {
+        self.decoded += decoded_size(metadata);
+        let Some(ceiling) = self.ceiling else { return Ok(()) };
+        let needed = self.decoded.saturating_mul(super::MEMORY_LIMIT_SHARE);
+        if needed <= ceiling.bytes {
+            return Ok(());
+        }
+        reject(
+            None,
+            format!(
+                "its staged rows decode to about {:.1} MiB and committing a run takes about {} \
+                 times its decoded size ({:.0} MiB): more than {ceiling}. Nothing of it was \
+                 committed; commit it where that much memory is available with \
+                 `sluice recover --requeue`",
+                self.decoded as f64 / MIB,
+                super::MEMORY_LIMIT_SHARE,
+                needed as f64 / MIB,
+            ),
+        )
+    }
+}
+
+const MIB: f64 = (1 << 20) as f64;
+
+/// What a Parquet file's rows take once decoded, from its footer: each
+/// column chunk's uncompressed size, or the byte array data it holds when
+/// the file says so and that is more (dictionary and run-length encodings
+/// make repeated values small before decoding).
+fn decoded_size(metadata: &ParquetMetaData) -> u64 {
+    metadata
+        .row_groups()
+        .iter()
+        .flat_map(|group| group.columns())
+        .map(|column| {
+            let encoded = column.uncompressed_size().max(0) as u64;
+            let values = column.unencoded_byte_array_data_bytes().unwrap_or(0).max(0) as u64;
+            encoded.max(values)
+        })
+        .sum()
+}
+
 /// Read a staged Parquet file. Returns the file's own schema (for checking)
-/// and its batches, binary columns read as `LargeBinary`.
-fn read_parquet(path: &Path, name: &str) -> Result<(Arc<Schema>, Vec<RecordBatch>), Rejection> {
+/// and its batches, binary columns read as `LargeBinary`; its footer is
+/// added to `footprint` before anything is decoded.
+fn read_parquet(
+    path: &Path,
+    name: &str,
+    footprint: &mut Footprint,
+) -> Result<(Arc<Schema>, Vec<RecordBatch>), Rejection> {
     let bad = |e: &dyn std::fmt::Display| Rejection {
         file: Some(name.into()),
         reason: format!("unreadable Parquet: {e}"),
@@ -206,9 +270,9 @@ fn read_parquet(path: &Path, name: &str) -> Result<(Arc<Schema>, Vec<RecordBatch
     if size <= READ_WHOLE {
         let mut data = Vec::with_capacity(size as usize);
         file.read_to_end(&mut data).map_err(|e| bad(&e))?;
-        decode_parquet(bytes::Bytes::from(data)).map_err(|e| bad(&e))
+        decode_parquet(bytes::Bytes::from(data), name, footprint)
     } else {
-        decode_parquet(file).map_err(|e| bad(&e))
+        decode_parquet(file, name, footprint)
     }
 }
 
@@ -216,8 +280,15 @@ fn read_parquet(path: &Path, name: &str) -> Result<(Arc<Schema>, Vec<RecordBatch
 /// read as `LargeBinary` by giving the reader a widened schema.
 fn decode_parquet<R: ChunkReader + 'static>(
     input: R,
-) -> Result<(Arc<Schema>, Vec<RecordBatch>), ParquetError> {
-    let plain = ArrowReaderMetadata::load(&input, ArrowReaderOptions::new())?;
+    name: &str,
+    footprint: &mut Footprint,
+) -> Result<(Arc<Schema>, Vec<RecordBatch>), Rejection> {
+    let bad = |e: ParquetError| Rejection {
+        file: Some(name.into()),
+        reason: format!("unreadable Parquet: {e}"),
+    };
+    let plain = ArrowReaderMetadata::load(&input, ArrowReaderOptions::new()).map_err(bad)?;
+    footprint.add(plain.metadata())?;
     let declared = plain.schema().clone();
     let wide: Vec<Field> = declared
         .fields()
@@ -228,9 +299,11 @@ fn decode_parquet<R: ChunkReader + 'static>(
         })
         .collect();
     let options = ArrowReaderOptions::new().with_schema(Arc::new(Schema::new(wide)));
-    let metadata = ArrowReaderMetadata::try_new(plain.metadata().clone(), options)?;
-    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(input, metadata).build()?;
-    let batches = reader.collect::<Result<Vec<RecordBatch>, _>>().map_err(ParquetError::from)?;
+    let metadata = ArrowReaderMetadata::try_new(plain.metadata().clone(), options).map_err(bad)?;
+    let reader =
+        ParquetRecordBatchReaderBuilder::new_with_metadata(input, metadata).build().map_err(bad)?;
+    let batches =
+        reader.collect::<Result<Vec<RecordBatch>, _>>().map_err(|e| bad(ParquetError::from(e)))?;
     Ok((declared, batches))
 }
 
@@ -341,9 +414,19 @@ pub fn load_run(
     tables: &[TableSpec],
     dir: &RunDir,
 ) -> Result<LoadedRun, Rejection> {
+    load_run_within(registry, tables, dir, crate::host::memory_ceiling())
+}
+
+/// [`load_run`] in a process that can use at most `ceiling` (check 7).
+fn load_run_within(
+    registry: &TypeRegistry,
+    tables: &[TableSpec],
+    dir: &RunDir,
+    ceiling: Option<Ceiling>,
+) -> Result<LoadedRun, Rejection> {
     let mut loaded = LoadedRun {
         dir: dir.clone(),
-        tables: read_files(tables, dir)?,
+        tables: read_files(tables, dir, &mut Footprint { decoded: 0, ceiling })?,
         artifacts: BTreeMap::new(),
         referenced: BTreeSet::new(),
         executions: Vec::new(),
@@ -357,11 +440,13 @@ pub fn load_run(
     Ok(loaded)
 }
 
-/// Checks 1, 2 and 6: real files only, each a known table file and a
-/// readable Parquet file with the table's columns and types.
+/// Checks 1, 2, 6 and 7: real files only, each a known table file and a
+/// readable Parquet file with the table's columns and types, all of them
+/// together small enough to commit here.
 fn read_files(
     tables: &[TableSpec],
     dir: &RunDir,
+    footprint: &mut Footprint,
 ) -> Result<BTreeMap<String, Vec<RecordBatch>>, Rejection> {
     let mut by_file: BTreeMap<String, &TableSpec> = BTreeMap::new();
     for spec in tables {
@@ -388,7 +473,7 @@ fn read_files(
         let Some(spec) = by_file.get(&name) else {
             return reject(Some(&name), "unexpected file in a run directory");
         };
-        let (schema, batches) = read_parquet(&entry.path(), &name)?;
+        let (schema, batches) = read_parquet(&entry.path(), &name, footprint)?;
         check_schema(spec, &schema, &name)?;
         check_values(spec, &batches, &name)?;
         out.insert(spec.name.clone(), batches);
@@ -644,13 +729,67 @@ mod tests {
         batch
     }
 
+    /// A footprint with no ceiling: any size loads.
+    fn any() -> Footprint {
+        Footprint { decoded: 0, ceiling: None }
+    }
+
+    #[test]
+    fn a_run_larger_than_the_process_can_commit_is_refused_from_its_footers() {
+        use deltalake::parquet::basic::{Compression, ZstdLevel};
+        use deltalake::parquet::file::properties::WriterProperties;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("blobs.parquet");
+        // 6 MiB of zeros in one value: a few KiB on disk.
+        let zeros = "0".repeat(6 << 20);
+        let batch = RecordBatch::try_from_iter([(
+            "payload",
+            Arc::new(StringArray::from(vec![zeros.as_str()])) as ArrayRef,
+        )])
+        .unwrap();
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .build();
+        let mut writer =
+            ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
+                .unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() < 64 << 10, "compressible");
+
+        let ceiling = |mib: u64| Footprint {
+            decoded: 0,
+            ceiling: Some(Ceiling { bytes: mib << 20, cgroup: true }),
+        };
+        let rejection = read_parquet(&path, "blobs.parquet", &mut ceiling(40)).unwrap_err();
+        assert_eq!(rejection.file, None, "the run as a whole is too large");
+        assert!(
+            rejection.reason.starts_with("its staged rows decode to about 6.0 MiB")
+                && rejection
+                    .reason
+                    .contains("(48 MiB): more than this process's memory limit (40 MiB")
+                && rejection.reason.contains("sluice recover --requeue"),
+            "{}",
+            rejection.reason
+        );
+        // Room for it: decoded as usual, and what it decoded to is counted.
+        let mut roomy = ceiling(64);
+        let (_, batches) = read_parquet(&path, "blobs.parquet", &mut roomy).unwrap();
+        assert_eq!(batches[0].num_rows(), 1);
+        assert!(roomy.decoded >= 6 << 20, "{}", roomy.decoded);
+        // Sizes add up over a run's files: a second file tips it over.
+        assert!(read_parquet(&path, "blobs.parquet", &mut roomy).is_err());
+    }
+
     #[test]
     fn a_staged_file_decodes_the_same_from_memory_and_from_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("metrics.parquet");
         let written = write(&path);
-        let whole = decode_parquet(bytes::Bytes::from(std::fs::read(&path).unwrap())).unwrap();
-        let streamed = decode_parquet(File::open(&path).unwrap()).unwrap();
+        let whole =
+            decode_parquet(bytes::Bytes::from(std::fs::read(&path).unwrap()), "m", &mut any())
+                .unwrap();
+        let streamed = decode_parquet(File::open(&path).unwrap(), "m", &mut any()).unwrap();
         assert_eq!(whole, streamed);
         let (declared, batches) = whole;
         assert_eq!(declared.field(1).data_type(), &DataType::Binary);
@@ -659,7 +798,10 @@ mod tests {
         let blobs = batches[0].column(1).as_any().downcast_ref::<LargeBinaryArray>().unwrap();
         assert_eq!(blobs.iter().flatten().collect::<Vec<_>>(), [&b"x"[..], b"yz", b""]);
         assert_eq!(batches[0].column(0), written.column(0));
-        assert_eq!(read_parquet(&path, "metrics.parquet").unwrap(), (declared, batches));
+        assert_eq!(
+            read_parquet(&path, "metrics.parquet", &mut any()).unwrap(),
+            (declared, batches)
+        );
     }
 
     #[test]
@@ -669,7 +811,7 @@ mod tests {
         write(&path);
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
-        let rejection = read_parquet(&path, "metrics.parquet").unwrap_err();
+        let rejection = read_parquet(&path, "metrics.parquet", &mut any()).unwrap_err();
         assert_eq!(rejection.file.as_deref(), Some("metrics.parquet"));
         assert!(rejection.reason.starts_with("unreadable Parquet"), "{}", rejection.reason);
     }

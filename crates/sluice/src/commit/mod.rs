@@ -77,6 +77,9 @@ pub struct CommitReport {
     pub unsealed: Vec<PathBuf>,
     /// Run directories moved to quarantine, with the reason.
     pub quarantined: Vec<(PathBuf, String)>,
+    /// Quarantined run directories moved back into staging to be tried
+    /// again ([`CommitBuilder::with_requeue`]).
+    pub requeued: Vec<PathBuf>,
     /// Rows added per table.
     pub rows_added: std::collections::BTreeMap<String, u64>,
     /// Staged rows not added because the lake or the commit already had them.
@@ -129,6 +132,7 @@ pub struct CommitBuilder<'a> {
     progress: Option<Progress>,
     lock_wait: Option<Duration>,
     recover_only: bool,
+    requeue: bool,
     stale_after: Duration,
     failpoint: Option<String>,
     runs: Option<std::collections::HashSet<String>>,
@@ -161,6 +165,7 @@ impl Lake {
             progress: None,
             lock_wait: None,
             recover_only: false,
+            requeue: false,
             stale_after: writer::DEFAULT_STALE_AFTER,
             failpoint: std::env::var("SLUICE_FAILPOINT").ok(),
             runs: None,
@@ -225,6 +230,14 @@ impl<'a> CommitBuilder<'a> {
         self
     }
 
+    /// Move quarantined runs back into staging first, so this commit tries
+    /// them again: after their cause is fixed, or on a node with the memory
+    /// a run too large for another process needs.
+    pub fn with_requeue(mut self, requeue: bool) -> Self {
+        self.requeue = requeue;
+        self
+    }
+
     /// When to fsync manifests (default: detect a shared filesystem).
     pub fn with_sync_policy(mut self, sync: SyncPolicy) -> Self {
         self.sync = sync;
@@ -274,6 +287,7 @@ impl<'a> CommitBuilder<'a> {
             .begin()
             .await?;
         let locked_ms = started.elapsed().as_secs_f64() * 1e3;
+        let requeued = if self.requeue { quarantine::requeue(&root)? } else { Vec::new() };
         let specs = self.lake.table_specs();
         // `Lake::open` reconciled the tables that exist; create the missing
         // ones (e.g. the journal of a lake made before it existed). The
@@ -303,7 +317,7 @@ impl<'a> CommitBuilder<'a> {
             failpoint: self.failpoint.clone(),
             journal: tokio::sync::Mutex::new(kept),
         };
-        let mut report = CommitReport::default();
+        let mut report = CommitReport { requeued, ..CommitReport::default() };
         for settled in writer.settled() {
             match settled {
                 crate::lake::restore::Settled::Finished(done) => report.recovered.push(done.seq),

@@ -1,4 +1,10 @@
-//! Moving a bad run directory aside, with the reason next to it.
+//! Moving a bad run directory aside, with the reason next to it — and back.
+//!
+//! Quarantine keeps a run that cannot be committed (damaged, inconsistent,
+//! or too large for this process) where nothing commits it and nothing
+//! deletes it. Each quarantined folder remembers where it was staged, so
+//! [`requeue`] can put it back once its cause is gone (fixed by hand, or a
+//! `recover` on a node with more memory).
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +16,10 @@ pub const QUARANTINE_DIR: &str = ".quarantine";
 
 /// The file written into a quarantined directory.
 pub const REASON_FILE: &str = "QUARANTINE_REASON.txt";
+
+/// Where a quarantined directory was staged, relative to the staging root
+/// (a dot file: loading a run ignores it).
+const ORIGIN_FILE: &str = ".quarantine-origin";
 
 /// Move `run` to `staging_root/.quarantine/{step}_{op}/{run_id}` and write the
 /// reason into it. Returns the new location.
@@ -29,10 +39,62 @@ pub fn quarantine(staging_root: &Path, run: &RunDir, reason: &str) -> Result<Pat
         n += 1;
     }
     std::fs::rename(&run.path, &target).map_err(|e| Error::io(&run.path, e))?;
+    if let Ok(origin) = run.path.strip_prefix(staging_root) {
+        let file = target.join(ORIGIN_FILE);
+        std::fs::write(&file, origin.to_string_lossy().as_bytes())
+            .map_err(|e| Error::io(&file, e))?;
+    }
     let note = target.join(REASON_FILE);
     std::fs::write(&note, format!("{reason}\n")).map_err(|e| Error::io(&note, e))?;
     tracing::warn!(run = %run.run_id, %reason, to = %target.display(), "quarantined staged run");
     Ok(target)
+}
+
+/// Move every quarantined run directory back where it was staged, for the
+/// next commit to try again. Returns the folders moved back; a folder
+/// whose place is taken, or quarantined before origins were recorded, stays
+/// (and is reported by `doctor`).
+pub fn requeue(staging_root: &Path) -> Result<Vec<PathBuf>> {
+    let quarantine = staging_root.join(QUARANTINE_DIR);
+    let mut moved = Vec::new();
+    let groups = match std::fs::read_dir(&quarantine) {
+        Ok(groups) => groups,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(moved),
+        Err(e) => return Err(Error::io(&quarantine, e)),
+    };
+    for group in groups {
+        let group = group.map_err(|e| Error::io(&quarantine, e))?.path();
+        if !crate::staging::paths::no_link_below(staging_root, &group) || !group.is_dir() {
+            continue;
+        }
+        for run in std::fs::read_dir(&group).map_err(|e| Error::io(&group, e))? {
+            let run = run.map_err(|e| Error::io(&group, e))?.path();
+            let Ok(origin) = std::fs::read_to_string(run.join(ORIGIN_FILE)) else { continue };
+            let origin = Path::new(origin.trim());
+            let inside = origin.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+            let target = staging_root.join(origin);
+            if !inside || origin.starts_with(QUARANTINE_DIR) || target.exists() {
+                tracing::warn!(run = %run.display(), "a quarantined run's place is taken; left in quarantine");
+                continue;
+            }
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+            }
+            // The reason goes first: a run moved back with it would be
+            // refused for an unexpected file.
+            let note = run.join(REASON_FILE);
+            match std::fs::remove_file(&note) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(&note, e)),
+            }
+            std::fs::rename(&run, &target).map_err(|e| Error::io(&run, e))?;
+            let _ = std::fs::remove_file(target.join(ORIGIN_FILE));
+            moved.push(target);
+        }
+        let _ = std::fs::remove_dir(&group);
+    }
+    Ok(moved)
 }
 
 /// Remove a committed run directory and its shard directories once empty.
@@ -68,4 +130,37 @@ pub fn remove_run(staging_root: &Path, run: &RunDir) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quarantined_run_goes_back_where_it_was_staged_without_its_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let path = root.join("1_gen/ab/run-1");
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("executions.parquet"), b"rows").unwrap();
+        let run = RunDir { step: 1, operation: "gen".into(), run_id: "run-1".into(), path };
+        let to = quarantine(root, &run, "too large here").unwrap();
+        assert!(!run.path.exists() && to.join(REASON_FILE).exists());
+
+        // A second run quarantined under the same name whose place is taken stays.
+        let moved = requeue(root).unwrap();
+        assert_eq!(moved, vec![run.path.clone()]);
+        let mut names: Vec<String> = std::fs::read_dir(&run.path)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["executions.parquet"], "nothing of the quarantine is left in it");
+        assert!(requeue(root).unwrap().is_empty(), "once");
+
+        let to = quarantine(root, &run, "again").unwrap();
+        std::fs::create_dir_all(&run.path).unwrap();
+        assert!(requeue(root).unwrap().is_empty(), "its place is taken");
+        assert!(to.join(REASON_FILE).exists());
+    }
 }

@@ -19,6 +19,51 @@ pub fn memory_limit() -> Option<u64> {
     })
 }
 
+/// The most memory this process can ever use: its cgroup's limit, or the
+/// machine's memory when that is smaller or there is no limit. A run whose
+/// commit would need more is refused before it is loaded, not killed.
+pub fn memory_ceiling() -> Option<Ceiling> {
+    static CEILING: OnceLock<Option<Ceiling>> = OnceLock::new();
+    *CEILING.get_or_init(|| {
+        let physical = std::fs::read_to_string("/proc/meminfo").ok().and_then(|t| mem_total(&t));
+        let group = memory_limit().map(|bytes| Ceiling { bytes, cgroup: true });
+        let machine = physical.map(|bytes| Ceiling { bytes, cgroup: false });
+        match (group, machine) {
+            (Some(g), Some(m)) => Some(if g.bytes <= m.bytes { g } else { m }),
+            (g, m) => g.or(m),
+        }
+    })
+}
+
+/// The memory a process can use at most, and where that comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceiling {
+    /// Bytes.
+    pub bytes: u64,
+    /// A memory cgroup's limit (a SLURM job's `--mem`, a container's);
+    /// otherwise the machine's memory.
+    pub cgroup: bool,
+}
+
+impl std::fmt::Display for Ceiling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mib = self.bytes >> 20;
+        if self.cgroup {
+            write!(f, "this process's memory limit ({mib} MiB, set by its cgroup)")
+        } else {
+            write!(f, "this machine's memory ({mib} MiB)")
+        }
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`'s text, in bytes.
+fn mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 =
+        line.trim_start_matches("MemTotal:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib << 10)
+}
+
 /// The limit named by `/proc/self/cgroup`'s text `groups`, with the cgroup
 /// files under `root` read by `read`.
 fn limit_of(groups: &str, root: &Path, read: impl Fn(&Path) -> Option<String>) -> Option<u64> {
@@ -78,6 +123,14 @@ mod tests {
         ]);
         assert_eq!(limit_of("0::/slurm/job_7\n", Path::new("/cg"), &read), Some(1 << 30));
         assert_eq!(limit_of("0::/\n", Path::new("/cg"), &read), None);
+    }
+
+    #[test]
+    fn the_machine_s_memory_is_read_from_meminfo() {
+        let text = "MemTotal:       24568680 kB\nMemFree:         1000 kB\n";
+        assert_eq!(mem_total(text), Some(24_568_680 << 10));
+        assert_eq!(mem_total("MemFree: 1 kB\n"), None);
+        assert!(memory_ceiling().is_some_and(|c| c.bytes > 0), "Linux has /proc/meminfo");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 mod memory;
 
-pub use memory::memory_limit;
+pub use memory::{Ceiling, memory_ceiling, memory_limit};
 
 /// This machine's host name, read once.
 pub fn hostname() -> &'static str {
