@@ -25,9 +25,12 @@ for base in /sys/fs/cgroup/memory /sys/fs/cgroup; do
   fi
 done
 if [ -z "$probe" ]; then
-  echo "make test: no writable memory cgroup: the commit-under-a-memory-limit test (crates/sluice-cli/tests/cli/protocol.rs) will be skipped."
+  echo "make test: no writable memory cgroup: the two commit-under-a-memory-limit tests (crates/sluice-cli/tests/cli/protocol.rs) will be skipped."
   echo "           It needs root with cgroup v1's memory controller or v2's memory.max, as .ci/run has."
   skips=1
+fi
+if [ "${SLUICE_TEST_DEPTH:-}" != full ]; then
+  echo "make test: kill and race loops run at a representative depth; SLUICE_TEST_DEPTH=full runs them at full depth, as CI does."
 fi
 if [ "$skips" = 1 ] && [ -n "${CI:-}" ]; then
   echo "make test: CI is set, so those tests will fail instead of skipping."

@@ -177,7 +177,7 @@ pub(crate) fn fraction(trial: u64) -> f64 {
 }
 
 fn trials() -> u64 {
-    std::env::var("SLUICE_CRASH_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(50)
+    crate::depth("SLUICE_CRASH_TRIALS", 50, 12)
 }
 
 /// Kill `args` after `delay` unless it finished; returns whether it was killed.

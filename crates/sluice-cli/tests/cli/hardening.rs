@@ -69,8 +69,7 @@ fn wait_all_succeed<const N: usize>(children: [Child; N], round: u64) {
 fn two_committers_without_a_lock_lose_and_duplicate_nothing() {
     let lake = Lake::new();
     lake.ok(&["init"]);
-    let rounds: u64 =
-        std::env::var("SLUICE_RACE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let rounds: u64 = crate::depth("SLUICE_RACE_ROUNDS", 100, 20);
     let mut staged = 0;
     for round in 0..rounds {
         // Overlapping (same staging seen by both) and disjoint (staged
@@ -313,8 +312,7 @@ fn pipeline_state(lake: &Lake) -> Vec<String> {
 
 #[test]
 fn an_orchestrator_killed_at_random_moments_then_rerun_ends_as_an_uninterrupted_run() {
-    let trials: u64 =
-        std::env::var("SLUICE_PIPELINE_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+    let trials: u64 = crate::depth("SLUICE_PIPELINE_KILLS", 20, 5);
     let dir = tempfile::tempdir().unwrap();
     let text = slow_pipeline(6, 0.2);
     let file = pipeline_file(dir.path(), "p.toml", &text);
@@ -354,8 +352,7 @@ fn an_orchestrator_killed_at_random_moments_then_rerun_ends_as_an_uninterrupted_
 fn a_compaction_racing_commits_loses_nothing() {
     let lake = Lake::new();
     lake.ok(&["init"]);
-    let rounds: u64 =
-        std::env::var("SLUICE_RACE_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let rounds: u64 = crate::depth("SLUICE_RACE_ROUNDS", 100, 20);
     let mut staged = 0;
     for round in 0..rounds {
         stage(&lake, 4, 20_000 + round);

@@ -21,7 +21,7 @@ use crate::crash::{dump, fraction, new_lake};
 
 /// How many operations each half (locked, unlocked) runs.
 fn operations() -> u64 {
-    std::env::var("SLUICE_INTERLEAVE_OPS").ok().and_then(|v| v.parse().ok()).unwrap_or(100)
+    crate::depth("SLUICE_INTERLEAVE_OPS", 100, 30)
 }
 
 const SCHEMA: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: zone, type: string }\n";

@@ -15,7 +15,7 @@ use crate::crash::{
 };
 
 fn trials() -> u64 {
-    std::env::var("SLUICE_RESTORE_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(30)
+    crate::depth("SLUICE_RESTORE_TRIALS", 30, 8)
 }
 
 /// A pause before each table's restore (a test hook of `sluice restore`),
