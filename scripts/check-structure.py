@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Structure checks for the sluice library, run by `make lint` (and so by CI).
+"""Structure checks for the sluice library and the CLI crate, run by `make lint`
+(and so by CI).
 
 1. No import cycle between the library's modules: the top-level modules
    (`artifact`, `registry`, `lake`, ...) form a DAG, and so do the direct
@@ -14,14 +15,15 @@ import pathlib
 import re
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "crates" / "sluice" / "src"
+WORKSPACE = pathlib.Path(__file__).resolve().parent.parent
+CRATES = [WORKSPACE / "crates" / "sluice" / "src", WORKSPACE / "crates" / "sluice-cli" / "src"]
 MAX_FN_LINES = 120
 
 
-def module_path(path: pathlib.Path) -> list[str]:
-    rel = path.relative_to(ROOT).with_suffix("")
+def module_path(root: pathlib.Path, path: pathlib.Path) -> list[str]:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
-    if parts[-1] in ("mod", "lib"):
+    if parts[-1] in ("mod", "lib", "main"):
         parts = parts[:-1]
     return parts
 
@@ -124,20 +126,21 @@ def long_functions(path: pathlib.Path, text: str) -> list[str]:
             j += 1
         length = j - i + 1
         if opened and length > MAX_FN_LINES:
-            out.append(f"{path.relative_to(ROOT.parent.parent.parent)}: fn {m.group(6)} is {length} lines (max {MAX_FN_LINES})")
+            out.append(f"{path.relative_to(WORKSPACE)}: fn {m.group(6)} is {length} lines (max {MAX_FN_LINES})")
         i += 1
     return out
 
 
-def main() -> int:
+def check(root: pathlib.Path) -> tuple[list[str], int]:
+    """Problems of one crate's source tree, and how many files it has."""
     top: dict[str, set[str]] = {}
     inner: dict[str, dict[str, set[str]]] = {}
     problems: list[str] = []
-    files = sorted(ROOT.rglob("*.rs"))
-    top_modules = {module_path(p)[0] for p in files if module_path(p)}
+    files = sorted(root.rglob("*.rs"))
+    top_modules = {module_path(root, p)[0] for p in files if module_path(root, p)}
     for path in files:
         raw = path.read_text()
-        parts = module_path(path)
+        parts = module_path(root, path)
         problems.extend(long_functions(path, raw))
         if not parts:
             continue
@@ -149,20 +152,31 @@ def main() -> int:
                 top.setdefault(parts[0], set()).add(ref[0])
             elif len(parts) >= 2 and len(ref) >= 2 and ref[1] != parts[1]:
                 inner.setdefault(parts[0], {}).setdefault(parts[1], set()).add(ref[1])
+    name = root.parent.name
     cycle = find_cycle(top)
     if cycle:
-        problems.append("import cycle between top-level modules: " + " -> ".join(cycle))
+        problems.append(f"{name}: import cycle between top-level modules: " + " -> ".join(cycle))
     for module, graph in sorted(inner.items()):
-        subs = {p.stem if p.stem != "mod" else p.parent.name for p in (ROOT / module).glob("*")}
+        subs = {p.stem if p.stem != "mod" else p.parent.name for p in (root / module).glob("*")}
         graph = {k: {v for v in vs if v in subs} for k, vs in graph.items() if k in subs}
         cycle = find_cycle(graph)
         if cycle:
-            problems.append(f"import cycle inside `{module}`: " + " -> ".join(cycle))
+            problems.append(f"{name}: import cycle inside `{module}`: " + " -> ".join(cycle))
+    return problems, len(files)
+
+
+def main() -> int:
+    problems: list[str] = []
+    files = 0
+    for root in CRATES:
+        found, count = check(root)
+        problems.extend(found)
+        files += count
     for p in problems:
         print(p)
     if problems:
         return 1
-    print(f"structure ok: {len(files)} files, module graph acyclic, no fn over {MAX_FN_LINES} lines")
+    print(f"structure ok: {files} files in {len(CRATES)} crates, module graphs acyclic, no fn over {MAX_FN_LINES} lines")
     return 0
 
 

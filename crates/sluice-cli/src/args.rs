@@ -29,9 +29,29 @@ pub struct Cli {
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 
+    /// No progress bars and no warnings on stderr: results and errors only.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Colour on stderr: `auto` (a terminal, and `NO_COLOR` unset),
+    /// `always` or `never`.
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// When stderr gets colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// On a terminal, unless `NO_COLOR` is set.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
 }
 
 /// Output formats of `sluice lineage` and `sluice graph`.
@@ -44,8 +64,10 @@ pub enum Format {
     Table,
     /// CSV with a header.
     Csv,
-    /// Newline-delimited JSON.
-    Json,
+    /// Newline-delimited JSON: one object per row, a stream (machine
+    /// output of a whole document is `--json` on the other commands).
+    #[value(alias = "json")]
+    Ndjson,
 }
 
 /// Dispatch backends.
@@ -101,11 +123,39 @@ pub enum Command {
 
     /// Show one artifact: type, step, metadata and content.
     Show {
-        /// The artifact id (32 hex characters).
+        /// The artifact id (32 hex characters), or a unique prefix of it.
         id: String,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+
+    /// What a pipeline's units printed: each failed unit's error, inputs and
+    /// the end of its stdout and stderr (of the latest run by default).
+    Logs {
+        /// A run id or prefix (default: the latest run), or an execution id
+        /// or prefix.
+        target: Option<String>,
+        /// Only this step (name or number).
+        #[arg(long)]
+        step: Option<String>,
+        /// Every unit, not only the failed ones.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Write one artifact's content: a data artifact's bytes (CSV, Parquet,
+    /// Arrow), a metric's or config's JSON, a file_ref's file (checked
+    /// against its hash), a declared type's columns as JSON.
+    Get {
+        /// The artifact id (32 hex characters), or a unique prefix of it.
+        id: String,
+        /// Write to this file instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
     },
 
     /// Commit all sealed staging into the lake (finishing interrupted commits first).
@@ -157,7 +207,7 @@ pub enum Command {
     /// descendants through the provenance edges, each with its type, step
     /// and the execution that made it.
     Lineage {
-        /// The artifact id.
+        /// The artifact id, or a unique prefix of it.
         id: String,
         /// Ancestors only.
         #[arg(long, conflicts_with_all = ["down", "both"])]

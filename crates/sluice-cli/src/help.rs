@@ -9,8 +9,11 @@ use clap::Command;
 
 /// The command groups of `sluice --help`, in order.
 const GROUPS: &[(&str, &[&str])] = &[
-    ("Lake", &["init", "put", "show", "sql", "tables", "types", "lineage", "history", "changes"]),
-    ("Pipeline", &["run", "check", "status", "runs", "graph", "commit", "recover", "demo"]),
+    (
+        "Lake",
+        &["init", "put", "show", "get", "sql", "tables", "types", "lineage", "history", "changes"],
+    ),
+    ("Pipeline", &["run", "check", "status", "logs", "runs", "graph", "commit", "recover", "demo"]),
     ("Ingestion", &["ingest"]),
     ("Maintenance", &["doctor", "compact", "vacuum", "checkpoint", "restore"]),
     ("Benchmark", &["bench"]),
@@ -21,7 +24,8 @@ const GROUPS: &[(&str, &[&str])] = &[
 const EXAMPLES: &[(&str, &str)] = &[
     ("init", "sluice init --lake ./lake"),
     ("put", "sluice put --type metric --step 3 '{\"loss\": 0.21}'"),
-    ("show", "sluice show 5d0c2e9f4b7a41c88e2f1a6b3c9d7e10"),
+    ("show", "sluice show 5d0c2e9f"),
+    ("get", "sluice get 5d0c2e9f -o table.csv"),
     ("sql", "sluice sql --as-of 3 \"SELECT origin_step_number, count(*) FROM metrics GROUP BY 1\""),
     ("tables", "sluice tables --json"),
     ("types", "sluice types"),
@@ -35,6 +39,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("graph", "sluice graph --format html -o run.html"),
     ("commit", "sluice commit --step 2"),
     ("recover", "sluice recover"),
+    ("logs", "sluice logs --step square"),
     ("demo", "sluice demo sluice-demo"),
     ("ingest", "sluice ingest run --config lakehouse.toml --watch"),
     ("doctor", "sluice doctor --repair"),

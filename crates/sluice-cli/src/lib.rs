@@ -21,7 +21,8 @@ pub use args::Cli;
 pub fn main_entry() -> ExitCode {
     let matches = help::with_topics(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    init_tracing(cli.verbose);
+    output::set_quiet(cli.quiet);
+    init_tracing(cli.verbose, cli.quiet, log_format::colour(cli.color));
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -65,8 +66,9 @@ fn error_text(error: &anyhow::Error) -> String {
     out
 }
 
-fn init_tracing(verbose: u8) {
+fn init_tracing(verbose: u8, quiet: bool, colour: bool) {
     let default = match verbose {
+        _ if quiet => "error,buoyant_kernel=off,deltalake_core=off",
         // The Delta kernel logs expected conditions (probing a folder that is
         // not a table yet) at error level, and delta-rs's MERGE warns of a
         // metric it derives on every merge; keep them out of normal output.
@@ -80,7 +82,7 @@ fn init_tracing(verbose: u8) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(log_format::colour());
+        .with_ansi(colour);
     let _ = match verbose {
         0 => builder.event_format(log_format::CargoStyle).try_init(),
         _ => builder.try_init(),

@@ -36,8 +36,17 @@ where
     }
 }
 
-/// Whether stderr gets colours: a terminal, and `NO_COLOR` unset.
-pub(crate) fn colour() -> bool {
+/// Whether stderr gets colours: as `--color` says, and for `auto` a
+/// terminal with `NO_COLOR` unset.
+pub(crate) fn colour(choice: crate::args::ColorChoice) -> bool {
+    use crate::args::ColorChoice;
     use std::io::IsTerminal;
-    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    match choice {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        }
+    }
 }

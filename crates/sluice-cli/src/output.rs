@@ -7,6 +7,29 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// output only: `sluice bench --json`).
 static ON_STDERR: AtomicBool = AtomicBool::new(false);
 
+/// Whether `-q` was given: no progress bars, no warnings.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Record `-q`.
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// Whether `-q` was given.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+/// Where progress bars draw: stderr (indicatif draws only on a terminal),
+/// nowhere under `-q`.
+pub fn bars() -> indicatif::ProgressDrawTarget {
+    if quiet() {
+        indicatif::ProgressDrawTarget::hidden()
+    } else {
+        indicatif::ProgressDrawTarget::stderr()
+    }
+}
+
 /// Send what [`print`] prints to stderr from now on.
 pub fn print_on_stderr() {
     ON_STDERR.store(true, Ordering::Relaxed);
@@ -39,6 +62,18 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// `n` and the noun in the number it takes: `count(1, "file")` is
+/// "1 file", `count(2, "file")` "2 files" (nouns whose plural is not an
+/// added `s` give it after a `|`: `"index|indexes"`).
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    let (one, many) = match noun.split_once('|') {
+        Some((one, many)) => (one.to_owned(), many.to_owned()),
+        None => (noun.to_owned(), format!("{noun}s")),
+    };
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Lay out rows as an aligned text table.
 pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
@@ -63,4 +98,18 @@ pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_take_the_noun_s_number() {
+        assert_eq!(count(1u64, "file"), "1 file");
+        assert_eq!(count(0u64, "file"), "0 files");
+        assert_eq!(count(2usize as u64, "run dir"), "2 run dirs");
+        assert_eq!(count(1u64, "index|indexes"), "1 index");
+        assert_eq!(count(3u64, "index|indexes"), "3 indexes");
+    }
 }

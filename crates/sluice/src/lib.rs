@@ -61,6 +61,7 @@ pub mod records;
 pub mod registry;
 pub mod staging;
 pub mod store;
+pub mod times;
 
 pub use artifact::{Artifact, ArtifactId, Draft};
 pub use error::{Error, Result};

@@ -6,107 +6,11 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use sluice::Lake;
-use sluice::staging::synthetic::{self, SyntheticSpec};
-use sluice::staging::{self, StagingWriter, SyncPolicy};
 
+use super::bench_load::{fill, peak_rss_mib, stage, workload};
 use super::bench_results::{self, Figure};
 use crate::args::{BenchArgs, BenchCommand, Workload};
 use crate::output::print;
-
-fn spec(w: &Workload, seed: u64) -> SyntheticSpec {
-    SyntheticSpec {
-        seed,
-        step: w.step,
-        operation: "bench".into(),
-        artifacts_per_execution: w.artifacts_per_execution,
-        duplicate_fraction: w.duplicate_fraction,
-        fail_fraction: w.fail_fraction,
-        crash_fraction: w.crash_fraction,
-        mixed: w.mixed.clone(),
-        batch: w.batch as usize,
-    }
-}
-
-/// The worker process: stage executions `from..to`.
-pub async fn stage_worker(
-    root: &Path,
-    workload: &Workload,
-    from: u64,
-    to: u64,
-) -> anyhow::Result<()> {
-    let lake = Lake::open(root).await?;
-    let writer = StagingWriter::new(
-        staging::default_root(lake.root()),
-        lake.registry().clone(),
-        SyncPolicy::Detect,
-    );
-    let spec = spec(workload, workload.seed);
-    let registry = lake.registry().clone();
-    tokio::task::spawn_blocking(move || {
-        synthetic::stage_range(&writer, &spec, &registry, from..to)
-    })
-    .await??;
-    Ok(())
-}
-
-/// Stage a workload with `workers` processes; returns seconds.
-pub(super) async fn stage(root: &Path, workload: &Workload, workers: u64) -> anyhow::Result<f64> {
-    let exe = std::env::current_exe().context("locating the sluice binary")?;
-    let workers = workers.max(1);
-    let per = workload.executions.div_ceil(workers);
-    let started = Instant::now();
-    let mut children = Vec::new();
-    for w in 0..workers {
-        let (from, to) = (w * per, ((w + 1) * per).min(workload.executions));
-        if from >= to {
-            continue;
-        }
-        let mut command = tokio::process::Command::new(&exe);
-        command.arg("--lake").arg(root).arg("__stage-worker");
-        if let Some(files) = &workload.mixed {
-            command.arg("--mixed").arg(files);
-        }
-        let child = command
-            .args(["--executions", &workload.executions.to_string()])
-            .args(["--artifacts-per-execution", &workload.artifacts_per_execution.to_string()])
-            .args(["--duplicate-fraction", &workload.duplicate_fraction.to_string()])
-            .args(["--fail-fraction", &workload.fail_fraction.to_string()])
-            .args(["--crash-fraction", &workload.crash_fraction.to_string()])
-            .args(["--seed", &workload.seed.to_string()])
-            .args(["--step", &workload.step.to_string()])
-            .args(["--batch", &workload.batch.to_string()])
-            .args(["--from", &from.to_string(), "--to", &to.to_string()])
-            .spawn()
-            .context("starting a staging worker")?;
-        children.push(child);
-    }
-    for mut child in children {
-        let status = child.wait().await?;
-        if !status.success() {
-            bail!("a staging worker failed: {status}");
-        }
-    }
-    Ok(started.elapsed().as_secs_f64())
-}
-
-/// Add `n` unique metric artifacts to the lake, in commits of `per_commit`,
-/// spread over 10 steps (not timed as part of the figures).
-pub(super) async fn fill(lake: &Lake, n: u64, per_commit: u64, seed: u64) -> anyhow::Result<()> {
-    let mut done = 0;
-    while done < n {
-        let end = (done + per_commit.max(1)).min(n);
-        let artifacts = (done..end)
-            .map(|i| {
-                sluice::Draft::metric(serde_json::json!({"fill": i, "seed": seed}))?
-                    .with_step((i % 10) as i32)
-                    .finalize(lake.registry())
-            })
-            .collect::<sluice::Result<Vec<_>>>()?;
-        lake.append_unchecked(&artifacts).await?;
-        done = end;
-    }
-    Ok(())
-}
 
 /// The limit of a commit: every staged Parquet file read, and its rows
 /// written as one zstd Parquet file per table (file name) with arrow and
@@ -163,24 +67,6 @@ fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
     Ok((secs, files.len()))
 }
 
-/// The median and the 99th percentile of `ms` (0 for none).
-pub(super) fn median_p99(mut ms: Vec<f64>) -> (f64, f64) {
-    ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms.get(((ms.len().max(1) - 1) as f64 * p).round() as usize).copied();
-    (at(0.5).unwrap_or(0.0), at(0.99).unwrap_or(0.0))
-}
-
-pub(crate) fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
 fn describe(w: &Workload, workers: u64) -> String {
     let staged = match w.batch {
         1 => "one staging directory per execution".to_owned(),
@@ -217,7 +103,7 @@ pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
             commit(root, &workload, workers, chunk, existing).await?
         }
         BenchCommand::Pipeline { executions, workers } => {
-            pipeline(root, executions, workers).await?
+            Box::pin(pipeline(root, executions, workers)).await?
         }
         BenchCommand::Lineage { edges, layers, samples } => {
             super::bench_scale::lineage(root, edges, layers, samples).await?
@@ -337,11 +223,6 @@ async fn commit(
     figures.push(Figure::new("commit", &what, "peak RSS of the committer", rss, "MiB"));
     print(&lines.join("\n"))?;
     Ok(figures)
-}
-
-/// A bench's first line without its `workload: ` label.
-pub(super) fn workload(line: &str) -> &str {
-    line.strip_prefix("workload: ").unwrap_or(line)
 }
 
 /// End-to-end overhead of the pipeline engine, issue 11's goal 2 workload:

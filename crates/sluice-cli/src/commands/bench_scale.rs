@@ -224,7 +224,7 @@ pub async fn lineage(
         walk / scan_ms
     ));
     print(&lines.join("\n"))?;
-    let what = super::bench::workload(&lines[0]);
+    let what = super::bench_load::workload(&lines[0]);
     Ok(vec![
         Figure::new("lineage", what, "lineage depth 5, in-process walk", walk, "ms")
             .against("one full SQL scan of the edge table", walk / scan_ms),
@@ -251,7 +251,7 @@ pub async fn maintenance(
 ) -> anyhow::Result<Vec<Figure>> {
     let lake = Lake::open(root).await?;
     let started = Instant::now();
-    super::bench::fill(&lake, existing, commit_size, 0).await?;
+    super::bench_load::fill(&lake, existing, commit_size, 0).await?;
     let mut lines = vec![
         format!(
             "workload: a lake of {existing} metrics written in commits of {commit_size} over 10 steps; then commit {} staged executions x {} artifacts (seeded, new content) and count step 3, before and after `sluice compact`",
@@ -279,7 +279,7 @@ pub async fn maintenance(
             ));
         }
         let w = Workload { seed, ..workload.clone() };
-        super::bench::stage(root, &w, workers).await?;
+        super::bench_load::stage(root, &w, workers).await?;
         let report = lake.commit().execute().await?;
         let commit = report.duration.as_secs_f64();
         let clock = Instant::now();
@@ -298,7 +298,7 @@ pub async fn maintenance(
                     commit / c,
                     query / q
                 ));
-                let what = super::bench::workload(&lines[0]);
+                let what = super::bench_load::workload(&lines[0]);
                 figures.push(
                     Figure::new("maintenance", what, "commit after compaction", commit, "s")
                         .against("the same commit before compaction", commit / c),

@@ -30,7 +30,7 @@ use sluice::records::{Direction, ExecutionEdge, ExecutionRecord};
 use sluice::staging::{StagedExecution, StagingWriter, SyncPolicy};
 use sluice::{Artifact, ArtifactId, Lake};
 
-use super::bench::median_p99;
+use super::bench_load::median_p99;
 use super::bench_results::Figure;
 use crate::args::ScaleArgs;
 use crate::output::print;

@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use sluice::Lake;
 
-use super::bench::{fill, median_p99};
+use super::bench_load::{fill, median_p99};
 use super::bench_results::Figure;
 use crate::output::print;
 

@@ -7,7 +7,7 @@ use serde_json::json;
 use sluice::Lake;
 use sluice::commit::CommitReport;
 
-use crate::output::print;
+use crate::output::{count, print};
 
 /// What `sluice commit` and `sluice recover` were asked.
 #[derive(Debug, Clone)]
@@ -37,7 +37,7 @@ impl Default for CommitOptions {
 
 pub async fn commit(root: &Path, options: CommitOptions, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let bar = ProgressBar::new(0);
+    let bar = ProgressBar::with_draw_target(Some(0), crate::output::bars());
     bar.set_style(
         ProgressStyle::with_template(
             "{spinner} committing [{bar:30}] {pos}/{len} run dirs ({per_sec}, eta {eta})",
@@ -93,10 +93,10 @@ fn report_json(r: &CommitReport) -> serde_json::Value {
 /// The human summary of a commit.
 pub fn summary(r: &CommitReport) -> String {
     let mut out = format!(
-        "committed {} run dirs in {:.2}s ({} sequences{})\n",
-        r.runs_committed,
+        "committed {} in {:.2}s ({}{})\n",
+        count(r.runs_committed as u64, "run dir"),
         r.duration.as_secs_f64(),
-        r.sequences.len(),
+        count(r.sequences.len() as u64, "sequence"),
         if r.recovered.is_empty() {
             String::new()
         } else {

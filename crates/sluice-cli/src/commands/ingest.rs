@@ -8,91 +8,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sluice::ingest::{IngestConfig, IngestReport, Ingestor, Mode};
 
 use crate::args::IngestCommand;
-use crate::output::{print, text_table};
+use crate::output::{count, print, text_table};
 
 pub async fn run(command: IngestCommand, lake: Option<&Path>) -> anyhow::Result<()> {
     let load = |config: &Path| load_config(config, lake);
     match command {
         IngestCommand::Run { config, once: _, watch, workers, json } => {
-            let mut config = load(&config)?;
-            if let Some(w) = workers {
-                config.ingest.workers = w.max(1);
-            }
-            let ingestor = Ingestor::open(config).await?;
-            let mode = if watch {
-                let stop = Arc::new(AtomicBool::new(false));
-                let flag = stop.clone();
-                tokio::spawn(async move {
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        eprintln!(
-                            "stopping: finishing the files in flight (Ctrl-C again to abort)"
-                        );
-                        flag.store(true, Ordering::SeqCst);
-                        if tokio::signal::ctrl_c().await.is_ok() {
-                            std::process::exit(130);
-                        }
-                    }
-                });
-                Mode::Watch(stop)
-            } else {
-                Mode::Once
-            };
-            let bar = (!json && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
-                let bar = ProgressBar::new_spinner();
-                bar.set_style(
-                    ProgressStyle::with_template("{spinner} {msg}")
-                        .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-                );
-                bar
-            });
-            let show = |r: &IngestReport| {
-                if let Some(bar) = &bar {
-                    bar.set_message(format!(
-                        "{} files, {} rows, {} commits, {} duplicates, {} dead",
-                        r.files, r.rows, r.commits, r.duplicates, r.dead
-                    ));
-                    bar.tick();
-                }
-            };
-            let report = ingestor.run(mode, Some(&show)).await?;
-            if let Some(bar) = bar {
-                bar.finish_and_clear();
-            }
-            let failed = transform_failures(&report.transform_errors);
-            if json {
-                print(&serde_json::to_string_pretty(&report)?)?;
-                return failed;
-            }
-            let rate = report.rows as f64 / report.seconds.max(1e-9);
-            print(&format!(
-                "ingested {} files, {} rows in {} commits ({:.2} s, {rate:.0} rows/s); {} duplicates skipped, {} retried, {} dead-lettered, {} rows rejected{}",
-                report.files,
-                report.rows,
-                report.commits,
-                report.seconds,
-                report.duplicates,
-                report.retried,
-                report.dead,
-                report.rejected,
-                [
-                    (report.changed > 0).then(|| {
-                        format!(
-                            "; {} files under names already ingested with other content (ingested as new data)",
-                            report.changed
-                        )
-                    }),
-                    (report.ledger_repaired > 0).then(|| {
-                        format!("; {} ledger rows recovered from table commits", report.ledger_repaired)
-                    }),
-                ]
-                .into_iter()
-                .flatten()
-                .collect::<String>()
-            ))?;
-            if report.transform_commits > 0 {
-                print(&format!("{} transform commits", report.transform_commits))?;
-            }
-            failed
+            ingest(load(&config)?, watch, workers, json).await
         }
         IngestCommand::Transform { config, json } => {
             let ingestor = Ingestor::open(load(&config)?).await?;
@@ -103,107 +25,206 @@ pub async fn run(command: IngestCommand, lake: Option<&Path>) -> anyhow::Result<
             print(&transform_table(&reports))
         }
         IngestCommand::Dedup { table, config, dry_run, json } => {
-            let config = load(&config)?;
-            let Some(dir) = sluice::lake::layout::ingestion_table_dir(&config.lake, &table) else {
-                anyhow::bail!(
-                    "no ingestion table `{table}` in {} (looked in raw/, aggregate/, curated/)",
-                    config.lake.display()
-                );
-            };
-            let name = table.rsplit('/').next().unwrap_or(&table);
-            let report = sluice::ingest::dedup::dedup(&dir, name, dry_run).await?;
-            if json {
-                return print(&serde_json::to_string_pretty(&report)?);
-            }
-            let outcome = match report.version {
-                Some(v) => format!("removed; version {v}"),
-                None if dry_run && report.duplicates > 0 => {
-                    "found (dry run: nothing changed)".into()
-                }
-                None => "found; nothing to do".into(),
-            };
-            print(&format!(
-                "{}: {} rows before, {} after; {} exact duplicates {outcome}; {} data files rewritten",
-                report.table,
-                report.rows_before,
-                report.rows_after,
-                report.duplicates,
-                report.files_rewritten
-            ))
+            dedup(load(&config)?, &table, dry_run, json).await
         }
-        IngestCommand::Status { config, json } => {
-            let ingestor = Ingestor::open(load(&config)?).await?;
-            let status = ingestor.status().await?;
-            if json {
-                return print(&serde_json::to_string_pretty(&status)?);
-            }
-            let q = &status.queue;
-            let mut out = format!(
-                "queue ({}): {} waiting (oldest {:.0} s), {} in flight, {} dead\n",
-                status.source, q.waiting, q.oldest_waiting_secs, q.in_flight, q.dead
-            );
-            let rows: Vec<Vec<String>> = status
-                .tables
-                .iter()
-                .map(|(name, t)| {
-                    vec![
-                        name.clone(),
-                        t.files.to_string(),
-                        t.rows.to_string(),
-                        t.duplicates.to_string(),
-                        t.dead.to_string(),
-                        t.version.to_string(),
-                        t.last_commit.clone().unwrap_or_default(),
-                    ]
-                })
-                .collect();
-            out.push_str(&text_table(
-                &["table", "files", "rows", "duplicates", "dead", "version", "last commit"],
-                &rows,
-            ));
-            if !status.transforms.is_empty() {
-                let rows: Vec<Vec<String>> = status
-                    .transforms
-                    .iter()
-                    .map(|(name, t)| {
-                        vec![
-                            format!("{}/{name}", t.layer),
-                            t.from.clone(),
-                            or_dash(t.version),
-                            or_dash(t.applied),
-                            or_dash(t.upstream_version),
-                        ]
-                    })
-                    .collect();
-                out.push('\n');
-                out.push_str(&text_table(
-                    &["transform", "from", "version", "applied upstream", "upstream at"],
-                    &rows,
-                ));
-            }
-            for d in &status.dead_letters {
-                out.push_str(&format!("\ndead: {}/{}: {}", d.table, d.name, d.reason));
-            }
-            print(&out)
-        }
+        IngestCommand::Status { config, json } => status(load(&config)?, json).await,
         IngestCommand::Demo { dir } => demo(&dir).await,
         IngestCommand::Retry { config, files, all_dead } => {
-            let config = load(&config)?;
-            if files.is_empty() && !all_dead {
-                anyhow::bail!("name the dead letters to retry (table/file), or pass --all-dead");
-            }
-            let queue = sluice::ingest::Queue::open(&config.queue).await?;
-            let moved = queue.retry_dead(&files).await?;
-            let missing: Vec<&String> = files.iter().filter(|f| !moved.contains(f)).collect();
-            if !missing.is_empty() {
-                anyhow::bail!(
-                    "not dead letters: {}",
-                    missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                );
-            }
-            print(&format!("{} files back on the {}", moved.len(), queue.describe()))
+            retry(load(&config)?, &files, all_dead).await
         }
     }
+}
+
+/// `sluice ingest run`: what has landed (`--watch`: until Ctrl-C).
+async fn ingest(
+    mut config: IngestConfig,
+    watch: bool,
+    workers: Option<usize>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if let Some(w) = workers {
+        config.ingest.workers = w.max(1);
+    }
+    let ingestor = Ingestor::open(config).await?;
+    let mode = if watch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("stopping: finishing the files in flight (Ctrl-C again to abort)");
+                flag.store(true, Ordering::SeqCst);
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            }
+        });
+        Mode::Watch(stop)
+    } else {
+        Mode::Once
+    };
+    let shown = !json && !crate::output::quiet();
+    let bar = (shown && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar
+    });
+    let show = |r: &IngestReport| {
+        if let Some(bar) = &bar {
+            bar.set_message(format!(
+                "{}, {}, {}, {}, {} dead",
+                count(r.files, "file"),
+                count(r.rows, "row"),
+                count(r.commits, "commit"),
+                count(r.duplicates, "duplicate"),
+                r.dead
+            ));
+            bar.tick();
+        }
+    };
+    let report = ingestor.run(mode, Some(&show)).await?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let failed = transform_failures(&report.transform_errors);
+    if json {
+        print(&serde_json::to_string_pretty(&report)?)?;
+        return failed;
+    }
+    let rate = report.rows as f64 / report.seconds.max(1e-9);
+    print(&format!(
+        "ingested {}, {} in {} ({:.2} s, {rate:.0} rows/s); {} skipped, {} retried, {} dead-lettered, {} rejected{}",
+        count(report.files as u64, "file"),
+        count(report.rows, "row"),
+        count(report.commits as u64, "commit"),
+        report.seconds,
+        count(report.duplicates as u64, "duplicate"),
+        report.retried,
+        report.dead,
+        count(report.rejected, "row"),
+        [
+            (report.changed > 0).then(|| {
+                format!(
+                    "; {} under names already ingested with other content (ingested as new data)",
+                    count(report.changed as u64, "file")
+                )
+            }),
+            (report.ledger_repaired > 0).then(|| {
+                format!("; {} ledger rows recovered from table commits", report.ledger_repaired)
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect::<String>()
+    ))?;
+    if report.transform_commits > 0 {
+        print(&format!("{} transform commits", report.transform_commits))?;
+    }
+    failed
+}
+
+/// `sluice ingest dedup`: exact duplicate rows out of one table.
+async fn dedup(config: IngestConfig, table: &str, dry_run: bool, json: bool) -> anyhow::Result<()> {
+    let Some(dir) = sluice::lake::layout::ingestion_table_dir(&config.lake, table) else {
+        anyhow::bail!(
+            "no ingestion table `{table}` in {} (looked in raw/, aggregate/, curated/)",
+            config.lake.display()
+        );
+    };
+    let name = table.rsplit('/').next().unwrap_or(table);
+    let report = sluice::ingest::dedup::dedup(&dir, name, dry_run).await?;
+    if json {
+        return print(&serde_json::to_string_pretty(&report)?);
+    }
+    let outcome = match report.version {
+        Some(v) => format!("removed; version {v}"),
+        None if dry_run && report.duplicates > 0 => "found (dry run: nothing changed)".into(),
+        None => "found; nothing to do".into(),
+    };
+    print(&format!(
+        "{}: {} rows before, {} after; {} exact duplicates {outcome}; {} data files rewritten",
+        report.table,
+        report.rows_before,
+        report.rows_after,
+        report.duplicates,
+        report.files_rewritten
+    ))
+}
+
+/// `sluice ingest status`: queue, tables, transforms, dead letters.
+async fn status(config: IngestConfig, json: bool) -> anyhow::Result<()> {
+    let ingestor = Ingestor::open(config).await?;
+    let status = ingestor.status().await?;
+    if json {
+        return print(&serde_json::to_string_pretty(&status)?);
+    }
+    let q = &status.queue;
+    let mut out = format!(
+        "queue ({}): {} waiting (oldest {:.0} s), {} in flight, {} dead\n",
+        status.source, q.waiting, q.oldest_waiting_secs, q.in_flight, q.dead
+    );
+    let rows: Vec<Vec<String>> = status
+        .tables
+        .iter()
+        .map(|(name, t)| {
+            vec![
+                name.clone(),
+                t.files.to_string(),
+                t.rows.to_string(),
+                t.duplicates.to_string(),
+                t.dead.to_string(),
+                t.version.to_string(),
+                t.last_commit.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    out.push_str(&text_table(
+        &["table", "files", "rows", "duplicates", "dead", "version", "last commit"],
+        &rows,
+    ));
+    if !status.transforms.is_empty() {
+        let rows: Vec<Vec<String>> = status
+            .transforms
+            .iter()
+            .map(|(name, t)| {
+                vec![
+                    format!("{}/{name}", t.layer),
+                    t.from.clone(),
+                    or_dash(t.version),
+                    or_dash(t.applied),
+                    or_dash(t.upstream_version),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&text_table(
+            &["transform", "from", "version", "applied upstream", "upstream at"],
+            &rows,
+        ));
+    }
+    for d in &status.dead_letters {
+        out.push_str(&format!("\ndead: {}/{}: {}", d.table, d.name, d.reason));
+    }
+    print(&out)
+}
+
+/// `sluice ingest retry`: dead letters back on the queue.
+async fn retry(config: IngestConfig, files: &[String], all_dead: bool) -> anyhow::Result<()> {
+    if files.is_empty() && !all_dead {
+        anyhow::bail!("name the dead letters to retry (table/file), or pass --all-dead");
+    }
+    let queue = sluice::ingest::Queue::open(&config.queue).await?;
+    let moved = queue.retry_dead(files).await?;
+    let missing: Vec<&String> = files.iter().filter(|f| !moved.contains(f)).collect();
+    if !missing.is_empty() {
+        anyhow::bail!(
+            "not dead letters: {}",
+            missing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    print(&format!("{} back on the {}", count(moved.len() as u64, "file"), queue.describe()))
 }
 
 /// Transform failures end a `run` with an error after its summary.
@@ -215,8 +236,8 @@ fn transform_failures(errors: &[String]) -> anyhow::Result<()> {
         eprintln!("error: {e}");
     }
     anyhow::bail!(
-        "{} transform(s) failed; the raw rows are committed and the transforms catch up on the next run once fixed",
-        errors.len()
+        "{} failed; the raw rows are committed and the transforms catch up on the next run once fixed",
+        count(errors.len() as u64, "transform")
     )
 }
 
@@ -393,14 +414,14 @@ async fn demo(dir: &Path) -> anyhow::Result<()> {
     let dead = ingestor.queue().dead_letters().await?;
     let mut out = format!(
         "wrote {} (config), {} (schema) and {} files of trips into {}, in two waves\n\
-         ingested {} files, {} rows in {} commit(s), {:.2} s; {} dead-lettered; {} transform commits\n",
+         ingested {}, {} in {}, {:.2} s; {} dead-lettered; {} transform commits\n",
         config_path.display(),
         dir.join("schemas/trips.yaml").display(),
         files + 1,
         landing.display(),
-        report.files,
-        report.rows,
-        report.commits,
+        count(report.files, "file"),
+        count(report.rows, "row"),
+        count(report.commits, "commit"),
         report.seconds,
         report.dead,
         report.transform_commits

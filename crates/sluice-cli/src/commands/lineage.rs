@@ -37,7 +37,7 @@ pub async fn lineage(
     let format: render::Format = format.parse()?;
     let lake = Lake::open(root).await?;
     let graph = lake
-        .lineage(request.id.parse()?)
+        .lineage(lake.resolve(&request.id).await?)
         .with_direction(request.direction)
         .with_depth(request.depth)
         .with_type(request.artifact_type)

@@ -8,7 +8,7 @@ use sluice::maintenance::{self, CompactOptions, RestoreOptions, VacuumOptions};
 use sluice::progress::Progress;
 use sluice::query::AsOf;
 
-use crate::output::{print, text_table};
+use crate::output::{count, print, text_table};
 
 fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1 << 20) as f64)
@@ -17,7 +17,11 @@ fn mib(bytes: u64) -> String {
 /// A bar over the tables of an operation, drawn on a terminal only (never
 /// with `--json`); clear it before printing the summary.
 fn table_bar(verb: &str, json: bool) -> anyhow::Result<(ProgressBar, Progress)> {
-    let bar = if json { ProgressBar::hidden() } else { ProgressBar::new(0) };
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::with_draw_target(Some(0), crate::output::bars())
+    };
     bar.set_style(
         ProgressStyle::with_template(&format!(
             "{{spinner}} {verb} [{{bar:30}}] {{pos}}/{{len}} tables ({{elapsed}}) {{msg}}"
@@ -121,9 +125,9 @@ pub async fn compact(root: &Path, mut options: CompactOptions, json: bool) -> an
         n => format!("; {n} key sidecars of replaced files retired"),
     };
     print(&format!(
-        "{title}{}compacted {} tables: {} → {} files, {} → {} MiB in {:.2}s{retired}",
+        "{title}{}compacted {}: {} → {} files, {} → {} MiB in {:.2}s{retired}",
         text_table(&["table", "files", "MiB", "z-order", "version", "seconds"], &rows),
-        reports.len(),
+        count(reports.len() as u64, "table"),
         sum(|r| r.files_before),
         sum(|r| r.files_after),
         mib(sum(|r| r.bytes_before)),
@@ -248,7 +252,9 @@ pub async fn restore(
         ),
     };
     let pending = if report.pending_runs > 0 {
-        format!("\n{} staged run(s) wait for the next commit", report.pending_runs)
+        let runs = count(report.pending_runs as u64, "staged run");
+        let verb = if report.pending_runs == 1 { "waits" } else { "wait" };
+        format!("\n{runs} {verb} for the next commit")
     } else {
         String::new()
     };

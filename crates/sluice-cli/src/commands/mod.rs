@@ -2,13 +2,14 @@
 
 mod bench;
 mod bench_ingest;
+mod bench_load;
 mod bench_results;
 mod bench_scale;
 mod bench_size;
 mod bench_store;
 mod commit;
 mod demo;
-pub(crate) use bench::peak_rss_mib;
+pub(crate) use bench_load::peak_rss_mib;
 mod doctor;
 mod ingest;
 mod lineage;
@@ -22,7 +23,7 @@ use serde_json::{Value, json};
 use sluice::artifact::{CONFIG, DATA, FILE_REF, FieldValue, METRIC};
 use sluice::lineage::Direction;
 use sluice::query::{AsOf, OutputFormat};
-use sluice::{ArtifactId, Draft, Lake};
+use sluice::{Draft, Lake};
 
 use crate::args::{Cli, Command, Format};
 use crate::output::{print, text_table};
@@ -39,6 +40,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Tables { json } => tables(&root, json).await,
         Command::Types { json } => types(&root, json).await,
         Command::Show { id, json } => show(&root, &id, json).await,
+        Command::Get { id, output } => get(&root, &id, output.as_deref()).await,
+        Command::Logs { target, step, all, json } => {
+            let request = sluice::pipeline::logs::LogsRequest { target, step, all };
+            pipeline::logs(&root, &request, json).await
+        }
         Command::Put { type_key, step, metadata, values } => {
             put(&root, &type_key, step, metadata.as_deref(), &values).await
         }
@@ -128,7 +134,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(bench) => Box::pin(bench::run(&root, bench)).await,
         Command::Ingest(command) => ingest::run(command, given.as_deref()).await,
         Command::StageWorker { workload, from, to } => {
-            bench::stage_worker(&root, &workload, from, to).await
+            bench_load::stage_worker(&root, &workload, from, to).await
         }
     }
 }
@@ -201,7 +207,7 @@ fn output_format(format: Format) -> OutputFormat {
     match format {
         Format::Table => OutputFormat::Table,
         Format::Csv => OutputFormat::Csv,
-        Format::Json => OutputFormat::Json,
+        Format::Ndjson => OutputFormat::Json,
     }
 }
 
@@ -278,10 +284,47 @@ async fn types(root: &Path, as_json: bool) -> anyhow::Result<()> {
     print(&text_table(&["type", "table", "from", "columns (? = nullable)"], &rows))
 }
 
+/// `sluice get`: an artifact's content as a file of its own.
+async fn get(root: &Path, id: &str, output: Option<&Path>) -> anyhow::Result<()> {
+    use std::io::{IsTerminal, Write};
+    let lake = Lake::open(root).await?;
+    let artifact = lake.get(lake.resolve(id).await?).await?;
+    let imp = lake.registry().get(&artifact.type_key)?;
+    let Some(path) = output else {
+        let binary = matches!(artifact.field("format").as_str(), Some("parquet" | "arrow"));
+        let stdout = std::io::stdout();
+        if binary && stdout.is_terminal() {
+            anyhow::bail!(
+                "artifact {} is {} data, binary: write it to a file with `-o FILE`, or pipe it",
+                artifact.id,
+                artifact.field("format").as_str().unwrap_or_default()
+            );
+        }
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        imp.export(&artifact, &mut out)?;
+        return out.flush().map_err(|e| sluice::Error::io("<stdout>", e).into());
+    };
+    // Written beside the target and renamed: a failed export (a file_ref
+    // whose file changed) leaves no half file behind.
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = path.with_file_name(format!(".{name}.sluice-get-{}", std::process::id()));
+    let written = (|| -> anyhow::Result<()> {
+        let file = std::fs::File::create(&temp).map_err(|e| sluice::Error::io(&temp, e))?;
+        let mut out = std::io::BufWriter::new(file);
+        imp.export(&artifact, &mut out)?;
+        out.flush().map_err(|e| sluice::Error::io(path, e))?;
+        std::fs::rename(&temp, path).map_err(|e| sluice::Error::io(path, e))?;
+        Ok(())
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
 async fn show(root: &Path, id: &str, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let id: ArtifactId = id.parse()?;
-    let artifact = lake.get(id).await?;
+    let artifact = lake.get(lake.resolve(id).await?).await?;
     let imp = lake.registry().get(&artifact.type_key)?;
     let content = imp.render(&artifact)?;
     if as_json {

@@ -15,9 +15,7 @@ use crate::args::BackendArg;
 use crate::output::{print, text_table};
 
 fn micros_to_text(t: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(t)
-        .map(|d| d.format("%Y-%m-%d %H:%M:%S").to_string())
-        .unwrap_or_default()
+    sluice::times::from_micros(t)
 }
 
 /// Load and validate a pipeline against the lake's types.
@@ -77,7 +75,7 @@ pub async fn run_with_progress(
             }
         }
     });
-    let multi = MultiProgress::new();
+    let multi = MultiProgress::with_draw_target(crate::output::bars());
     if !show_progress {
         multi.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
@@ -138,7 +136,7 @@ pub async fn run_with_progress(
     if let Some(w) = workers {
         builder = builder.with_workers(w);
     }
-    let report = builder.execute().await;
+    let report = Box::pin(builder.execute()).await;
     // Checkpoints the step commits started in the background are written
     // before the process ends (a short-lived process would drop them).
     lake.settle().await;
@@ -226,6 +224,52 @@ pub async fn status(root: &Path, run: Option<&str>, as_json: bool) -> anyhow::Re
         return print(&serde_json::to_string_pretty(&state)?);
     }
     print(&status_text(&state))
+}
+
+/// `sluice logs`: each unit's outcome, inputs and the end of its output.
+pub async fn logs(
+    root: &Path,
+    request: &sluice::pipeline::logs::LogsRequest,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let units = sluice::pipeline::logs::logs(&lake, request).await?;
+    if as_json {
+        return print(&serde_json::to_string_pretty(&units)?);
+    }
+    if units.is_empty() {
+        let which = if request.all { "units" } else { "failed units" };
+        return print(&format!("no {which} (`--all` shows every unit)"));
+    }
+    let mut out = String::new();
+    for unit in &units {
+        let outcome = match (&unit.error, unit.success) {
+            (_, true) => "succeeded".to_owned(),
+            (Some(error), false) => format!("failed: {error}"),
+            (None, false) => "failed".to_owned(),
+        };
+        out.push_str(&format!(
+            "== step {} ({}), execution {} {outcome}\n",
+            unit.step_number,
+            if unit.step.is_empty() { "-" } else { &unit.step },
+            unit.execution_run_id
+        ));
+        if !unit.inputs.is_empty() {
+            let inputs: Vec<String> =
+                unit.inputs.iter().map(|(role, id)| format!("{role}={id}")).collect();
+            out.push_str(&format!("inputs: {}\n", inputs.join(" ")));
+        }
+        match &unit.output {
+            Some(text) => {
+                out.push_str("output (the last 4 KiB of stdout and stderr):\n");
+                for line in text.lines() {
+                    out.push_str(&format!("  {line}\n"));
+                }
+            }
+            None => out.push_str("output: none recorded\n"),
+        }
+    }
+    print(&out)
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {

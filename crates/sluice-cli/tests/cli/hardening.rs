@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::{Lake, json_lines};
 
 fn count(lake: &Lake, sql: &str) -> i64 {
-    let rows = json_lines(&lake.ok(&["sql", "--format", "json", sql]));
+    let rows = json_lines(&lake.ok(&["sql", "--format", "ndjson", sql]));
     rows[0].as_object().unwrap().values().next().unwrap().as_i64().unwrap()
 }
 
@@ -134,7 +134,7 @@ fn a_reader_beside_a_commit_loop_never_sees_half_a_sequence() {
     let mut reads = 0;
     let mut seen_executions = Vec::new();
     while !committer.is_finished() {
-        let row = &json_lines(&lake.ok(&["sql", "--format", "json", CONSISTENCY]))[0];
+        let row = &json_lines(&lake.ok(&["sql", "--format", "ndjson", CONSISTENCY]))[0];
         assert_eq!(row["index_without_content"], 0, "{row}");
         assert_eq!(row["edges_without_execution"], 0, "{row}");
         seen_executions.push(row["executions"].as_i64().unwrap());

@@ -336,14 +336,14 @@ fn a_known_name_with_new_content_is_new_data_not_a_redelivery() {
         csv.lines().nth(1).unwrap().parse::<u64>().unwrap()
     };
     write_csv(&landing.join("day.csv"), 0, 10);
-    run("ingested 1 files, 10 rows");
+    run("ingested 1 file, 10 rows");
     // The same name, the same bytes: a redelivery, skipped.
     write_csv(&landing.join("day.csv"), 0, 10);
-    run("1 duplicates skipped");
+    run("1 duplicate skipped");
     assert_eq!(rows(), 10);
     // The same name, new bytes: new data.
     write_csv(&landing.join("day.csv"), 100, 7);
-    run("ingested 1 files, 7 rows");
+    run("ingested 1 file, 7 rows");
     assert_eq!(rows(), 17);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let ledger = rt.block_on(sluice::ingest::ledger::read(&root.join("lake"))).unwrap();

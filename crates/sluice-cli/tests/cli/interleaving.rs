@@ -148,7 +148,7 @@ fn one_operation(world: &World, log: &Mutex<Log>, i: u64) {
 }
 
 fn count(lake: &Lake, sql: &str) -> i64 {
-    let rows = crate::json_lines(&lake.ok(&["sql", "--format", "json", sql]));
+    let rows = crate::json_lines(&lake.ok(&["sql", "--format", "ndjson", sql]));
     rows[0].as_object().unwrap().values().next().unwrap().as_i64().unwrap()
 }
 

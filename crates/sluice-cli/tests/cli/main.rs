@@ -10,6 +10,7 @@ use serde_json::Value;
 mod bench;
 mod concurrency;
 mod crash;
+mod docs;
 mod hardening;
 mod ingest;
 mod interleaving;
@@ -89,6 +90,20 @@ impl Lake {
         self.ok(&["sql", "--format", "csv", sql])
     }
 
+    /// Run with `input` on standard input; returns the output.
+    pub(crate) fn run_with_stdin(&self, args: &[&str], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
     /// Run and require failure; returns stderr.
     pub(crate) fn fails(&self, args: &[&str]) -> String {
         let out = self.run(args);
@@ -122,7 +137,7 @@ fn init_put_sql_show_round_trip() {
     assert_eq!(ids.len(), 2);
     assert_eq!(ids[0], ids[1], "canonical JSON: same value, same id");
 
-    let rows = lake.ok(&["sql", "--format", "json", "SELECT artifact_id, content FROM metrics"]);
+    let rows = lake.ok(&["sql", "--format", "ndjson", "SELECT artifact_id, content FROM metrics"]);
     let rows = json_lines(&rows);
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["content"], r#"{"a":2,"b":1}"#);
@@ -289,7 +304,7 @@ fn python_deltalake_and_polars_read_every_table() {
         let name = table["name"].as_str().unwrap();
         let path = table["path"].as_str().unwrap();
         let rows =
-            json_lines(&lake.ok(&["sql", "--format", "json", &format!("SELECT * FROM {name}")]));
+            json_lines(&lake.ok(&["sql", "--format", "ndjson", &format!("SELECT * FROM {name}")]));
         let (schema, partitions) = delta_schema(&lake.root.join(path));
         expected.insert(
             path.to_owned(),
@@ -428,7 +443,8 @@ fn sql_keeps_columns_of_empty_results_lists_tables_and_refuses_ddl() {
     assert!(table.trim_end().ends_with("(0 rows)"), "{table}");
     let csv = lake.csv("SELECT artifact_id, extension FROM metrics WHERE 1 = 0");
     assert_eq!(csv, "artifact_id,extension\n");
-    let json = lake.ok(&["sql", "--format", "json", "SELECT artifact_id FROM metrics WHERE 1 = 0"]);
+    let json =
+        lake.ok(&["sql", "--format", "ndjson", "SELECT artifact_id FROM metrics WHERE 1 = 0"]);
     assert_eq!(json.trim(), "", "no rows, no JSON lines: {json}");
     let tables = lake.csv(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
@@ -495,20 +511,12 @@ fn check_warns_of_a_command_program_not_on_path() {
 /// (`jq -c … | sluice put --type metric -`).
 #[test]
 fn put_reads_json_lines_from_standard_input() {
-    use std::io::Write;
     let lake = Lake::new();
     lake.ok(&["init"]);
     for (input, expected) in
         [("{\"a\": 1}\n{\"a\": 2}\n\n{\"a\": 3}\n", 3), ("{\n  \"b\": 1\n}\n", 1)]
     {
-        let mut child = lake
-            .command(&["put", "--type", "metric", "-"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
+        let out = lake.run_with_stdin(&["put", "--type", "metric", "-"], input);
         assert!(out.status.success());
         assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), expected, "{input}");
     }
@@ -532,6 +540,8 @@ fn warnings_read_like_cargo_s_without_colour_codes_off_a_terminal() {
             std::fs::remove_file(file).unwrap();
         }
     }
+    let damaged = lake.root.parent().unwrap().join("damaged");
+    crash::copy_dir(&lake.root, &damaged);
     let out = lake.run(&["doctor", "--repair"]);
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
@@ -539,6 +549,22 @@ fn warnings_read_like_cargo_s_without_colour_codes_off_a_terminal() {
         stderr.starts_with("warning: dropped references to missing data files table=metrics"),
         "{stderr}"
     );
+    // `--color always` colours the label; `-q` says nothing but errors.
+    for (flags, expect) in [(&["--color", "always"][..], Some("\u{1b}[")), (&["-q"][..], None)] {
+        let copy = lake.root.parent().unwrap().join(format!("copy{}", flags.len()));
+        crash::copy_dir(&damaged, &copy);
+        let mut args = vec!["doctor", "--repair"];
+        args.extend_from_slice(flags);
+        let out = Lake::at(copy).run(&args);
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        match expect {
+            Some(code) => {
+                assert!(stderr.contains(code) && stderr.contains("warning"), "{stderr:?}")
+            }
+            None => assert!(!stderr.contains("warning"), "{stderr:?}"),
+        }
+    }
+    assert!(lake.fails(&["-q", "-v", "tables"]).contains("cannot be used with"));
 }
 
 #[test]
@@ -610,4 +636,86 @@ fn help_groups_the_commands_and_shows_an_example_per_command() {
         assert!(own.contains("Example:\n  sluice "), "{command}: {own}");
     }
     assert!(!help.contains("__worker"), "{help}");
+}
+
+/// `sluice get` writes each built-in type's content as a file of its own;
+/// artifact ids take unique prefixes in `get`, `show` and `lineage`.
+#[test]
+fn get_writes_each_type_s_content_and_ids_take_unique_prefixes() {
+    let lake = Lake::new();
+    lake.ok(&["init"]);
+    let dir = lake.root.parent().unwrap().to_path_buf();
+    let put = |args: &[&str]| {
+        let mut all = vec!["put"];
+        all.extend_from_slice(args);
+        lake.ok(&all).trim().to_owned()
+    };
+    // A metric: its canonical JSON.
+    let metric = put(&["--type", "metric", r#"{"b": 2, "a": 1.0}"#]);
+    assert_eq!(lake.ok(&["get", &metric]), "{\"a\":1,\"b\":2}\n");
+    // Data: the bytes as put.
+    let csv = dir.join("results.csv");
+    std::fs::write(&csv, "x,y\n1,2\n3,4\n").unwrap();
+    let data = put(&["--type", "data", "--step", "1", csv.to_str().unwrap()]);
+    let copy = dir.join("copy.csv");
+    lake.ok(&["get", &data[..8], "-o", copy.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(&csv).unwrap());
+    // A file reference: the file, checked against its hash.
+    let scan = dir.join("scan.bin");
+    std::fs::write(&scan, [0u8, 1, 2, 255]).unwrap();
+    let file_ref = put(&["--type", "file_ref", scan.to_str().unwrap()]);
+    let fetched = dir.join("fetched.bin");
+    lake.ok(&["get", &file_ref, "--output", fetched.to_str().unwrap()]);
+    assert_eq!(std::fs::read(&fetched).unwrap(), [0u8, 1, 2, 255]);
+    std::fs::write(&scan, [9u8]).unwrap();
+    let changed = dir.join("changed.bin");
+    let stderr = lake.fails(&["get", &file_ref, "-o", changed.to_str().unwrap()]);
+    assert!(stderr.contains("scan.bin: the file changed since artifact"), "{stderr}");
+    assert!(!changed.exists(), "no half file is left");
+    assert!(
+        std::fs::read_dir(&dir).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains("sluice-get")),
+        "no temporary file is left"
+    );
+
+    // Prefixes: unique ones name their artifact (any case), others say why.
+    assert!(lake.ok(&["show", &metric[..6]]).contains(&metric));
+    assert!(lake.ok(&["show", &metric[..6].to_uppercase()]).contains(&metric));
+    assert!(lake.ok(&["lineage", &data[..10]]).contains(&data));
+    let stderr = lake.fails(&["show", "abc"]);
+    assert!(stderr.contains("or a unique prefix of at least 4"), "{stderr}");
+    let missing: Vec<String> = ["0000", "ffff"]
+        .iter()
+        .filter(|p| ![&metric, &data, &file_ref].iter().any(|id| id.starts_with(**p)))
+        .map(|p| p.to_string())
+        .collect();
+    if let Some(prefix) = missing.first() {
+        let stderr = lake.fails(&["get", prefix]);
+        assert!(stderr.contains(&format!("artifact `{prefix}` not found")), "{stderr}");
+    }
+    // 1000 metrics: some two share their first four hex digits (ids are
+    // deterministic, so this holds every run).
+    let lines: String = (0..1000).map(|i| format!("{{\"i\": {i}}}\n")).collect();
+    let out = lake.run_with_stdin(&["put", "--type", "metric", "-"], &lines);
+    assert!(out.status.success());
+    let ids: Vec<String> =
+        String::from_utf8(out.stdout).unwrap().lines().map(String::from).collect();
+    let mut by_prefix: std::collections::BTreeMap<&str, Vec<&String>> = Default::default();
+    let earlier = [metric.clone(), data.clone(), file_ref.clone()];
+    for id in ids.iter().chain(&earlier) {
+        by_prefix.entry(&id[..4]).or_default().push(id);
+    }
+    let (prefix, shared) = by_prefix.iter().find(|(_, v)| v.len() > 1).expect("a shared prefix");
+    let stderr = lake.fails(&["get", prefix]);
+    assert!(
+        stderr.starts_with(&format!(
+            "error: artifact id prefix `{prefix}` matches {} artifacts (",
+            shared.len()
+        )) && shared.iter().all(|id| stderr.contains(id.as_str()))
+            && stderr.contains("give more of the id"),
+        "{stderr}"
+    );
 }

@@ -41,14 +41,14 @@ impl Fixture {
     }
 
     fn ids(&self, sql: &str) -> BTreeSet<String> {
-        json_lines(&self.lake.ok(&["sql", "--format", "json", sql]))
+        json_lines(&self.lake.ok(&["sql", "--format", "ndjson", sql]))
             .iter()
             .map(|r| r.as_object().unwrap().values().next().unwrap().as_str().unwrap().to_owned())
             .collect()
     }
 
     fn count(&self, sql: &str) -> i64 {
-        let rows = json_lines(&self.lake.ok(&["sql", "--format", "json", sql]));
+        let rows = json_lines(&self.lake.ok(&["sql", "--format", "ndjson", sql]));
         rows[0].as_object().unwrap().values().next().unwrap().as_i64().unwrap()
     }
 }
@@ -267,6 +267,25 @@ outputs = {{ t = "data" }}
     assert!(tool.contains("bad table"), "{tool}");
     let status = f.lake.ok(&["status"]);
     assert!(status.contains("exit status 3") && status.contains("tool_output"), "{status}");
+    // `sluice logs`: the failed unit, its inputs and what it printed.
+    let logs = f.lake.ok(&["logs"]);
+    assert_eq!(logs.matches("== step").count(), 1, "only the failed unit: {logs}");
+    assert!(
+        logs.starts_with("== step 2 (work), execution ")
+            && logs.contains("failed: ")
+            && logs.contains("exit status 3")
+            && logs.contains("\ninputs: t=")
+            && logs.contains("\n  bad table\n"),
+        "{logs}"
+    );
+    let all = f.lake.ok(&["logs", "--all", "--step", "work"]);
+    assert_eq!(all.matches("== step 2 (work)").count(), 5, "{all}");
+    assert_eq!(all.matches(" succeeded\n").count(), 4, "{all}");
+    let failed_run = failure[0].as_str().unwrap();
+    let one = f.lake.ok(&["logs", &failed_run[..10]]);
+    assert!(one.contains(failed_run) && one.contains("bad table"), "{one}");
+    let stderr = f.lake.fails(&["logs", "--step", "nope"]);
+    assert!(stderr.contains("has no step `nope`; its steps: 1 (gen), 2 (work)"), "{stderr}");
 
     std::fs::remove_file(&marker).unwrap();
     let second = f.run_ok(&pipeline);
@@ -490,7 +509,7 @@ fn a_users_binary_runs_its_rust_operation_in_worker_processes() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(step(&report, "count")["outputs"]["counts"], 2);
     let words: BTreeSet<i64> =
-        json_lines(&f.lake.ok(&["sql", "--format", "json", "SELECT content FROM metrics"]))
+        json_lines(&f.lake.ok(&["sql", "--format", "ndjson", "SELECT content FROM metrics"]))
             .iter()
             .map(|r| {
                 serde_json::from_str::<Value>(r["content"].as_str().unwrap()).unwrap()["words"]
@@ -499,4 +518,41 @@ fn a_users_binary_runs_its_rust_operation_in_worker_processes() {
             })
             .collect();
     assert_eq!(words, BTreeSet::from([2, 3]));
+}
+
+/// A step whose units cannot even be dispatched (`sbatch` not on PATH) is
+/// recorded failed with the reason: `status` says so at once and still
+/// says so once the orchestrator is gone — never `running`, never blamed
+/// on a dead orchestrator — and lists the steps after it as not reached.
+#[test]
+fn a_step_whose_dispatch_fails_is_recorded_failed_with_the_reason() {
+    let f = Fixture::new();
+    let file = f.write(
+        "p.toml",
+        "name = \"p\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\n\
+         params = { tables = 2, rows = 5, seed = 1 }\nbackend = \"slurm\"\n\
+         [[step]]\nname = \"stats\"\noperation = \"compute_metrics\"\n\
+         inputs = { table = \"gen.data\" }\n",
+    );
+    let empty = f.dir.path().join("empty-path");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out =
+        f.lake.command(&["run", file.to_str().unwrap()]).env("PATH", &empty).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("sbatch"), "{stderr}");
+    for _ in 0..2 {
+        let status: Value = serde_json::from_str(&f.lake.ok(&["status", "--json"])).unwrap();
+        let first = &status["steps"][0];
+        assert_eq!(first["status"], "failed", "{status:#}");
+        assert!(first["error"].as_str().is_some_and(|e| e.contains("sbatch")), "{status:#}");
+        assert_ne!(status["status"], "running", "{status:#}");
+        // The step after it is listed, not reached, saying why.
+        let second = &status["steps"][1];
+        assert_eq!(second["name"], "stats", "{status:#}");
+        assert_eq!(second["status"], "not_reached", "{status:#}");
+        assert_eq!(second["error"], "not reached: step 1 (gen) failed", "{status:#}");
+    }
+    let runs = f.lake.ok(&["runs"]);
+    assert!(!runs.contains("running") && !runs.contains("abandoned"), "{runs}");
 }

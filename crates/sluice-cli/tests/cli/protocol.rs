@@ -36,7 +36,7 @@ fn journal(root: &Path) -> sluice::lake::journal::Journal {
 }
 
 fn count(lake: &Lake, sql: &str) -> i64 {
-    let rows = crate::json_lines(&lake.ok(&["sql", "--format", "json", sql]));
+    let rows = crate::json_lines(&lake.ok(&["sql", "--format", "ndjson", sql]));
     rows[0].as_object().unwrap().values().next().unwrap().as_i64().unwrap()
 }
 

@@ -67,6 +67,17 @@ pub trait ArtifactType: Send + Sync + 'static {
             .collect();
         serde_json::to_string_pretty(&object).map_err(|e| Error::json("rendering columns", e))
     }
+
+    /// Write an artifact's content as a file of its own for `sluice get`:
+    /// what a user would open (a data artifact's bytes, a metric's JSON).
+    /// The default writes the columns as one JSON object (binary as hex),
+    /// with a final newline.
+    fn export(&self, artifact: &Artifact, out: &mut dyn std::io::Write) -> Result<()> {
+        let object: serde_json::Map<String, serde_json::Value> =
+            artifact.fields.iter().map(|(k, v)| (k.clone(), v.to_json())).collect();
+        let text = super::canonical_json::to_string(&serde_json::Value::Object(object))?;
+        writeln!(out, "{text}").map_err(|e| Error::io("<output>", e))
+    }
 }
 
 /// Resolves a type key to its [`ArtifactType`]: what a draft needs to be

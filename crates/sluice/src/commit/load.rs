@@ -317,13 +317,18 @@ fn check_schema(spec: &TableSpec, schema: &Schema, file: &str) -> Result<(), Rej
         };
         let expected = column.column_type.arrow_type();
         if field.data_type() != &expected {
+            // In the words of sluice's column types where one matches.
+            let found = crate::artifact::value::ColumnType::ALL
+                .into_iter()
+                .find(|t| &t.arrow_type() == field.data_type())
+                .map_or_else(|| field.data_type().to_string(), |t| t.to_string());
             return reject(
                 Some(file),
                 format!(
-                    "column `{}` has type {} but table `{}` stores {expected}",
+                    "column `{}` has type {found} but table `{}` stores {}",
                     field.name(),
-                    field.data_type(),
-                    spec.name
+                    spec.name,
+                    column.column_type
                 ),
             );
         }

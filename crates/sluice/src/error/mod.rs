@@ -313,12 +313,29 @@ pub enum Error {
     },
 
     /// An artifact id is malformed.
-    #[error("invalid artifact id `{0}`: expected 32 lowercase hex characters")]
+    #[error(
+        "invalid artifact id `{0}`: expected 32 lowercase hex characters, or a unique prefix of at least 4"
+    )]
     InvalidArtifactId(String),
 
     /// No artifact with this id exists in the lake.
     #[error("artifact `{0}` not found in the lake")]
     ArtifactNotFound(String),
+
+    /// An id prefix names more than one artifact.
+    #[error(
+        "artifact id prefix `{prefix}` matches {count} artifacts ({}{}); give more of the id",
+        matches.join(", "),
+        if *count > matches.len() { ", …" } else { "" }
+    )]
+    AmbiguousArtifactId {
+        /// The prefix given.
+        prefix: String,
+        /// How many artifacts it matches.
+        count: usize,
+        /// The first few of them.
+        matches: Vec<String>,
+    },
 
     /// The lake or one of its tables does not exist.
     #[error("{what} not found at {path}. Help: run `sluice init` first")]

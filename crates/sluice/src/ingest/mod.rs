@@ -677,11 +677,8 @@ impl Ingestor {
             let version = handle.version().unwrap_or_default();
             let infos: Vec<deltalake::kernel::CommitInfo> =
                 handle.history(Some(1)).try_collect().await.map_err(|e| Error::delta(name, e))?;
-            let last_commit = infos
-                .first()
-                .and_then(|c| c.timestamp)
-                .and_then(chrono::DateTime::from_timestamp_millis)
-                .map(|t| t.to_rfc3339());
+            let last_commit =
+                infos.first().and_then(|c| c.timestamp).and_then(crate::times::from_millis);
             tables.insert(
                 name.clone(),
                 TableStatus { files, rows, duplicates, dead, version, last_commit },

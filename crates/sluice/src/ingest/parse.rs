@@ -422,7 +422,8 @@ impl Column<'_> {
                     || "the value".to_owned(),
                     |t| format!("`{}`", clip(t.value(row))),
                 );
-                return Some(format!("column `{name}`: {shown} is not a valid {}", self.declared));
+                let kind = &self.decl.column_type;
+                return Some(format!("column `{name}`: {shown} is not a valid {kind}"));
             }
             if !self.decl.nullable {
                 return Some(format!("column `{name}` is empty but declared not nullable"));
@@ -432,7 +433,7 @@ impl Column<'_> {
         if self.changed.is_some_and(|c| c.is_valid(row) && c.value(row)) {
             return Some(format!(
                 "column `{name}`: the value changes when cast to {}",
-                self.declared
+                self.decl.column_type
             ));
         }
         if let (Some(max), Some(t)) = (self.decl.max_length, self.text) {
@@ -532,7 +533,7 @@ mod tests {
     fn each_violation_fails_the_file_with_its_line_and_reason() {
         let s = schema("");
         for (content, why) in [
-            (&b"id,zone,fare,at\n1,Mid,1.00,2024-01-07T08:00:00Z\nx,Mid,1,2024-01-07T08:00:00Z\n"[..], "line 3: column `id`: `x` is not a valid Int64"),
+            (&b"id,zone,fare,at\n1,Mid,1.00,2024-01-07T08:00:00Z\nx,Mid,1,2024-01-07T08:00:00Z\n"[..], "line 3: column `id`: `x` is not a valid int64"),
             (b"id,zone,fare,at\n1,Midtown,1,2024-01-07T08:00:00Z\n", "7 characters, more than max_length 5"),
             (b"id,zone,fare,at\n,Mid,1,2024-01-07T08:00:00Z\n", "`id` is empty but declared not nullable"),
             (b"id,zone,fare,at\n1,Mid,1.234,2024-01-07T08:00:00Z\n", "more than 2 decimal places"),
@@ -591,7 +592,7 @@ mod tests {
         assert_eq!(lines, vec![2, 4]);
         assert!(rejects[0].reason.contains("`id` is empty"), "{}", rejects[0].reason);
         assert!(
-            rejects[1].reason.contains("`x` is not a valid Decimal128(6, 2)"),
+            rejects[1].reason.contains("`x` is not a valid decimal(6,2)"),
             "{}",
             rejects[1].reason
         );

@@ -149,6 +149,35 @@ impl FromStr for DeclaredType {
     }
 }
 
+/// The type as a schema file spells it (`int64`, `decimal(10,2)`,
+/// `timestamp(ms, Europe/Paris)`): what messages about a value say, not
+/// Arrow's names (`Decimal128(10, 2)`).
+impl std::fmt::Display for DeclaredType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = |u: &TimeUnit| match u {
+            TimeUnit::Second => "s",
+            TimeUnit::Millisecond => "ms",
+            TimeUnit::Microsecond => "us",
+            TimeUnit::Nanosecond => "ns",
+        };
+        match self {
+            DeclaredType::String => f.write_str("string"),
+            DeclaredType::Int32 => f.write_str("int32"),
+            DeclaredType::Int64 => f.write_str("int64"),
+            DeclaredType::Float32 => f.write_str("float32"),
+            DeclaredType::Float64 => f.write_str("float64"),
+            DeclaredType::Bool => f.write_str("bool"),
+            DeclaredType::Date => f.write_str("date"),
+            DeclaredType::Timestamp(TimeUnit::Microsecond, Some(zone)) if zone == "UTC" => {
+                f.write_str("timestamp")
+            }
+            DeclaredType::Timestamp(u, Some(zone)) => write!(f, "timestamp({}, {zone})", unit(u)),
+            DeclaredType::Timestamp(u, None) => write!(f, "timestamp({})", unit(u)),
+            DeclaredType::Decimal(p, s) => write!(f, "decimal({p},{s})"),
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for DeclaredType {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
         let text = String::deserialize(d)?;

@@ -111,7 +111,7 @@ fn describe(point: &LakePoint) -> String {
     match point {
         LakePoint::Latest => "the latest lake version".into(),
         LakePoint::Sequence(seq) => format!("lake version {seq}"),
-        LakePoint::Time(at) => format!("the lake at {}", at.to_rfc3339()),
+        LakePoint::Time(at) => format!("the lake at {}", crate::times::text(*at)),
         LakePoint::Tables(t) => {
             let parts: Vec<String> = t.iter().map(|(n, v)| format!("{n}@{v}")).collect();
             format!("tables at {}", parts.join(","))

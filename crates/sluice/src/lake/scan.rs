@@ -46,6 +46,11 @@ pub fn equals<T: Into<deltalake::datafusion::scalar::ScalarValue>>(name: &str, v
     ident(name).eq(lit(value.into()))
 }
 
+/// `column LIKE 'prefix%'` (the prefix holds no `%` or `_`).
+pub fn starts_with(name: &str, prefix: &str) -> Expr {
+    ident(name).like(lit(format!("{prefix}%")))
+}
+
 /// What to read from one table.
 #[derive(Debug, Clone, Default)]
 pub struct Select {

@@ -196,12 +196,13 @@ fn run_text(graph: &RunGraph) -> String {
     for s in &graph.steps {
         let _ = writeln!(
             out,
-            "{}. {} ({}) {}: {} units, {} ok, {} failed, {} cached, {:.2}s",
+            "{}. {} ({}) {}: {} unit{}, {} ok, {} failed, {} cached, {:.2}s",
             s.number,
             s.name,
             s.operation,
             s.status.as_str(),
             s.total.unwrap_or(0),
+            if s.total == Some(1) { "" } else { "s" },
             s.succeeded.unwrap_or(0),
             s.failed.unwrap_or(0),
             s.cached.unwrap_or(0),

@@ -41,10 +41,6 @@ pub struct TableVersion {
     pub details: serde_json::Value,
 }
 
-fn rfc3339_micros(us: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(us).map(|t| t.to_rfc3339()).unwrap_or_default()
-}
-
 /// Lake versions, newest first (at most `limit`).
 pub async fn lake_history(lake: &Lake, limit: Option<usize>) -> Result<Vec<LakeVersion>> {
     let journal = journal::read(lake.root(), None).await?;
@@ -54,7 +50,7 @@ pub async fn lake_history(lake: &Lake, limit: Option<usize>) -> Result<Vec<LakeV
         .filter(|e| e.phase() == Phase::Completed)
         .map(|e| LakeVersion {
             version: e.seq,
-            time: rfc3339_micros(e.timestamp),
+            time: crate::times::from_micros(e.timestamp),
             runs: e.run_count,
             rows_added: e.rows_added.clone(),
             table_versions: e.table_versions.clone(),
@@ -84,10 +80,7 @@ pub async fn table_history(
             let sequence = info.info.get(journal::SEQ_KEY).and_then(serde_json::Value::as_i64);
             TableVersion {
                 version: head.saturating_sub(i as u64),
-                time: info
-                    .timestamp
-                    .and_then(chrono::DateTime::from_timestamp_millis)
-                    .map(|t| t.to_rfc3339()),
+                time: info.timestamp.and_then(crate::times::from_millis),
                 operation: info.operation.clone(),
                 sequence,
                 details: serde_json::json!({

@@ -32,6 +32,7 @@ pub mod backend;
 pub mod cache;
 pub mod config;
 pub mod events;
+pub mod logs;
 pub mod operation;
 pub mod ops;
 pub mod plan;

@@ -174,15 +174,27 @@ impl RunBuilder<'_> {
         };
         let mut streams: Vec<Streams> = Vec::new();
         let mut specs: Vec<String> = Vec::new();
+        let run_id = report.pipeline_run_id.clone();
         for index in 0..config.steps.len() {
             if self.cancel.load(Ordering::SeqCst) {
                 report.cancelled = true;
+                self.not_reached(index, &run_id, "the run was cancelled").await;
                 break;
             }
-            let (summary, outputs, spec) =
-                StepRun::plan(&context, index, &streams, &specs, &report.pipeline_run_id)?
-                    .execute()
-                    .await?;
+            let name = &config.steps[index].name;
+            let upstream = format!("step {} ({name}) failed", index + 1);
+            let planned = StepRun::plan(&context, index, &streams, &specs, &run_id);
+            let executed = match planned {
+                Ok(step) => step.execute().await,
+                Err(e) => Err(e),
+            };
+            let (summary, outputs, spec) = match executed {
+                Ok(done) => done,
+                Err(e) => {
+                    self.not_reached(index + 1, &run_id, &upstream).await;
+                    return Err(e);
+                }
+            };
             let status = summary.status;
             context.emit(RunEvent::StepFinished(summary.clone()));
             report.steps.push(summary);
@@ -191,10 +203,12 @@ impl RunBuilder<'_> {
             match status {
                 StepStatus::Cancelled => {
                     report.cancelled = true;
+                    self.not_reached(index + 1, &run_id, "the run was cancelled").await;
                     break;
                 }
                 StepStatus::Failed => {
                     report.stopped_by_failure = true;
+                    self.not_reached(index + 1, &run_id, &upstream).await;
                     break;
                 }
                 _ => {}
@@ -202,5 +216,35 @@ impl RunBuilder<'_> {
         }
         report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
+    }
+
+    /// Record steps `from..` as not reached, with why (best effort: the run
+    /// reports its own outcome either way), so `status` lists every step of
+    /// the pipeline, as dbt lists a skipped model.
+    async fn not_reached(&self, from: usize, run_id: &str, why: &str) {
+        let config = &self.pipeline.config;
+        for (index, step) in config.steps.iter().enumerate().skip(from) {
+            let record = super::steps_log::StepRecord {
+                step_run_id: plan::new_run_id(),
+                step_spec_id: String::new(),
+                pipeline_run_id: run_id.to_owned(),
+                step_number: index as i32 + 1,
+                step_name: step.name.clone(),
+                status: StepStatus::NotReached,
+                operation_name: step.operation.clone(),
+                params: serde_json::Value::Object(step.params.clone()).to_string(),
+                total_count: None,
+                succeeded_count: None,
+                failed_count: None,
+                timestamp: chrono::Utc::now().timestamp_micros(),
+                duration_seconds: None,
+                error: Some(format!("not reached: {why}")),
+                metadata: serde_json::json!({ "pipeline": config.name }),
+            };
+            if let Err(e) = super::steps_log::append(self.lake, &record).await {
+                tracing::warn!(step = %step.name, error = %e, "could not record a step as not reached");
+                return;
+            }
+        }
     }
 }

@@ -33,7 +33,7 @@ use super::unit::{Unit, UnitJob};
 use super::validate::Pipeline;
 use super::worker::{stage_failure, worker_id};
 use crate::artifact::{ArtifactId, canonical_json};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::staging::{self, StagingWriter, SyncPolicy};
 
@@ -193,10 +193,36 @@ impl<'r, 'a> StepRun<'r, 'a> {
         }
         steps_log::append(lake, &self.record(StepStatus::Running)).await?;
         let backend_kind = self.runner.backend_of(self.index);
-        let (unit_runs, jobs) = self.jobs(backend_kind).await?;
-        let dispatched = self.dispatch(jobs, backend_kind).await?;
-        let outputs = self.collect(&unit_runs, &dispatched).await?;
+        // From here on a step that cannot go on (`sbatch` missing, a
+        // commit refused) is recorded failed with the reason, never left
+        // `running` to be blamed later on a dead orchestrator.
+        let (unit_runs, jobs) = match self.jobs(backend_kind).await {
+            Ok(planned) => planned,
+            Err(e) => return Err(self.failed(e).await),
+        };
+        let dispatched = match self.dispatch(jobs, backend_kind).await {
+            Ok(dispatched) => dispatched,
+            Err(e) => return Err(self.failed(e).await),
+        };
+        let outputs = match self.collect(&unit_runs, &dispatched).await {
+            Ok(outputs) => outputs,
+            Err(e) => return Err(self.failed(e).await),
+        };
         self.finish(outputs, backend_kind, &dispatched).await
+    }
+
+    /// Record the step failed with `error` as its reason (best effort: the
+    /// error is what the caller reports either way), and give it back.
+    async fn failed(&mut self, error: Error) -> Error {
+        self.summary.status = StepStatus::Failed;
+        self.summary.seconds = self.clock.elapsed().as_secs_f64();
+        let mut row = self.record(StepStatus::Failed);
+        row.duration_seconds = Some(self.summary.seconds);
+        row.error = Some(error.to_string());
+        if let Err(e) = steps_log::append(self.runner.lake(), &row).await {
+            tracing::warn!(step = %self.step.name, error = %e, "could not record the step as failed");
+        }
+        error
     }
 
     fn lap(&mut self, name: &'static str) {

@@ -36,6 +36,9 @@ pub enum StepStatus {
     /// Its orchestrator died while it ran (recorded by the next `run` or
     /// `status`).
     Abandoned,
+    /// Never started: a step before it failed or the run was cancelled (as
+    /// dbt's SKIP); `error` says which.
+    NotReached,
 }
 
 impl StepStatus {
@@ -48,6 +51,7 @@ impl StepStatus {
             StepStatus::Skipped => "skipped",
             StepStatus::Cancelled => "cancelled",
             StepStatus::Abandoned => "abandoned",
+            StepStatus::NotReached => "not_reached",
         }
     }
 
@@ -60,6 +64,7 @@ impl StepStatus {
             Self::Skipped,
             Self::Cancelled,
             Self::Abandoned,
+            Self::NotReached,
         ]
         .into_iter()
         .find(|s| s.as_str() == text)

@@ -86,7 +86,7 @@ impl fmt::Display for AsOf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AsOf::Lake(v) => write!(f, "lake version {v}"),
-            AsOf::Time(t) => write!(f, "{}", t.to_rfc3339()),
+            AsOf::Time(t) => write!(f, "{}", crate::times::text(*t)),
             AsOf::Tables(versions) => {
                 let parts: Vec<String> = versions.iter().map(|(t, v)| format!("{t}@{v}")).collect();
                 write!(f, "{}", parts.join(","))

@@ -12,6 +12,9 @@ use crate::lake::scan::{self, Select};
 use crate::lake::snapshot::LakeSnapshot;
 use crate::store::rows;
 
+/// The fewest hex digits of an id [`Lake::resolve`] takes as a prefix.
+pub const MIN_ID_PREFIX: usize = 4;
+
 /// Which artifacts [`Lake::list`] returns.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListFilter {
@@ -138,6 +141,44 @@ impl Lake {
             }
         }
         Ok(out)
+    }
+
+    /// The artifact an id, or a unique prefix of one (at least
+    /// [`MIN_ID_PREFIX`] hex digits, any case), names — as run ids take
+    /// prefixes. A whole id is returned as given (whether the lake holds it
+    /// is [`Lake::get`]'s to say); a prefix is looked up in the index at
+    /// the lake's current point: none is [`Error::ArtifactNotFound`], more
+    /// than one [`Error::AmbiguousArtifactId`] with the first few.
+    pub async fn resolve(&self, text: &str) -> Result<ArtifactId> {
+        if let Ok(id) = text.parse::<ArtifactId>() {
+            return Ok(id);
+        }
+        let prefix = text.to_ascii_lowercase();
+        if !(MIN_ID_PREFIX..=32).contains(&prefix.len())
+            || !prefix.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return Err(Error::InvalidArtifactId(text.to_owned()));
+        }
+        let spec = layout::index_table();
+        let point = self.read_point().await?;
+        let Some(handle) = self.read_table(&spec, &point).await? else {
+            return Err(Error::ArtifactNotFound(text.to_owned()));
+        };
+        let mut ids = Select::columns(scan::columns(&["artifact_id"]))
+            .filter(scan::starts_with("artifact_id", &prefix))
+            .strings(&handle, &spec.name)
+            .await?;
+        ids.sort_unstable();
+        ids.dedup();
+        match ids.as_slice() {
+            [] => Err(Error::ArtifactNotFound(text.to_owned())),
+            [one] => one.parse(),
+            many => Err(Error::AmbiguousArtifactId {
+                prefix: text.to_owned(),
+                count: many.len(),
+                matches: many.iter().take(4).cloned().collect(),
+            }),
+        }
     }
 
     /// Read one artifact by id.

@@ -13,7 +13,7 @@ mod get;
 mod put;
 pub(crate) mod rows;
 
-pub use get::ListFilter;
+pub use get::{ListFilter, MIN_ID_PREFIX};
 pub(crate) use put::PUT_TOKEN_KEY;
 pub use put::PutReport;
 pub(crate) use put::repoint_to_content;

@@ -228,7 +228,7 @@ async fn blobs_named_on_an_azure_queue_are_ingested_exactly_once() {
             .map(|d| d.reason.clone())
             .unwrap_or_default()
     };
-    assert!(reason("bad.csv").contains("not a valid Int64"), "{:?}", status.dead_letters);
+    assert!(reason("bad.csv").contains("not a valid int64"), "{:?}", status.dead_letters);
     assert!(reason("missing.csv").contains("does not exist"), "{:?}", status.dead_letters);
     // after_ingest = delete: ingested blobs are gone, failed ones kept.
     assert!(store.head(&BlobPath::from("trips/2026/a.csv")).await.is_err());

@@ -169,7 +169,7 @@ async fn bad_files_are_dead_lettered_with_reasons_and_good_ones_land() {
         dead.iter().find(|d| d.name == name).map(|d| d.reason.clone()).unwrap_or_default()
     };
     for (name, why) in [
-        ("types.csv", "`not-a-number` is not a valid Int64"),
+        ("types.csv", "`not-a-number` is not a valid int64"),
         ("long.csv", "more than max_length 16"),
         ("nulls.csv", "declared not nullable"),
         ("empty.csv", "empty"),

@@ -83,6 +83,12 @@ impl ArtifactType for DataType {
             artifact.field("size_bytes").as_int().unwrap_or_default(),
         ))
     }
+
+    /// The bytes as put (CSV, Parquet or Arrow IPC): the id's own bytes.
+    fn export(&self, artifact: &Artifact, out: &mut dyn std::io::Write) -> Result<()> {
+        let bytes = artifact.field("content").as_bytes().unwrap_or_default();
+        out.write_all(bytes).map_err(|e| Error::io("<output>", e))
+    }
 }
 
 /// The first `rows` rows of a data artifact's content.

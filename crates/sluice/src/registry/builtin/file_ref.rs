@@ -53,6 +53,27 @@ impl ArtifactType for FileRefType {
             artifact.field("size_bytes").as_int().unwrap_or_default(),
         ))
     }
+
+    /// The referenced file's bytes, once they are checked to be the ones
+    /// referenced: a file changed or moved since is an error naming it,
+    /// never silently other content.
+    fn export(&self, artifact: &Artifact, out: &mut dyn std::io::Write) -> Result<()> {
+        let path = std::path::PathBuf::from(artifact.field("path").as_str().unwrap_or_default());
+        let expected = artifact.field("content_hash").as_str().unwrap_or_default().to_owned();
+        let mut hasher = blake3::Hasher::new();
+        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        hasher.update_reader(file).map_err(|e| Error::io(&path, e))?;
+        if hasher.finalize().to_hex().as_str() != expected {
+            return Err(Error::InvalidInput(format!(
+                "{}: the file changed since artifact {} referenced it (its BLAKE3 is no longer {expected})",
+                path.display(),
+                artifact.id
+            )));
+        }
+        let mut file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        std::io::copy(&mut file, out).map_err(|e| Error::io(&path, e))?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -74,4 +74,10 @@ impl ArtifactType for JsonDocType {
         let value = artifact.json_content()?;
         serde_json::to_string_pretty(&value).map_err(|e| Error::json("rendering content", e))
     }
+
+    /// The canonical JSON the id was computed from, and a newline.
+    fn export(&self, artifact: &Artifact, out: &mut dyn std::io::Write) -> Result<()> {
+        let text = artifact.field("content").as_str().unwrap_or_default();
+        writeln!(out, "{text}").map_err(|e| Error::io("<output>", e))
+    }
 }

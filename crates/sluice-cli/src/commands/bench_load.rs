@@ -1,0 +1,150 @@
+//! What every `sluice bench` command shares: staging a synthetic workload
+//! with worker processes as real workers stage, filling a lake with
+//! artifacts, percentiles, peak memory and the workload line of a report.
+//! The bench commands import it; it imports none of them.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use sluice::Lake;
+use sluice::staging::synthetic::{self, SyntheticSpec};
+use sluice::staging::{self, StagingWriter, SyncPolicy};
+
+use crate::args::Workload;
+
+fn spec(w: &Workload, seed: u64) -> SyntheticSpec {
+    SyntheticSpec {
+        seed,
+        step: w.step,
+        operation: "bench".into(),
+        artifacts_per_execution: w.artifacts_per_execution,
+        duplicate_fraction: w.duplicate_fraction,
+        fail_fraction: w.fail_fraction,
+        crash_fraction: w.crash_fraction,
+        mixed: w.mixed.clone(),
+        batch: w.batch as usize,
+    }
+}
+
+/// The worker process: stage executions `from..to`.
+pub async fn stage_worker(
+    root: &Path,
+    workload: &Workload,
+    from: u64,
+    to: u64,
+) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let writer = StagingWriter::new(
+        staging::default_root(lake.root()),
+        lake.registry().clone(),
+        SyncPolicy::Detect,
+    );
+    let spec = spec(workload, workload.seed);
+    let registry = lake.registry().clone();
+    tokio::task::spawn_blocking(move || {
+        synthetic::stage_range(&writer, &spec, &registry, from..to)
+    })
+    .await??;
+    Ok(())
+}
+
+/// Stage a workload with `workers` processes; returns seconds.
+pub(crate) async fn stage(root: &Path, workload: &Workload, workers: u64) -> anyhow::Result<f64> {
+    // A workload's run ids follow from its seed: staging left by an earlier
+    // `bench stage` of the same seed and step would collide with them.
+    let scan = sluice::staging::scan(&staging::default_root(root), Some(workload.step))?;
+    let staged: std::collections::HashSet<String> =
+        scan.sealed.iter().flat_map(|d| d.staged_run_ids().unwrap_or_default()).collect();
+    let spec = spec(workload, workload.seed);
+    let taken =
+        (0..workload.executions).filter(|&i| staged.contains(&synthetic::run_id(&spec, i))).count();
+    if taken > 0 {
+        bail!(
+            "{} already holds {taken} of this workload's staged runs (step {}, seed {}) from an \
+             earlier `sluice bench stage`: commit them (`sluice commit`), pass another --seed, or \
+             give the bench a new --lake",
+            root.display(),
+            workload.step,
+            workload.seed
+        );
+    }
+    let exe = std::env::current_exe().context("locating the sluice binary")?;
+    let workers = workers.max(1);
+    let per = workload.executions.div_ceil(workers);
+    let started = Instant::now();
+    let mut children = Vec::new();
+    for w in 0..workers {
+        let (from, to) = (w * per, ((w + 1) * per).min(workload.executions));
+        if from >= to {
+            continue;
+        }
+        let mut command = tokio::process::Command::new(&exe);
+        command.arg("--lake").arg(root).arg("__stage-worker");
+        if let Some(files) = &workload.mixed {
+            command.arg("--mixed").arg(files);
+        }
+        let child = command
+            .args(["--executions", &workload.executions.to_string()])
+            .args(["--artifacts-per-execution", &workload.artifacts_per_execution.to_string()])
+            .args(["--duplicate-fraction", &workload.duplicate_fraction.to_string()])
+            .args(["--fail-fraction", &workload.fail_fraction.to_string()])
+            .args(["--crash-fraction", &workload.crash_fraction.to_string()])
+            .args(["--seed", &workload.seed.to_string()])
+            .args(["--step", &workload.step.to_string()])
+            .args(["--batch", &workload.batch.to_string()])
+            .args(["--from", &from.to_string(), "--to", &to.to_string()])
+            .spawn()
+            .context("starting a staging worker")?;
+        children.push(child);
+    }
+    for mut child in children {
+        let status = child.wait().await?;
+        if !status.success() {
+            bail!("a staging worker failed: {status}");
+        }
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Add `n` unique metric artifacts to the lake, in commits of `per_commit`,
+/// spread over 10 steps (not timed as part of the figures).
+pub(crate) async fn fill(lake: &Lake, n: u64, per_commit: u64, seed: u64) -> anyhow::Result<()> {
+    let mut done = 0;
+    while done < n {
+        let end = (done + per_commit.max(1)).min(n);
+        let artifacts = (done..end)
+            .map(|i| {
+                sluice::Draft::metric(serde_json::json!({"fill": i, "seed": seed}))?
+                    .with_step((i % 10) as i32)
+                    .finalize(lake.registry())
+            })
+            .collect::<sluice::Result<Vec<_>>>()?;
+        lake.append_unchecked(&artifacts).await?;
+        done = end;
+    }
+    Ok(())
+}
+
+/// The median and the 99th percentile of `ms` (0 for none).
+pub(crate) fn median_p99(mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let at = |p: f64| ms.get(((ms.len().max(1) - 1) as f64 * p).round() as usize).copied();
+    (at(0.5).unwrap_or(0.0), at(0.99).unwrap_or(0.0))
+}
+
+pub(crate) fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// A bench's first line without its `workload: ` label.
+pub(crate) fn workload(line: &str) -> &str {
+    line.strip_prefix("workload: ").unwrap_or(line)
+}
