@@ -81,7 +81,7 @@ fn init_tracing(verbose: u8, quiet: bool, colour: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(output::Stderr::make)
         .with_ansi(colour);
     let _ = match verbose {
         0 => builder.event_format(log_format::CargoStyle).try_init(),

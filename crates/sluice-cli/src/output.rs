@@ -20,13 +20,59 @@ pub fn quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 
-/// Where progress bars draw: stderr (indicatif draws only on a terminal),
-/// nowhere under `-q`.
-pub fn bars() -> indicatif::ProgressDrawTarget {
-    if quiet() {
-        indicatif::ProgressDrawTarget::hidden()
-    } else {
-        indicatif::ProgressDrawTarget::stderr()
+/// Every progress bar of the process, drawn together on stderr (indicatif
+/// draws only on a terminal), nowhere under `-q`. Warnings are written
+/// through it ([`Stderr`]), so a warning never lands inside a bar.
+fn bars() -> &'static indicatif::MultiProgress {
+    static BARS: std::sync::OnceLock<indicatif::MultiProgress> = std::sync::OnceLock::new();
+    BARS.get_or_init(|| {
+        let target = if quiet() {
+            indicatif::ProgressDrawTarget::hidden()
+        } else {
+            indicatif::ProgressDrawTarget::stderr()
+        };
+        indicatif::MultiProgress::with_draw_target(target)
+    })
+}
+
+/// A progress bar of `len` steps (a spinner for `None`), drawn with the
+/// others.
+pub fn bar(len: Option<u64>) -> indicatif::ProgressBar {
+    bars().add(len.map_or_else(indicatif::ProgressBar::new_spinner, indicatif::ProgressBar::new))
+}
+
+/// Where log lines go: stderr, each event written with the bars cleared
+/// and drawn again after it (the `tracing` writer).
+pub struct Stderr(Vec<u8>);
+
+impl Stderr {
+    /// A writer for one log event.
+    pub fn make() -> Self {
+        Stderr(Vec::new())
+    }
+}
+
+impl Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let text = std::mem::take(&mut self.0);
+        bars().suspend(|| {
+            let mut err = std::io::stderr().lock();
+            err.write_all(&text).and_then(|()| err.flush())
+        })
+    }
+}
+
+impl Drop for Stderr {
+    fn drop(&mut self) {
+        let _ = self.flush();
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressStyle;
 use serde_json::json;
 use sluice::Lake;
 use sluice::commit::CommitReport;
@@ -37,7 +37,7 @@ impl Default for CommitOptions {
 
 pub async fn commit(root: &Path, options: CommitOptions, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let bar = ProgressBar::with_draw_target(Some(0), crate::output::bars());
+    let bar = crate::output::bar(Some(0));
     bar.set_style(
         ProgressStyle::with_template(
             "{spinner} committing [{bar:30}] {pos}/{len} run dirs ({per_sec}, eta {eta})",

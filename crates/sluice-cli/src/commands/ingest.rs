@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressStyle;
 use sluice::ingest::{IngestConfig, IngestReport, Ingestor, Mode};
 
 use crate::args::IngestCommand;
@@ -64,7 +64,7 @@ async fn ingest(
     };
     let shown = !json && !crate::output::quiet();
     let bar = (shown && std::io::IsTerminal::is_terminal(&std::io::stderr())).then(|| {
-        let bar = ProgressBar::new_spinner();
+        let bar = crate::output::bar(None);
         bar.set_style(
             ProgressStyle::with_template("{spinner} {msg}")
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),

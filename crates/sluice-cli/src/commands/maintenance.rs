@@ -17,11 +17,7 @@ fn mib(bytes: u64) -> String {
 /// A bar over the tables of an operation, drawn on a terminal only (never
 /// with `--json`); clear it before printing the summary.
 fn table_bar(verb: &str, json: bool) -> anyhow::Result<(ProgressBar, Progress)> {
-    let bar = if json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::with_draw_target(Some(0), crate::output::bars())
-    };
+    let bar = if json { ProgressBar::hidden() } else { crate::output::bar(Some(0)) };
     bar.set_style(
         ProgressStyle::with_template(&format!(
             "{{spinner}} {verb} [{{bar:30}}] {{pos}}/{{len}} tables ({{elapsed}}) {{msg}}"

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::bail;
-use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressStyle};
 use sluice::Lake;
 use sluice::pipeline::status::{self, RunState};
 use sluice::pipeline::{BackendKind, Operations, Pipeline, RunEvent, RunReport, StepStatus};
@@ -75,10 +75,6 @@ pub async fn run_with_progress(
             }
         }
     });
-    let multi = MultiProgress::with_draw_target(crate::output::bars());
-    if !show_progress {
-        multi.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
     let bars: Arc<Mutex<BTreeMap<i32, (ProgressBar, usize)>>> =
         Arc::new(Mutex::new(BTreeMap::new()));
     let style =
@@ -89,7 +85,12 @@ pub async fn run_with_progress(
         let Ok(mut bars) = observer_bars.lock() else { return };
         match event {
             RunEvent::StepStarted { number, name, total, cached, skipped } => {
-                let bar = multi.add(ProgressBar::new((total - cached) as u64));
+                let len = (total - cached) as u64;
+                let bar = if show_progress {
+                    crate::output::bar(Some(len))
+                } else {
+                    ProgressBar::hidden()
+                };
                 bar.set_style(style.clone());
                 bar.set_prefix(format!("{number}. {name}"));
                 bar.set_message(if skipped {

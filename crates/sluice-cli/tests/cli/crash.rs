@@ -177,7 +177,7 @@ pub(crate) fn fraction(trial: u64) -> f64 {
 }
 
 fn trials() -> u64 {
-    crate::depth("SLUICE_CRASH_TRIALS", 50, 12)
+    crate::depth("SLUICE_CRASH_TRIALS", 50, 4)
 }
 
 /// Kill `args` after `delay` unless it finished; returns whether it was killed.

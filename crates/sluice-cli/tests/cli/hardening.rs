@@ -69,7 +69,7 @@ fn wait_all_succeed<const N: usize>(children: [Child; N], round: u64) {
 fn two_committers_without_a_lock_lose_and_duplicate_nothing() {
     let lake = Lake::new();
     lake.ok(&["init"]);
-    let rounds: u64 = crate::depth("SLUICE_RACE_ROUNDS", 100, 20);
+    let rounds: u64 = crate::depth("SLUICE_RACE_ROUNDS", 100, 10);
     let mut staged = 0;
     for round in 0..rounds {
         // Overlapping (same staging seen by both) and disjoint (staged
@@ -124,7 +124,7 @@ fn a_reader_beside_a_commit_loop_never_sees_half_a_sequence() {
         let root = lake.root.clone();
         move || {
             let lake = Lake::at(root);
-            for seed in 2..14 {
+            for seed in 2..2 + crate::depth("SLUICE_READER_COMMITS", 12, 5) {
                 lake.ok(&["commit", "--chunk", "7"]);
                 stage(&lake, 25, seed);
             }
@@ -312,7 +312,7 @@ fn pipeline_state(lake: &Lake) -> Vec<String> {
 
 #[test]
 fn an_orchestrator_killed_at_random_moments_then_rerun_ends_as_an_uninterrupted_run() {
-    let trials: u64 = crate::depth("SLUICE_PIPELINE_KILLS", 20, 5);
+    let trials: u64 = crate::depth("SLUICE_PIPELINE_KILLS", 20, 3);
     let dir = tempfile::tempdir().unwrap();
     let text = slow_pipeline(6, 0.2);
     let file = pipeline_file(dir.path(), "p.toml", &text);
@@ -352,7 +352,7 @@ fn an_orchestrator_killed_at_random_moments_then_rerun_ends_as_an_uninterrupted_
 fn a_compaction_racing_commits_loses_nothing() {
     let lake = Lake::new();
     lake.ok(&["init"]);
-    let rounds: u64 = crate::depth("SLUICE_RACE_ROUNDS", 100, 20);
+    let rounds: u64 = crate::depth("SLUICE_RACE_ROUNDS", 100, 10);
     let mut staged = 0;
     for round in 0..rounds {
         stage(&lake, 4, 20_000 + round);

@@ -62,7 +62,7 @@ async fn raw_counts(lake: &Path) -> (i64, i64) {
 
 #[test]
 fn ingestion_killed_at_random_moments_lands_every_row_exactly_once() {
-    let kills: u64 = crate::depth("SLUICE_INGEST_KILLS", 50, 12);
+    let kills: u64 = crate::depth("SLUICE_INGEST_KILLS", 50, 6);
     let (files, rows_per_file) = (200u64, 5_000u64);
     let dir = tempfile::tempdir().unwrap();
     let root: PathBuf = dir.path().to_path_buf();

@@ -21,7 +21,7 @@ use crate::crash::{dump, fraction, new_lake};
 
 /// How many operations each half (locked, unlocked) runs.
 fn operations() -> u64 {
-    crate::depth("SLUICE_INTERLEAVE_OPS", 100, 30)
+    crate::depth("SLUICE_INTERLEAVE_OPS", 100, 20)
 }
 
 const SCHEMA: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: zone, type: string }\n";

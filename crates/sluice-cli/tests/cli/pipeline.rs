@@ -258,6 +258,16 @@ outputs = {{ t = "data" }}
     assert_eq!(work["outputs"]["t"], 4);
     let failure = &work["failures"][0];
     assert!(failure[1].as_str().unwrap().contains("exit status 3"), "{failure}");
+    // The error names what the unit was given.
+    let bad_input = f.ids(
+        "SELECT artifact_id FROM data WHERE original_name = 'table_0002.csv' \
+         AND origin_step_number = 1",
+    );
+    let bad_input = bad_input.iter().next().unwrap();
+    assert!(
+        failure[1].as_str().unwrap().ends_with(&format!("(inputs: t={bad_input})")),
+        "{failure}"
+    );
     let tool = f.lake.ok(&[
         "sql",
         "--format",

@@ -15,7 +15,7 @@ use crate::crash::{
 };
 
 fn trials() -> u64 {
-    crate::depth("SLUICE_RESTORE_TRIALS", 30, 8)
+    crate::depth("SLUICE_RESTORE_TRIALS", 30, 4)
 }
 
 /// A pause before each table's restore (a test hook of `sluice restore`),

@@ -2,9 +2,8 @@
 //! lake passes through.
 //!
 //! A put, a pipeline commit, `restore`, `compact`, `vacuum`, `checkpoint`
-//! and `doctor --repair` all begin with [`Lake::writer`]`(kind).begin()`
-//! (ingestion's writers commit only their own tables, which no restore
-//! touches, and do not begin here yet), which
+//! and `doctor --repair` all begin with [`Lake::writer`]`(kind).begin()`,
+//! which
 //!
 //! 1. takes the writer lock — a courtesy that keeps two writers from doing
 //!    the same work twice, never what correctness rests on (a lake on
@@ -30,6 +29,14 @@
 //! idempotent, and a write acknowledged is then wholly before or wholly
 //! after every restore. docs/ARCHITECTURE.md, "The writer protocol", states
 //! the whole rule.
+//!
+//! Ingestion's writers (a flush, a transform, `ingest dedup`) do not begin
+//! here, by design: they write only ingestion tables, which a restore never
+//! touches, so there is nothing for them to settle — and settling would
+//! make a landing zone wait behind a restore of artifact tables for no
+//! guarantee. What the protocol asks of them holds where every writer's
+//! commit goes through: [`append`](super::append)'s exactly-next-version
+//! commit, with an ambiguous outcome decided by reading the winning entry.
 
 use std::path::Path;
 use std::time::Duration;

@@ -258,7 +258,7 @@ fn staged_execution(
         worker_id: Some(worker_id.to_owned()),
         compute_backend: Some(job.backend.as_str().to_owned()),
         success: error.is_none(),
-        error,
+        error: error.map(|e| with_inputs(e, &job.unit)),
         tool_output,
         metadata: canonical_json::to_string(&metadata)?,
     };
@@ -268,6 +268,29 @@ fn staged_execution(
         execution_edges: execution_edges.into_iter().collect(),
         artifact_edges: artifact_edges.into_iter().collect(),
     })
+}
+
+/// A failed unit's error followed by what it was given, so the error alone
+/// says which input broke it: `… (inputs: t=3a942b02…)`, at most a few per
+/// role, or the source descriptors of a unit without inputs.
+fn with_inputs(error: String, unit: &crate::pipeline::unit::Unit) -> String {
+    const SHOWN: usize = 3;
+    let mut given: Vec<String> = Vec::new();
+    for (role, ids) in &unit.inputs {
+        let mut listed: Vec<String> =
+            ids.iter().take(SHOWN).map(|id| format!("{role}={id}")).collect();
+        if ids.len() > SHOWN {
+            listed.push(format!("and {} more {role}", ids.len() - SHOWN));
+        }
+        given.extend(listed);
+    }
+    if given.is_empty() {
+        given.extend(unit.sources.iter().take(SHOWN).map(|s| format!("source {s}")));
+    }
+    if given.is_empty() {
+        return error;
+    }
+    format!("{error} (inputs: {})", given.join(", "))
 }
 
 /// The environment variable that sets where unit sandboxes are made.
