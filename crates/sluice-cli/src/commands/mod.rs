@@ -193,12 +193,11 @@ async fn changes(root: &Path, table: &str, since: &str, format: Format) -> anyho
     let lake = Lake::open(root).await?;
     let since = AsOf::parse_for(since, "--since")?;
     let changes = sluice::query::changes(&lake, table, &since).await?;
+    // No rows: the header (and `(0 rows)`) in table and CSV form, nothing
+    // in NDJSON, as `sql` does.
     let text = sluice::query::format::render(&changes.batches, output_format(format))?;
     if text.is_empty() {
-        return print(&format!(
-            "no changes to `{}` in versions {}..={}",
-            changes.table, changes.from_version, changes.to_version
-        ));
+        return Ok(());
     }
     print(&text)
 }

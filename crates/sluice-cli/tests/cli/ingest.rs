@@ -521,6 +521,80 @@ fn a_repair_that_drops_an_ingested_file_s_rows_forgets_it_so_it_lands_again() {
     assert_eq!(ledger.lines().skip(1).collect::<Vec<_>>(), ["forgotten,1", "ok,2"]);
 }
 
+/// The same, with the repair made beside a running `ingest run --watch`:
+/// the watching process learns of the forget from the table's log (its
+/// set of committed files and its ledger are kept between flushes), so
+/// the file dropped again lands whole, once, and a third drop is a
+/// redelivery.
+#[test]
+fn a_file_forgotten_beside_a_watching_ingester_lands_again_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let schema = format!("{SCHEMA}partition_by: [zone]\n");
+    let config = ingest_config(
+        root,
+        &schema,
+        "lake = \"lake\"\n[queue]\nsettle_ms = 0\npoll_ms = 20\nretry_delay_ms = 0\n\
+         [ingest]\nworkers = 1\nflush_interval_ms = 100\n",
+    );
+    let landing = root.join("landing/trips");
+    std::fs::create_dir_all(&landing).unwrap();
+    for (name, first) in [("a.csv", 0), ("b.csv", 100), ("c.csv", 200)] {
+        write_csv(&landing.join(name), first, 30);
+    }
+    let mut watcher = sluice(&config, &["run", "--watch"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lake = crate::Lake::at(root.join("lake"));
+    let query = |sql: &str| {
+        let out = lake.run(&["sql", "--format", "csv", sql]);
+        let csv = String::from_utf8_lossy(&out.stdout).into_owned();
+        csv.lines().nth(1).unwrap_or_default().to_owned()
+    };
+    let wait_for = |sql: &str, want: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while query(sql) != want {
+            assert!(std::time::Instant::now() < deadline, "`{sql}` never became {want}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    wait_for("SELECT count(*) FROM trips", "90");
+    let table = root.join("lake/raw/trips");
+    let of_b = data_files_of(&table, "trips/b.csv");
+    std::fs::remove_file(table.join(&of_b[0])).unwrap();
+    let report = lake.ok(&["doctor", "--repair"]);
+    assert!(report.contains("trips/b.csv"), "{report}");
+    assert_eq!(query("SELECT count(*) FROM trips"), "60");
+
+    let done = root.join("landing/.sluice/done/trips/b.csv");
+    std::fs::copy(&done, landing.join("b.csv")).unwrap();
+    wait_for("SELECT count(*) FROM trips", "90");
+    // A third drop is a redelivery: it is archived and adds nothing.
+    std::fs::copy(&done, landing.join("b.csv")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while landing.join("b.csv").exists() {
+        assert!(std::time::Instant::now() < deadline, "the third drop was never taken");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let _ = watcher.kill();
+    watcher.wait().unwrap();
+    assert_eq!(query("SELECT count(*) FROM trips"), "90");
+    assert_eq!(query("SELECT count(DISTINCT trip_id) FROM trips"), "90");
+    let ledger = lake.ok(&[
+        "sql",
+        "--format",
+        "csv",
+        "SELECT status, count(*) AS n FROM ingest_ledger WHERE file_key = 'trips/b.csv' \
+         AND status IN ('ok', 'forgotten') GROUP BY status ORDER BY status",
+    ]);
+    assert_eq!(ledger.lines().skip(1).collect::<Vec<_>>(), ["forgotten,1", "ok,2"]);
+    let doctor: serde_json::Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    assert_eq!(doctor["clean"], true, "{doctor}");
+}
+
 /// A lake that only ingests answers the lake-wide commands: `tables` lists
 /// its raw, aggregate and curated tables and the ledger, `history` and
 /// `changes` take an ingestion table by name, `doctor` checks it, and a

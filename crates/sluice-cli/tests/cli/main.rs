@@ -599,8 +599,17 @@ fn points_past_a_table_s_head_and_bad_points_say_so_naming_their_option() {
     let past = "error: cannot read table `metrics` as of version 9: its latest version is 1 (`sluice history --table metrics` lists them)\n";
     assert_eq!(lake.fails(&["sql", "--as-of", "metrics@9", "SELECT * FROM metrics"]), past);
     assert_eq!(lake.fails(&["changes", "metrics", "--since", "metrics@9"]), past);
-    // At the head: nothing changed since, which is no error.
-    lake.ok(&["changes", "metrics", "--since", "metrics@1"]);
+    // At the head: nothing changed since, which is no error, and the empty
+    // result keeps the feed's columns.
+    let csv = lake.ok(&["changes", "metrics", "--since", "metrics@1", "--format", "csv"]);
+    assert!(
+        csv.starts_with("artifact_id,") && csv.trim_end().ends_with("_commit_timestamp"),
+        "{csv:?}"
+    );
+    assert_eq!(csv.lines().count(), 1, "{csv:?}");
+    let table = lake.ok(&["changes", "metrics", "--since", "metrics@1"]);
+    assert!(table.contains("_change_type") && table.contains("(0 rows)"), "{table}");
+    assert_eq!(lake.ok(&["changes", "metrics", "--since", "metrics@1", "--format", "ndjson"]), "");
     for (args, flag) in [
         (vec!["changes", "metrics", "--since", "yesterday"], "--since `yesterday`"),
         (vec!["sql", "--as-of", "yesterday", "SELECT 1"], "--as-of `yesterday`"),

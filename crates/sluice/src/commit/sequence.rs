@@ -550,7 +550,7 @@ async fn succeeded_specs(lake: &Lake, tip: &Tip, runs: &[LoadedRun]) -> Result<B
     if specs.is_empty() || tip.holds_none_in("execution_spec_id", &keys) {
         return Ok(BTreeSet::new());
     }
-    Ok(crate::pipeline::cache::successful_runs(lake, &specs).await?.into_keys().collect())
+    Ok(crate::lake::spec_successes::successful_runs(lake, &specs).await?.into_keys().collect())
 }
 
 /// Whether every execution of a staging directory is in the lake (a batch

@@ -176,6 +176,9 @@ pub(crate) fn listed(
 
 /// The ledger rows of files the table holds: each file's latest `ok` or
 /// `forgotten` row decides (a forgotten file dropped again is `ok` anew).
+/// Latest by `at`, which follows commit order whatever the writers'
+/// clocks: [`Ledger::append`] stamps its rows after every row of the
+/// version it commits on top of.
 fn held<'a>(rows: impl Iterator<Item = &'a LedgerRow>) -> impl Iterator<Item = &'a LedgerRow> {
     let mut latest: BTreeMap<String, &LedgerRow> = BTreeMap::new();
     for row in rows.filter(|r| r.status == "ok" || r.status == FORGOTTEN) {
@@ -250,6 +253,10 @@ const OK_SEP: char = '\u{1f}';
 /// added, spelt as [`LEDGER_OK_KEY`] spells them.
 pub const LEDGER_FORGOTTEN_KEY: &str = "sluice_ledger_forgotten";
 
+/// The commit metadata key holding the largest `at` of a ledger commit's
+/// rows, so the next append stamps its rows after it without reading them.
+pub const LEDGER_MAX_AT_KEY: &str = "sluice_ledger_max_at";
+
 fn ok_key(row: &LedgerRow) -> String {
     format!("{}{OK_SEP}{}{OK_SEP}{}", row.table, row.file_key, row.content_hash)
 }
@@ -264,19 +271,34 @@ fn ok_key(row: &LedgerRow) -> String {
 /// — so an append drops the `ok` rows the ledger holds at the very version
 /// it commits on top of: the rows it knows, plus those the versions since
 /// name in their metadata ([`LEDGER_OK_KEY`]).
+///
+/// Which of a file's `ok` and `forgotten` rows is the latest must not
+/// depend on clocks: two hosts whose clocks disagree could otherwise order
+/// a forget and a re-ingest backwards. So an append stamps each row's `at`
+/// past the largest `at` at the version it commits on top of (a Lamport
+/// clock, made safe by the exactly-next commit): `at` order is commit
+/// order.
 #[derive(Debug)]
 pub struct Ledger {
     lake: PathBuf,
     kept: Option<Leased>,
     /// The `ok` rows the ledger holds, as of `known_at`.
     ok: BTreeSet<String>,
+    /// The largest `at` of the ledger's rows, as of `known_at`.
+    max_at: i64,
     known_at: Option<u64>,
 }
 
 impl Ledger {
     /// The ledger of `lake` (opened on the first append).
     pub fn new(lake: &Path) -> Ledger {
-        Ledger { lake: lake.to_path_buf(), kept: None, ok: BTreeSet::new(), known_at: None }
+        Ledger {
+            lake: lake.to_path_buf(),
+            kept: None,
+            ok: BTreeSet::new(),
+            max_at: 0,
+            known_at: None,
+        }
     }
 
     /// Append rows (one commit, on top of whatever other processes wrote),
@@ -288,7 +310,8 @@ impl Ledger {
         let mut lease =
             Leased::latest(self.kept.take(), &ledger_dir(&self.lake), "ledger", open(&self.lake))
                 .await?;
-        let mut written: Option<(usize, Vec<deltalake::kernel::Add>)> = None;
+        // (rows, the `at` floor they were stamped from, their data files)
+        let mut written: Option<(usize, i64, Vec<deltalake::kernel::Add>)> = None;
         for _ in 0..100 {
             self.learn(&lease.table).await?;
             let mut in_call = BTreeSet::new();
@@ -299,21 +322,23 @@ impl Ledger {
                 })
                 .collect();
             if fresh.is_empty() {
-                if let Some((_, adds)) = written.take() {
+                if let Some((_, _, adds)) = written.take() {
                     append::remove_files(&lease.table, &adds).await;
                 }
                 self.kept = Some(lease);
                 return Ok(());
             }
+            let floor = self.max_at + 1;
+            let stamped = stamp(&fresh, floor);
+            let max_at = stamped.iter().map(|r| r.at).max().unwrap_or(self.max_at);
             let adds = match written.take() {
-                Some((count, adds)) if count == fresh.len() => adds,
+                Some((count, at, adds)) if count == fresh.len() && at == floor => adds,
                 stale => {
-                    if let Some((_, adds)) = stale {
+                    if let Some((_, _, adds)) = stale {
                         append::remove_files(&lease.table, &adds).await;
                     }
-                    let owned: Vec<LedgerRow> = fresh.iter().map(|r| (*r).clone()).collect();
                     let props = table::writer_properties();
-                    append::write_files(&lease.table, "ledger", &[batch(&owned)?], props).await?
+                    append::write_files(&lease.table, "ledger", &[batch(&stamped)?], props).await?
                 }
             };
             let keyed = |status: &str| -> Vec<String> {
@@ -324,6 +349,7 @@ impl Ledger {
                 metadata: vec![
                     (LEDGER_OK_KEY.to_owned(), serde_json::json!(oks)),
                     (LEDGER_FORGOTTEN_KEY.to_owned(), serde_json::json!(forgotten)),
+                    (LEDGER_MAX_AT_KEY.to_owned(), serde_json::json!(max_at)),
                 ],
                 ..CommitSpec::default()
             };
@@ -334,14 +360,15 @@ impl Ledger {
                 for key in &forgotten {
                     self.ok.remove(key);
                 }
+                self.max_at = max_at;
                 self.known_at = Some(version);
                 self.kept = Some(lease);
                 return Ok(());
             }
-            written = Some((fresh.len(), adds));
+            written = Some((fresh.len(), floor, adds));
             lease.table.update_incremental(None).await.map_err(|e| Error::delta("ledger", e))?;
         }
-        if let Some((_, adds)) = written {
+        if let Some((_, _, adds)) = written {
             append::remove_files(&lease.table, &adds).await;
         }
         Err(Error::Contention { table: "ledger".into(), attempts: 100 })
@@ -354,6 +381,7 @@ impl Ledger {
         let head = table.version().unwrap_or_default();
         if let Some(known) = self.known_at {
             let mut ok = self.ok.clone();
+            let mut max_at = self.max_at;
             let mut whole = false;
             for version in known + 1..=head {
                 let actions = table::commit_actions(table, "ledger", version).await?;
@@ -366,8 +394,10 @@ impl Ledger {
                     info.and_then(|i| i.get(name))
                         .and_then(|v| serde_json::from_value::<Vec<String>>(v.clone()).ok())
                 };
-                match (keys(LEDGER_OK_KEY), keys(LEDGER_FORGOTTEN_KEY)) {
-                    (Some(added), forgotten) => {
+                let newest = info.and_then(|i| i.get(LEDGER_MAX_AT_KEY)).and_then(|v| v.as_i64());
+                match (keys(LEDGER_OK_KEY), keys(LEDGER_FORGOTTEN_KEY), newest) {
+                    (Some(added), forgotten, Some(newest)) => {
+                        max_at = max_at.max(newest);
                         ok.extend(added);
                         forgotten.into_iter().flatten().for_each(|k| {
                             ok.remove(&k);
@@ -379,14 +409,31 @@ impl Ledger {
             }
             if !whole {
                 self.ok = ok;
+                self.max_at = max_at;
                 self.known_at = Some(head);
                 return Ok(());
             }
         }
-        self.ok = held(read_table(table).await?.iter()).map(ok_key).collect();
+        let rows = read_table(table).await?;
+        self.ok = held(rows.iter()).map(ok_key).collect();
+        self.max_at = rows.iter().map(|r| r.at).max().unwrap_or(0);
         self.known_at = Some(head);
         Ok(())
     }
+}
+
+/// Rows to append, each `at` moved past `floor` where its clock is behind
+/// and strictly increasing in the order given.
+fn stamp(rows: &[&LedgerRow], floor: i64) -> Vec<LedgerRow> {
+    let mut next = floor;
+    rows.iter()
+        .map(|r| {
+            let mut row = (*r).clone();
+            row.at = row.at.max(next);
+            next = row.at + 1;
+            row
+        })
+        .collect()
 }
 
 /// Ledger rows as one batch of the ledger's schema.
@@ -489,4 +536,52 @@ pub fn totals(rows: &[LedgerRow]) -> BTreeMap<String, (u64, u64, u64, u64)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(status: &str, at: i64) -> LedgerRow {
+        LedgerRow {
+            table: "trips".into(),
+            file_key: "trips/day.csv".into(),
+            content_hash: "h1".into(),
+            rows: 10,
+            rejected: 0,
+            status: status.into(),
+            attempts: 1,
+            error: None,
+            table_version: Some(1),
+            at,
+        }
+    }
+
+    /// Two writers whose clocks disagree (the second is far behind): the
+    /// forget written after the `ok` still wins, and the re-ingest written
+    /// after the forget wins again — `at` follows commit order.
+    #[tokio::test]
+    async fn the_latest_commit_decides_whatever_the_writers_clocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = dir.path();
+        let (mut ahead, mut behind) = (Ledger::new(lake), Ledger::new(lake));
+        ahead.append(&[row("ok", 2_000_000)]).await.unwrap();
+        behind.append(&[row(FORGOTTEN, 10)]).await.unwrap();
+        let rows = read(lake).await.unwrap();
+        assert_eq!(held(rows.iter()).count(), 0, "forgotten after its ok: {rows:?}");
+        let forget = rows.iter().find(|r| r.status == FORGOTTEN).unwrap();
+        assert!(forget.at > 2_000_000, "stamped after the ok it follows: {}", forget.at);
+
+        // Dropped again and ingested, by the writer that is behind.
+        behind.append(&[row("ok", 20)]).await.unwrap();
+        let rows = read(lake).await.unwrap();
+        assert_eq!(held(rows.iter()).count(), 1, "ok again: {rows:?}");
+        // A third writer starting cold learns the same.
+        let mut cold = Ledger::new(lake);
+        cold.append(&[row("ok", 5)]).await.unwrap();
+        assert_eq!(read(lake).await.unwrap().len(), 3, "an ok it holds is not written twice");
+        // Rows of one append are strictly increasing.
+        let stamped = stamp(&[&row("dead", 1), &row("dead", 1)], 100);
+        assert_eq!(stamped.iter().map(|r| r.at).collect::<Vec<_>>(), [100, 101]);
+    }
 }

@@ -28,6 +28,7 @@ pub mod result_set;
 pub mod scan;
 pub mod sidecar;
 pub mod snapshot;
+pub mod spec_successes;
 pub mod table;
 pub mod tip;
 pub mod unique_success;

@@ -87,12 +87,6 @@ pub async fn changes(lake: &Lake, table_name: &str, since: &AsOf) -> Result<Chan
             Some(point.version_of(&spec.name).map_or(0, |v| v + 1))
         }
     };
-    let empty = |from: u64| Changes {
-        table: spec.name.clone(),
-        from_version: from,
-        to_version,
-        batches: Vec::new(),
-    };
     if let Some(from) = from_version
         && from > to_version + 1
     {
@@ -105,16 +99,26 @@ pub async fn changes(lake: &Lake, table_name: &str, since: &AsOf) -> Result<Chan
             ),
         });
     }
-    if from_version.is_some_and(|from| from > to_version) {
-        return Ok(empty(from_version.unwrap_or_default()));
-    }
+    // Nothing committed since: still a result with the feed's columns.
+    let nothing_new = from_version.is_some_and(|from| from > to_version);
     let mut builder = handle.scan_cdf().with_ending_version(to_version);
     builder = match (since, from_version) {
+        _ if nothing_new => builder.with_starting_version(to_version),
         (AsOf::Time(at), _) => builder.with_starting_timestamp(*at),
         (_, from) => builder.with_starting_version(from.unwrap_or_default()),
     };
     let provider =
         DeltaCdfTableProvider::try_new(builder).map_err(|e| Error::delta(&spec.name, e))?;
+    let columns = deltalake::datafusion::datasource::TableProvider::schema(&provider);
+    let none = || vec![RecordBatch::new_empty(columns.clone())];
+    if nothing_new {
+        return Ok(Changes {
+            table: spec.name.clone(),
+            from_version: from_version.unwrap_or_default(),
+            to_version,
+            batches: none(),
+        });
+    }
     let ctx = SessionContext::new();
     ctx.register_table("changes", Arc::new(provider)).map_err(|e| Error::query(&spec.name, e))?;
     let frame = ctx.table("changes").await.map_err(|e| Error::query(&spec.name, e))?;
@@ -125,6 +129,7 @@ pub async fn changes(lake: &Lake, table_name: &str, since: &AsOf) -> Result<Chan
         Err(e) => return Err(Error::query(&spec.name, e)),
     };
     let batches = in_commit_order(batches, &spec.name)?;
+    let batches = if batches.is_empty() { none() } else { batches };
     Ok(Changes {
         table: spec.name.clone(),
         from_version: from_version.unwrap_or_default(),
