@@ -465,17 +465,7 @@ fn data_files_of(table: &Path, key: &str) -> Vec<String> {
 fn a_repair_that_drops_an_ingested_file_s_rows_forgets_it_so_it_lands_again() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let schema = format!("{SCHEMA}partition_by: [zone]\n");
-    let config = ingest_config(
-        root,
-        &schema,
-        "lake = \"lake\"\n[queue]\nsettle_ms = 0\npoll_ms = 20\nretry_delay_ms = 0\n[ingest]\nworkers = 1\n",
-    );
-    let landing = root.join("landing/trips");
-    std::fs::create_dir_all(&landing).unwrap();
-    for (name, first) in [("a.csv", 0), ("b.csv", 100), ("c.csv", 200)] {
-        write_csv(&landing.join(name), first, 30);
-    }
+    let (config, landing) = three_files_landed(root);
     assert!(sluice(&config, &["run", "--once"]).status().unwrap().success());
     let table = root.join("lake/raw/trips");
     let of_b = data_files_of(&table, "trips/b.csv");
@@ -530,18 +520,7 @@ fn a_repair_that_drops_an_ingested_file_s_rows_forgets_it_so_it_lands_again() {
 fn a_file_forgotten_beside_a_watching_ingester_lands_again_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let schema = format!("{SCHEMA}partition_by: [zone]\n");
-    let config = ingest_config(
-        root,
-        &schema,
-        "lake = \"lake\"\n[queue]\nsettle_ms = 0\npoll_ms = 20\nretry_delay_ms = 0\n\
-         [ingest]\nworkers = 1\nflush_interval_ms = 100\n",
-    );
-    let landing = root.join("landing/trips");
-    std::fs::create_dir_all(&landing).unwrap();
-    for (name, first) in [("a.csv", 0), ("b.csv", 100), ("c.csv", 200)] {
-        write_csv(&landing.join(name), first, 30);
-    }
+    let (config, landing) = three_files_landed(root);
     let mut watcher = sluice(&config, &["run", "--watch"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -593,6 +572,25 @@ fn a_file_forgotten_beside_a_watching_ingester_lands_again_exactly_once() {
     assert_eq!(ledger.lines().skip(1).collect::<Vec<_>>(), ["forgotten,1", "ok,2"]);
     let doctor: serde_json::Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
     assert_eq!(doctor["clean"], true, "{doctor}");
+}
+
+/// A config partitioned by zone, and a.csv, b.csv and c.csv (30 rows each,
+/// b spanning several zones) in its landing folder; returns the config and
+/// the landing folder.
+fn three_files_landed(root: &Path) -> (PathBuf, PathBuf) {
+    let schema = format!("{SCHEMA}partition_by: [zone]\n");
+    let config = ingest_config(
+        root,
+        &schema,
+        "lake = \"lake\"\n[queue]\nsettle_ms = 0\npoll_ms = 20\nretry_delay_ms = 0\n\
+         [ingest]\nworkers = 1\nflush_interval_ms = 100\n",
+    );
+    let landing = root.join("landing/trips");
+    std::fs::create_dir_all(&landing).unwrap();
+    for (name, first) in [("a.csv", 0), ("b.csv", 100), ("c.csv", 200)] {
+        write_csv(&landing.join(name), first, 30);
+    }
+    (config, landing)
 }
 
 /// A lake that only ingests answers the lake-wide commands: `tables` lists
