@@ -9,18 +9,18 @@ use std::time::Duration;
 
 use crate::crash::fraction;
 
-const SCHEMA: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: pickup_at, type: timestamp }\n  - { name: zone, type: string, max_length: 16 }\n  - { name: fare, type: \"decimal(8,2)\" }\nprimary_key: [trip_id]\n";
+pub(crate) const SCHEMA: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: pickup_at, type: timestamp }\n  - { name: zone, type: string, max_length: 16 }\n  - { name: fare, type: \"decimal(8,2)\" }\nprimary_key: [trip_id]\n";
 
 /// raw → aggregate → curated, as in the library's medallion tests.
 const TRANSFORMS: &str = include_str!("../../../sluice/tests/fixtures/medallion.toml");
 
-fn sluice(config: &Path, args: &[&str]) -> std::process::Command {
+pub(crate) fn sluice(config: &Path, args: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
     c.arg("ingest").args(args).arg("--config").arg(config);
     c
 }
 
-fn write_csv(path: &Path, first: u64, rows: u64) {
+pub(crate) fn write_csv(path: &Path, first: u64, rows: u64) {
     let mut out = String::with_capacity(rows as usize * 48);
     out.push_str("trip_id,pickup_at,zone,fare\n");
     for i in first..first + rows {

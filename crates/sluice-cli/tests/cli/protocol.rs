@@ -719,3 +719,46 @@ fn a_put_killed_between_its_content_and_index_commits_is_made_whole_by_recover()
     }
     assert!(hit, "no kill landed between the content and index commits in 5 trials");
 }
+
+/// Ingestion begins as a writer too (lake/writer.rs), on a lake that also
+/// holds artifact tables: a restore still running does not hold it up (it
+/// touches no ingestion table), and one whose restorer was killed is
+/// settled by it, so an ingest-only process never leaves the lake pinned.
+#[test]
+fn ingestion_is_not_held_by_a_live_restore_and_settles_a_dead_one() {
+    let lake = three_versions();
+    let dir = lake.root.parent().unwrap().join("ingest");
+    let settings = format!(
+        "lake = {:?}\n[queue]\nsettle_ms = 0\npoll_ms = 20\nretry_delay_ms = 0\n",
+        lake.root.display().to_string()
+    );
+    let config = crate::ingest::ingest_config(&dir, crate::ingest::SCHEMA, &settings);
+    let landing = dir.join("landing/trips");
+    std::fs::create_dir_all(&landing).unwrap();
+    crate::ingest::write_csv(&landing.join("a.csv"), 0, 10);
+
+    let before = journal_versions(&lake.root);
+    let mut command = lake.command(&["restore", "--to", "1"]);
+    command.env("SLUICE_RESTORE_PAUSE_MS", "4000");
+    let mut restore = spawn_quiet(&mut command);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while journal_versions(&lake.root) == before {
+        assert!(Instant::now() < deadline, "the restore never journaled");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = crate::ingest::sluice(&config, &["run", "--once"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(restore.try_wait().unwrap().is_none(), "the restore ended before the check");
+    let open = journal(&lake.root);
+    assert!(open.unfinished().iter().any(|e| e.is_restore()), "a live restore is left to it");
+
+    restore.kill().unwrap();
+    restore.wait().unwrap();
+    crate::ingest::write_csv(&landing.join("b.csv"), 100, 10);
+    let out = crate::ingest::sluice(&config, &["run", "--once"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(journal(&lake.root).unfinished().is_empty(), "the dead restorer's restore is settled");
+    assert_eq!(count(&lake, "SELECT count(*) FROM trips"), 20);
+    assert_eq!(dump(&lake.root).1, 0, "duplicate keys");
+    lake.ok(&["commit"]);
+}

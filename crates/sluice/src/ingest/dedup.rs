@@ -46,6 +46,12 @@ pub struct DedupReport {
 
 /// Remove exact duplicate rows of the table in `dir` (see the module doc).
 pub async fn dedup(dir: &std::path::Path, name: &str, dry_run: bool) -> Result<DedupReport> {
+    // An ingestion table is `<lake>/<layer>/<name>`: begin as a writer of
+    // that lake (lake/writer.rs).
+    let _writer = match dir.parent().and_then(std::path::Path::parent) {
+        Some(root) if !dry_run => Some(crate::lake::writer::ingestion(root).await?),
+        _ => None,
+    };
     for _ in 0..MAX_ATTEMPTS {
         let mut handle = table::open_dir(dir, name).await?;
         let found = find(&handle, name).await?;

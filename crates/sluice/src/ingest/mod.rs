@@ -198,6 +198,7 @@ impl Ingestor {
 
     /// Run the medallion transforms once, in order (see [`transform`]).
     pub async fn transform(&self) -> Result<Vec<transform::TransformReport>> {
+        let _writer = crate::lake::writer::ingestion(&self.config.lake).await?;
         transform::run_all(&self.config.lake, &self.config.transforms).await
     }
 
@@ -261,6 +262,8 @@ impl Ingestor {
         progress: Option<&(dyn Fn(&IngestReport) + Sync)>,
     ) -> Result<IngestReport> {
         let clock = Instant::now();
+        // The writer protocol's entry (lake/writer.rs): for the whole run.
+        let _writer = crate::lake::writer::ingestion(&self.config.lake).await?;
         let (mut targets, mut rejects) = self.targets().await?;
         let mut report = IngestReport::default();
         let mut ledger = ledger::Ledger::new(&self.config.lake);

@@ -30,13 +30,15 @@
 //! after every restore. docs/ARCHITECTURE.md, "The writer protocol", states
 //! the whole rule.
 //!
-//! Ingestion's writers (a flush, a transform, `ingest dedup`) do not begin
-//! here, by design: they write only ingestion tables, which a restore never
-//! touches, so there is nothing for them to settle — and settling would
-//! make a landing zone wait behind a restore of artifact tables for no
-//! guarantee. What the protocol asks of them holds where every writer's
-//! commit goes through: [`append`](super::append)'s exactly-next-version
-//! commit, with an ambiguous outcome decided by reading the winning entry.
+//! Ingestion's writers (an ingest run's flushes, a transform, `ingest
+//! dedup`) begin here too, through [`ingestion`], as [`WriteKind::Ingest`],
+//! with two differences that follow from what they write — only ingestion
+//! tables, which no restore touches: they take no lock (a landing zone must
+//! not wait behind a long commit; the queue's claims keep two ingesters
+//! from the same work), and a restore whose restorer may still be running
+//! is left to it rather than refused. A restore whose restorer is gone is
+//! settled by them like by any writer, so an ingest-only process never
+//! leaves a mixed lake pinned.
 
 use std::path::Path;
 use std::time::Duration;
@@ -68,6 +70,9 @@ pub enum WriteKind {
     Checkpoint,
     /// `doctor --repair`.
     Repair,
+    /// An ingest run's flushes, a transform, `ingest dedup`: ingestion
+    /// tables only (no lock; see [the module](self)).
+    Ingest,
 }
 
 /// How a writer begins; see [`Lake::writer`].
@@ -84,7 +89,8 @@ pub struct WriteBuilder<'a> {
 /// dropped.
 #[derive(Debug)]
 pub struct Writer {
-    _lock: WriterLock,
+    /// The courtesy lock (`None` for ingestion, which takes none).
+    _lock: Option<WriterLock>,
     kind: WriteKind,
     stale_after: Duration,
     /// The journal's version once settled (`None`: no journal yet).
@@ -119,7 +125,10 @@ impl WriteBuilder<'_> {
 
     /// Take the lock, then settle every unfinished restore.
     pub async fn begin(self) -> Result<Writer> {
-        let lock = WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?;
+        let lock = match self.kind {
+            WriteKind::Ingest => None,
+            _ => Some(WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?),
+        };
         let mut writer = Writer {
             _lock: lock,
             kind: self.kind,
@@ -173,7 +182,12 @@ impl Writer {
             open => open?,
         };
         for restore in open {
-            self.settled.push(settle_restore(lake, &restore, self.stale_after, self.kind).await?);
+            match settle_restore(lake, &restore, self.stale_after, self.kind).await {
+                Ok(settled) => self.settled.push(settled),
+                // A live restore touches no ingestion table: ingestion goes on.
+                Err(Error::RestoreInProgress { .. }) if self.kind == WriteKind::Ingest => {}
+                Err(e) => return Err(e),
+            }
         }
         let mut tip = lake.take_journal_tip().await?;
         let version = tip.advance(lake.root()).await.map(|journal| journal.version);
@@ -209,6 +223,24 @@ pub(crate) async fn settle_restore(
     }
     tracing::info!(seq = open.seq, writer = ?kind, "settling an interrupted restore");
     restore::settle(lake.root(), &lake.table_specs(), open, &Progress::default()).await
+}
+
+/// Begin an ingestion writer on the lake at `root` (the writer protocol's
+/// entry for a process that holds no [`Lake`]): on a lake that also holds
+/// artifact tables, settle the restores their dead restorers left; on an
+/// ingest-only lake there is no journal and nothing to settle.
+pub async fn ingestion(root: &Path) -> Result<Writer> {
+    if !journal_exists(root) {
+        return Ok(Writer {
+            _lock: None,
+            kind: WriteKind::Ingest,
+            stale_after: DEFAULT_STALE_AFTER,
+            settled_at: None,
+            settled: Vec::new(),
+        });
+    }
+    let lake = Lake::open(root).await?;
+    lake.writer(WriteKind::Ingest).begin().await
 }
 
 fn journal_exists(root: &Path) -> bool {
