@@ -265,7 +265,10 @@ outputs = {{ t = "data" }}
     );
     let bad_input = bad_input.iter().next().unwrap();
     assert!(
-        failure[1].as_str().unwrap().ends_with(&format!("(inputs: t={bad_input})")),
+        failure[1]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("(inputs: t={bad_input} \"table_0002.csv\")")),
         "{failure}"
     );
     let tool = f.lake.ok(&[

@@ -45,7 +45,13 @@ pub async fn execute_unit(
     let (outcome, tool_output) = run_operation(lake, operations, job).await;
     let (produced, error) = match outcome {
         Ok(produced) => (Some(produced), None),
-        Err(error) => (None, Some(error.to_string())),
+        // A failure says what the unit was given, by name where the inputs
+        // have one (read again: failures are rare, and the operation may
+        // not have read them).
+        Err(error) => {
+            let names = input_names(lake, &job.unit).await;
+            (None, Some(with_inputs(error.to_string(), &job.unit, &names)))
+        }
     };
     let mut metadata = serde_json::json!({
         "pipeline_run_id": job.pipeline_run_id,
@@ -93,7 +99,7 @@ pub fn stage_failure(
     let staged = staged_execution(
         job,
         None,
-        Some(error.to_owned()),
+        Some(with_inputs(error.to_owned(), &job.unit, &BTreeMap::new())),
         None,
         now_micros(),
         worker_id,
@@ -258,7 +264,7 @@ fn staged_execution(
         worker_id: Some(worker_id.to_owned()),
         compute_backend: Some(job.backend.as_str().to_owned()),
         success: error.is_none(),
-        error: error.map(|e| with_inputs(e, &job.unit)),
+        error,
         tool_output,
         metadata: canonical_json::to_string(&metadata)?,
     };
@@ -270,15 +276,37 @@ fn staged_execution(
     })
 }
 
+/// The original names of a unit's inputs that have one (data, file_ref),
+/// best effort: a failure is reported either way.
+async fn input_names(
+    lake: &Lake,
+    unit: &crate::pipeline::unit::Unit,
+) -> BTreeMap<ArtifactId, String> {
+    let ids: Vec<ArtifactId> = unit.inputs.values().flatten().take(64).copied().collect();
+    let Ok(found) = lake.get_many(&ids).await else { return BTreeMap::new() };
+    found
+        .into_iter()
+        .filter_map(|(id, a)| a.field("original_name").as_str().map(|n| (id, n.to_owned())))
+        .collect()
+}
+
 /// A failed unit's error followed by what it was given, so the error alone
-/// says which input broke it: `… (inputs: t=3a942b02…)`, at most a few per
-/// role, or the source descriptors of a unit without inputs.
-fn with_inputs(error: String, unit: &crate::pipeline::unit::Unit) -> String {
+/// says which input broke it: `… (inputs: t=3a942b02… "table_0002.csv")`,
+/// at most a few per role, or the source descriptors of a unit without
+/// inputs.
+fn with_inputs(
+    error: String,
+    unit: &crate::pipeline::unit::Unit,
+    names: &BTreeMap<ArtifactId, String>,
+) -> String {
     const SHOWN: usize = 3;
     let mut given: Vec<String> = Vec::new();
     for (role, ids) in &unit.inputs {
-        let mut listed: Vec<String> =
-            ids.iter().take(SHOWN).map(|id| format!("{role}={id}")).collect();
+        let named = |id: &ArtifactId| match names.get(id) {
+            Some(name) => format!("{role}={id} {name:?}"),
+            None => format!("{role}={id}"),
+        };
+        let mut listed: Vec<String> = ids.iter().take(SHOWN).map(named).collect();
         if ids.len() > SHOWN {
             listed.push(format!("and {} more {role}", ids.len() - SHOWN));
         }
