@@ -386,6 +386,12 @@ fn errors_say_each_cause_once_and_suggest_the_nearest_name() {
     let stderr = lake.fails(&["put", "--type", "metrc", "{\"x\": 1}"]);
     assert_eq!(stderr.matches("metrc").count(), 1, "{stderr}");
     assert!(stderr.contains("(did you mean `metric`?)"), "{stderr}");
+    // Types in the words of sluice's schemas, not Arrow's names.
+    let stderr = lake.fails(&["sql", "SELECT 'a' + 1"]);
+    assert_eq!(
+        stderr,
+        "error: SQL: Cannot coerce arithmetic expression string + int64 to valid types\n"
+    );
 }
 
 /// `doctor` exits 1 when it finds a problem and 0 when the lake is clean,

@@ -9,6 +9,10 @@ use deltalake::datafusion::sql::sqlparser::parser::ParserError;
 /// rather than `ParserError("…")`, and no "Error during planning:"-style
 /// prefixes.
 pub(crate) fn sql(error: &DataFusionError) -> String {
+    types_in_words(&sql_text(error))
+}
+
+fn sql_text(error: &DataFusionError) -> String {
     let root = error.find_root();
     match root {
         DataFusionError::SQL(parse, _) => match parse.as_ref() {
@@ -35,6 +39,55 @@ pub(crate) fn sql(error: &DataFusionError) -> String {
         DataFusionError::External(e) => e.to_string(),
         other => format!("SQL: {}", other.strip_backtrace()),
     }
+}
+
+/// Arrow's type names in a message (`Utf8`, `Decimal128(10, 2)`,
+/// `Timestamp(ns)`) as sluice's schemas spell types (`string`,
+/// `decimal(10,2)`, `timestamp`), so an error speaks the user's words.
+pub(crate) fn types_in_words(text: &str) -> String {
+    let simple = |word: &str| -> Option<&'static str> {
+        Some(match word {
+            "Utf8" | "LargeUtf8" | "Utf8View" => "string",
+            "Int8" => "int8",
+            "Int16" => "int16",
+            "Int32" => "int32",
+            "Int64" => "int64",
+            "UInt8" | "UInt16" | "UInt32" | "UInt64" => "unsigned integer",
+            "Float16" | "Float32" => "float32",
+            "Float64" => "float64",
+            "Boolean" => "bool",
+            "Date32" | "Date64" => "date",
+            "Binary" | "LargeBinary" | "BinaryView" => "binary",
+            _ => return None,
+        })
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_alphanumeric()) {
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let end = rest.find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(rest.len());
+        let word = &rest[..end];
+        let after = &rest[end..];
+        let args = after.strip_prefix('(').and_then(|a| a.find(')').map(|close| &a[..close]));
+        match (word, args) {
+            ("Decimal128" | "Decimal256", Some(args)) => {
+                out.push_str(&format!("decimal({})", args.replace(' ', "")));
+                rest = &after[args.len() + 2..];
+            }
+            ("Timestamp", Some(args)) => {
+                let zoned = args.contains(',') && !args.contains("None");
+                out.push_str(if zoned { "timestamp" } else { "timestamp without time zone" });
+                rest = &after[args.len() + 2..];
+            }
+            _ => {
+                out.push_str(simple(word).unwrap_or(word));
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A DataFusion plan name (`CreateMemoryTable`, `Insert Into`) as the SQL
@@ -107,6 +160,22 @@ mod tests {
         assert!(sql(&dml).starts_with("SQL: `INSERT INTO` is refused"), "{}", sql(&dml));
         let view = DataFusionError::Plan("DDL not supported: CreateView".into());
         assert!(sql(&view).starts_with("SQL: `CREATE VIEW` is refused"), "{}", sql(&view));
+    }
+
+    #[test]
+    fn arrow_type_names_are_said_as_schemas_spell_them() {
+        assert_eq!(
+            types_in_words("Cannot coerce arithmetic expression Utf8 + Int64 to valid types"),
+            "Cannot coerce arithmetic expression string + int64 to valid types"
+        );
+        assert_eq!(
+            types_in_words("Decimal128(10, 2) + Timestamp(ns) vs Timestamp(µs, \"UTC\")"),
+            "decimal(10,2) + timestamp without time zone vs timestamp"
+        );
+        // Words that only contain a type name stay as they are.
+        assert_eq!(types_in_words("Utf8able Int64x (Utf8)"), "Utf8able Int64x (string)");
+        let e = DataFusionError::Plan("Cannot cast Utf8 to Boolean".into());
+        assert_eq!(sql(&e), "SQL: Cannot cast string to bool");
     }
 
     #[test]
