@@ -35,6 +35,10 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
         .map(|r| r.step_run_id)
         .collect();
     let clean = d.is_clean() && checks.is_clean() && orphaned.is_empty();
+    // Where the lake lives, and whether its filesystem keeps locks per host
+    // (a note, not a fault: correctness never rests on the lock).
+    let mount = sluice::host::mounts::mount_of(lake.root());
+    let host_local = mount.as_ref().and_then(|m| m.host_local_locks());
     // Exit 1 when anything is found (after a repair: when anything
     // remains), so doctor can gate cron jobs and CI.
     let verdict = || -> anyhow::Result<()> {
@@ -70,6 +74,13 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
             "foreign": d.foreign,
             "integrity": checks,
             "orphaned_running_steps": orphaned,
+            "location": json!({
+                "path": lake.root(),
+                "filesystem": mount.as_ref().map(|m| m.fstype.clone()),
+                "mount_point": mount.as_ref().map(|m| m.point.clone()),
+                "source": mount.as_ref().map(|m| m.source.clone()),
+                "host_local_locks": host_local,
+            }),
         }))?)?;
         return verdict();
     }
@@ -89,8 +100,35 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
             orphaned.join(", ")
         ));
     }
+    out.push_str(&location_text(lake.root(), mount.as_ref(), host_local.as_deref()));
     print(out.trim_end())?;
     verdict()
+}
+
+/// Where the lake lives, and a note when its locks are host-local.
+fn location_text(
+    root: &Path,
+    mount: Option<&sluice::host::mounts::Mount>,
+    host_local: Option<&str>,
+) -> String {
+    let mut out = match mount {
+        Some(m) => format!(
+            "lake: {} ({} filesystem, {} mounted at {})\n",
+            root.display(),
+            m.fstype,
+            m.source,
+            m.point.display()
+        ),
+        None => format!("lake: {}\n", root.display()),
+    };
+    if let Some(why) = host_local {
+        out.push_str(&format!(
+            "note: {why}; the writer lock then keeps only this host's writers apart. \
+             Correctness does not depend on it (every commit is exactly the next Delta version); \
+             two hosts may at worst do the same work twice\n"
+        ));
+    }
+    out
 }
 
 fn repairs_text(r: &Repairs) -> String {

@@ -402,7 +402,15 @@ fn doctor_exit_status_says_whether_the_lake_is_clean() {
     let lake = Lake::new();
     lake.ok(&["init"]);
     lake.ok(&["put", "--type", "metric", "{\"loss\": 0.5}"]);
-    assert!(lake.doctor(&[])["clean"] == true);
+    let clean = lake.doctor(&[]);
+    assert!(clean["clean"] == true);
+    // It says where the lake lives (a local filesystem here: no lock note).
+    let location = &clean["location"];
+    assert!(location["filesystem"].as_str().is_some_and(|f| !f.is_empty()), "{clean}");
+    assert!(location["host_local_locks"].is_null(), "{clean}");
+    let text = lake.ok(&["doctor"]);
+    let last = text.lines().last().unwrap_or_default();
+    assert!(last.starts_with(&format!("lake: {}", lake.root.display())), "{text}");
     let metrics = lake.root.join("artifacts/metrics");
     let lost =
         walk_files(&metrics).into_iter().find(|p| p.extension().is_some_and(|e| e == "parquet"));

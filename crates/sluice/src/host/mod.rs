@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 mod memory;
+pub mod mounts;
 
 pub use memory::{Ceiling, memory_ceiling, memory_limit};
 
