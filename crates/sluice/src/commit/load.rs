@@ -261,19 +261,21 @@ fn read_parquet(
     name: &str,
     footprint: &mut Footprint,
 ) -> Result<(Arc<Schema>, Vec<RecordBatch>), Rejection> {
-    let bad = |e: &dyn std::fmt::Display| Rejection {
-        file: Some(name.into()),
-        reason: format!("unreadable Parquet: {e}"),
-    };
-    let mut file = File::open(path).map_err(|e| bad(&e))?;
-    let size = file.metadata().map_err(|e| bad(&e))?.len();
+    let bad = |e: std::io::Error| unreadable(name, &e);
+    let mut file = File::open(path).map_err(bad)?;
+    let size = file.metadata().map_err(bad)?.len();
     if size <= READ_WHOLE {
         let mut data = Vec::with_capacity(size as usize);
-        file.read_to_end(&mut data).map_err(|e| bad(&e))?;
+        file.read_to_end(&mut data).map_err(bad)?;
         decode_parquet(bytes::Bytes::from(data), name, footprint)
     } else {
         decode_parquet(file, name, footprint)
     }
+}
+
+/// Why a staged file cannot be read.
+fn unreadable(name: &str, error: &dyn std::fmt::Display) -> Rejection {
+    Rejection { file: Some(name.into()), reason: format!("unreadable Parquet: {error}") }
 }
 
 /// Decode Parquet from `input`, its footer read once: binary columns are
@@ -283,10 +285,7 @@ fn decode_parquet<R: ChunkReader + 'static>(
     name: &str,
     footprint: &mut Footprint,
 ) -> Result<(Arc<Schema>, Vec<RecordBatch>), Rejection> {
-    let bad = |e: ParquetError| Rejection {
-        file: Some(name.into()),
-        reason: format!("unreadable Parquet: {e}"),
-    };
+    let bad = |e: ParquetError| unreadable(name, &e);
     let plain = ArrowReaderMetadata::load(&input, ArrowReaderOptions::new()).map_err(bad)?;
     footprint.add(plain.metadata())?;
     let declared = plain.schema().clone();
@@ -317,7 +316,9 @@ fn check_schema(spec: &TableSpec, schema: &Schema, file: &str) -> Result<(), Rej
         };
         let expected = column.column_type.arrow_type();
         if field.data_type() != &expected {
-            // In the words of sluice's column types where one matches.
+            // In the words of sluice's column types where one matches; an
+            // Arrow type none matches (`LargeUtf8`) keeps its exact name, so
+            // the message never reads "string but … stores string".
             let found = crate::artifact::value::ColumnType::ALL
                 .into_iter()
                 .find(|t| &t.arrow_type() == field.data_type())

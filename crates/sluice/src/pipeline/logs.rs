@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::layout::{self, TableSpec};
 use crate::lake::scan::{self, Select, text_column};
+use crate::lake::snapshot::LakeSnapshot;
 
 /// One unit's record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -84,8 +85,12 @@ pub async fn logs(lake: &Lake, request: &LogsRequest) -> Result<Vec<UnitLog>> {
     } else {
         filter.and(scan::equals("success", false))
     };
+    // One point of the lake for both reads: a unit and its inputs as of
+    // the same lake version.
+    let point = lake.read_point().await?;
     let batches = read(
         lake,
+        &point,
         &layout::executions_table(),
         &[
             "execution_run_id",
@@ -112,9 +117,9 @@ pub async fn logs(lake: &Lake, request: &LogsRequest) -> Result<Vec<UnitLog>> {
             target.unwrap_or_default()
         )));
     }
+    // (An execution has one row: two rows are two executions.)
     if let [one, two, ..] = units.as_slice()
         && matching.is_empty()
-        && one.execution_run_id != two.execution_run_id
     {
         return Err(Error::InvalidInput(format!(
             "execution id prefix `{}` matches several executions ({}, {}, …); give more of the id",
@@ -123,7 +128,7 @@ pub async fn logs(lake: &Lake, request: &LogsRequest) -> Result<Vec<UnitLog>> {
             two.execution_run_id
         )));
     }
-    add_inputs(lake, &mut units).await?;
+    add_inputs(lake, &point, &mut units).await?;
     Ok(units)
 }
 
@@ -166,19 +171,19 @@ fn execution_filter(prefix: &str) -> Result<Expr> {
     Ok(scan::starts_with("execution_run_id", &prefix.to_ascii_lowercase()))
 }
 
-/// The rows of a table at the lake's current point (none before it exists).
+/// The rows of a table at `point` (none before the table exists).
 async fn read(
     lake: &Lake,
+    point: &LakeSnapshot,
     spec: &TableSpec,
     columns: &[&str],
     filter: Expr,
 ) -> Result<Vec<RecordBatch>> {
-    let point = lake.read_point().await?;
-    let Some(handle) = lake.read_table(spec, &point).await? else { return Ok(Vec::new()) };
+    let Some(handle) = lake.read_table(spec, point).await? else { return Ok(Vec::new()) };
     Select::columns(scan::columns(columns)).filter(filter).collect(&handle, &spec.name).await
 }
 
-/// Step run id → (number, name), over every run.
+/// Step run id → step name, over every run.
 fn step_names(runs: &[RunState]) -> BTreeMap<String, String> {
     runs.iter()
         .flat_map(|r| r.steps.iter())
@@ -219,7 +224,7 @@ fn unit_rows(batch: &RecordBatch, names: &BTreeMap<String, String>) -> Result<Ve
 }
 
 /// Fill in each unit's inputs from `execution_edges`.
-async fn add_inputs(lake: &Lake, units: &mut [UnitLog]) -> Result<()> {
+async fn add_inputs(lake: &Lake, point: &LakeSnapshot, units: &mut [UnitLog]) -> Result<()> {
     if units.is_empty() {
         return Ok(());
     }
@@ -228,6 +233,7 @@ async fn add_inputs(lake: &Lake, units: &mut [UnitLog]) -> Result<()> {
         .and(scan::equals("direction", crate::records::Direction::Input.as_str()));
     let batches = read(
         lake,
+        point,
         &layout::execution_edges_table(),
         &["execution_run_id", "role", "artifact_id"],
         filter,

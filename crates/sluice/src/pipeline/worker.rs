@@ -42,14 +42,17 @@ pub async fn execute_unit(
 ) -> Result<UnitReport> {
     let started = now_micros();
     let clock = Instant::now();
-    let (outcome, tool_output) = run_operation(lake, operations, job).await;
+    let (outcome, tool_output, loaded) = run_operation(lake, operations, job).await;
     let (produced, error) = match outcome {
         Ok(produced) => (Some(produced), None),
         // A failure says what the unit was given, by name where the inputs
-        // have one (read again: failures are rare, and the operation may
-        // not have read them).
+        // have one: from the inputs the operation loaded, else read (only
+        // their names matter, and failures are rare).
         Err(error) => {
-            let names = input_names(lake, &job.unit).await;
+            let names = match loaded {
+                Some(inputs) => names_of(inputs.values().flatten()),
+                None => input_names(lake, &job.unit).await,
+            };
             (None, Some(with_inputs(error.to_string(), &job.unit, &names)))
         }
     };
@@ -109,13 +112,13 @@ pub fn stage_failure(
     Ok(())
 }
 
-/// Run a unit's operation: its results (or why there are none) and the
-/// tail of what its tool printed.
-async fn run_operation(
-    lake: &Lake,
-    operations: &Operations,
-    job: &UnitJob,
-) -> (Result<Produced>, Option<String>) {
+/// What running a unit gave: its results (or why there are none), the tail
+/// of what its tool printed, and — when it failed after loading them — its
+/// input artifacts.
+type Ran = (Result<Produced>, Option<String>, Option<BTreeMap<String, Vec<Artifact>>>);
+
+/// Run a unit's operation (see [`Ran`]).
+async fn run_operation(lake: &Lake, operations: &Operations, job: &UnitJob) -> Ran {
     let prepared = async {
         let op = operations.get(&job.step.operation)?;
         let inputs =
@@ -129,24 +132,27 @@ async fn run_operation(
     };
     let (op, inputs, work_dir) = match prepared.await {
         Ok(prepared) => prepared,
-        Err(e) => return (Err(e), None),
+        Err(e) => return (Err(e), None, None),
     };
+    let loaded = op.needs_content();
     let ctx = UnitContext::new(job, inputs, work_dir.clone(), lake.clone());
     let registry = lake.registry().clone();
     let step_number = job.step_number;
     let result = tokio::task::spawn_blocking(move || {
         let result = op.run(&ctx);
         let tool_output = ctx.take_tool_output();
-        (result.and_then(|outputs| finalize(outputs, &registry, step_number)), tool_output)
+        let result = result.and_then(|outputs| finalize(outputs, &registry, step_number));
+        let inputs = (result.is_err() && loaded).then_some(ctx.inputs);
+        (result, tool_output, inputs)
     })
     .await;
     let _ = std::fs::remove_dir_all(&work_dir);
     match result {
         Ok(ran) => ran,
         Err(e) if e.is_panic() => {
-            (Err(Error::operation(&job.step.operation, "the operation panicked")), None)
+            (Err(Error::operation(&job.step.operation, "the operation panicked")), None, None)
         }
-        Err(e) => (Err(Error::task(format!("operation `{}`", job.step.operation), e)), None),
+        Err(e) => (Err(Error::task(format!("operation `{}`", job.step.operation), e)), None, None),
     }
 }
 
@@ -284,9 +290,13 @@ async fn input_names(
 ) -> BTreeMap<ArtifactId, String> {
     let ids: Vec<ArtifactId> = unit.inputs.values().flatten().take(64).copied().collect();
     let Ok(found) = lake.get_many(&ids).await else { return BTreeMap::new() };
-    found
-        .into_iter()
-        .filter_map(|(id, a)| a.field("original_name").as_str().map(|n| (id, n.to_owned())))
+    names_of(found.values())
+}
+
+/// Id → original name of the artifacts that have one.
+fn names_of<'a>(artifacts: impl Iterator<Item = &'a Artifact>) -> BTreeMap<ArtifactId, String> {
+    artifacts
+        .filter_map(|a| a.field("original_name").as_str().map(|n| (a.id, n.to_owned())))
         .collect()
 }
 
