@@ -23,7 +23,12 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
         true => Some(Repairs {
             journal: sluice::commit::doctor::repair_journal(&lake).await?,
             integrity: integrity::repair(&lake).await?,
-            steps_closed: sluice::pipeline::steps_log::close_abandoned(&lake).await?,
+            steps_closed: sluice::pipeline::steps_log::close_abandoned(&lake, None)
+                .await?
+                .rows
+                .into_iter()
+                .map(|r| r.step_run_id)
+                .collect(),
         }),
         false => None,
     };

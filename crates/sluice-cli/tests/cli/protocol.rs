@@ -40,12 +40,11 @@ fn count(lake: &Lake, sql: &str) -> i64 {
     rows[0].as_object().unwrap().values().next().unwrap().as_i64().unwrap()
 }
 
-/// Start `sluice restore --to 1` pausing `pause` before each table, wait
-/// until its `started` row is journaled and `tables_done` pauses have
-/// passed, then SIGKILL it.
-fn kill_restore_midway(lake: &Lake, pause: Duration, tables_done: u32) {
+/// Start `sluice restore --to VERSION` pausing `pause` before each table;
+/// returns once its `started` row is journaled.
+fn spawn_restore(lake: &Lake, to: u32, pause: Duration) -> std::process::Child {
     let before = journal_versions(&lake.root);
-    let mut command = lake.command(&["restore", "--to", "1"]);
+    let mut command = lake.command(&["restore", "--to", &to.to_string()]);
     command.env("SLUICE_RESTORE_PAUSE_MS", pause.as_millis().to_string());
     let mut child = spawn_quiet(&mut command);
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -54,10 +53,30 @@ fn kill_restore_midway(lake: &Lake, pause: Duration, tables_done: u32) {
         assert!(Instant::now() < deadline, "the restore never journaled");
         std::thread::sleep(Duration::from_millis(5));
     }
-    std::thread::sleep(pause * tables_done + pause / 2);
+    child
+}
+
+/// SIGKILL a restore started `started` ago by [`spawn_restore`] once
+/// `tables_done` pauses have passed.
+fn kill_restore_after(
+    mut child: std::process::Child,
+    started: Instant,
+    pause: Duration,
+    tables_done: u32,
+) {
+    let kill_at = started + pause * tables_done + pause / 2;
+    std::thread::sleep(kill_at.saturating_duration_since(Instant::now()));
     assert!(child.try_wait().unwrap().is_none(), "the restore finished before the kill");
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// Start `sluice restore --to 1` pausing `pause` before each table, wait
+/// until its `started` row is journaled and `tables_done` pauses have
+/// passed, then SIGKILL it.
+fn kill_restore_midway(lake: &Lake, pause: Duration, tables_done: u32) {
+    let child = spawn_restore(lake, 1, pause);
+    kill_restore_after(child, Instant::now(), pause, tables_done);
 }
 
 #[test]
@@ -761,4 +780,111 @@ fn ingestion_is_not_held_by_a_live_restore_and_settles_a_dead_one() {
     assert_eq!(count(&lake, "SELECT count(*) FROM trips"), 20);
     assert_eq!(dump(&lake.root).1, 0, "duplicate keys");
     lake.ok(&["commit"]);
+}
+
+/// A pipeline whose second step waits, so its orchestrator can be killed
+/// with the step `running`.
+fn waiting_pipeline(marker: &Path) -> String {
+    format!(
+        r#"name = "waits"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 2, rows = 3 }}
+
+[[step]]
+name = "wait"
+operation = "command"
+command = ["sh", "-c", 'touch {}; sleep 60']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+"#,
+        marker.display()
+    )
+}
+
+const QUICK_PIPELINE: &str = r#"name = "quick"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 3, rows = 2 }
+"#;
+
+/// A step row is written by a writer of the protocol: `status` recording a
+/// dead orchestrator's step as abandoned, after a restore was killed
+/// midway, settles the restore before it writes — else the restore's
+/// finish undoes the row, as it undid a put's index row. While a restore
+/// runs, `status` does not wait for it: it shows the step abandoned and
+/// leaves the row to a later writer.
+#[test]
+fn a_step_row_is_never_undone_by_a_restore_it_met() {
+    let lake = three_versions();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("waiting");
+    let waits = dir.path().join("waits.toml");
+    std::fs::write(&waits, waiting_pipeline(&marker)).unwrap();
+    let quick = dir.path().join("quick.toml");
+    std::fs::write(&quick, QUICK_PIPELINE).unwrap();
+
+    // Lake version 4: the waiting run's `gen`; its `wait` step is running.
+    let mut command = lake.command(&["run", waits.to_str().unwrap()]);
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut orchestrator = spawn_quiet(&mut command);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the waiting step never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Lake version 5 holds that `running` row; the quick run after it
+    // (version 6) is what a restore to 5 undoes.
+    stage_mixed(&lake, &lake.root.join("referenced-files"), 10, 1, 0.0, 45, 4, 1);
+    lake.ok(&["commit"]);
+    lake.ok(&["run", quick.to_str().unwrap()]);
+    let group = format!("-{}", orchestrator.id());
+    assert!(
+        std::process::Command::new("kill").args(["-9", "--", &group]).status().unwrap().success()
+    );
+    orchestrator.wait().unwrap();
+    let steps_row = |status: &str| {
+        count(
+            &lake,
+            &format!("SELECT count(*) FROM steps WHERE status = '{status}' AND step_name = 'wait'"),
+        )
+    };
+    assert_eq!(steps_row("running"), 1);
+    let rows = crate::json_lines(&lake.ok(&[
+        "sql",
+        "--format",
+        "ndjson",
+        "SELECT pipeline_run_id FROM steps WHERE step_name = 'wait'",
+    ]));
+    let run = rows[0]["pipeline_run_id"].as_str().unwrap().to_owned();
+
+    // While a restore runs, `status` shows the step abandoned at once and
+    // writes nothing.
+    let pause = Duration::from_millis(1500);
+    let started = Instant::now();
+    let restore = spawn_restore(&lake, 5, pause);
+    let shown = lake.ok(&["status", &run]);
+    assert!(started.elapsed() < pause * 2, "status waited for the restore");
+    assert!(shown.contains("abandoned"), "{shown}");
+    kill_restore_after(restore, started, pause, 2);
+    assert!(journal(&lake.root).unfinished().iter().any(|e| e.is_restore()));
+
+    // After the kill, `status` settles the restore, then records the row.
+    let shown = lake.ok(&["status", &run]);
+    assert!(shown.contains("abandoned"), "{shown}");
+    assert!(journal(&lake.root).unfinished().is_empty(), "status left the restore unfinished");
+    lake.ok(&["recover"]);
+    assert_eq!(steps_row("abandoned"), 1, "the abandoned row was undone");
+    assert_eq!(steps_row("running"), 1);
+    // The restore was carried out whole: the quick run is undone.
+    assert_eq!(
+        count(
+            &lake,
+            "SELECT count(*) FROM steps WHERE step_name = 'gen' AND metadata LIKE '%quick%'"
+        ),
+        0
+    );
+    assert_eq!(dump(&lake.root).1, 0, "duplicate keys");
 }

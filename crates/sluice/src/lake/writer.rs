@@ -1,9 +1,9 @@
 //! The writer protocol: the one entry every operation that changes the
 //! lake passes through.
 //!
-//! A put, a pipeline commit, `restore`, `compact`, `vacuum`, `checkpoint`
-//! and `doctor --repair` all begin with [`Lake::writer`]`(kind).begin()`,
-//! which
+//! A put, a pipeline commit, a step's row in the steps table, `restore`,
+//! `compact`, `vacuum`, `checkpoint` and `doctor --repair` all begin with
+//! [`Lake::writer`]`(kind).begin()`, which
 //!
 //! 1. takes the writer lock — a courtesy that keeps two writers from doing
 //!    the same work twice, never what correctness rests on (a lake on
@@ -22,12 +22,11 @@
 //! Journaled writers (commit sequences, restores) are ordered by the
 //! journal itself: each claim is exactly the journal's next version and is
 //! refused while a restore is unfinished, so a sequence and a restore
-//! never overlap. Writers that do not journal (a put) ask
-//! [`Writer::restore_claimed_since`] after their last commit: if a restore
-//! was claimed since they settled, it may have undone part of what they
-//! wrote, so they settle again and write again — their writes are
-//! idempotent, and a write acknowledged is then wholly before or wholly
-//! after every restore. docs/ARCHITECTURE.md, "The writer protocol", states
+//! never overlap. Writers that do not journal (a put, a step's row) ask
+//! [`Writer::wrote_whole`] after their last commit: if a restore was
+//! claimed since they settled, it may have undone part of what they wrote,
+//! so they settle it and write again — their writes are idempotent, and a
+//! write acknowledged is then wholly before or wholly after every restore. docs/ARCHITECTURE.md, "The writer protocol", states
 //! the whole rule.
 //!
 //! Ingestion's writers (an ingest run's flushes, a transform, `ingest
@@ -73,6 +72,9 @@ pub enum WriteKind {
     /// An ingest run's flushes, a transform, `ingest dedup`: ingestion
     /// tables only (no lock; see [the module](self)).
     Ingest,
+    /// A step's state row (`running`, `completed`, `abandoned`…) in the
+    /// steps table, which restores cover.
+    Step,
 }
 
 /// How a writer begins; see [`Lake::writer`].
@@ -97,6 +99,8 @@ pub struct Writer {
     settled_at: Option<u64>,
     /// Restores this writer settled.
     settled: Vec<Settled>,
+    /// Restores claimed while this writer wrote (see [`Writer::wrote_whole`]).
+    restores_met: u32,
 }
 
 impl Lake {
@@ -135,23 +139,52 @@ impl WriteBuilder<'_> {
             stale_after: self.stale_after,
             settled_at: None,
             settled: Vec::new(),
+            restores_met: 0,
         };
         writer.settle(self.lake).await?;
         Ok(writer)
     }
 }
 
+/// Restores a writer that does not journal meets while it writes before it
+/// gives up.
+const MAX_RESTORES_MET: u32 = 8;
+
 impl Writer {
+    /// Whether what this writer wrote since it last settled stands whole:
+    /// `false` when a restore was claimed meanwhile (it may have undone part
+    /// of it), which this call settles — the writer then writes again
+    /// (its writes are idempotent). The protocol for writers that do not
+    /// journal (a put, a step row): what they wrote is then wholly before
+    /// every restore or wholly after it. After a writer met
+    /// `MAX_RESTORES_MET` restores, an error naming `table`.
+    pub async fn wrote_whole(&mut self, lake: &Lake, table: &str) -> Result<bool> {
+        if !self.restore_claimed_since(lake).await? {
+            return Ok(true);
+        }
+        self.restores_met += 1;
+        if self.restores_met > MAX_RESTORES_MET {
+            return Err(Error::Contention {
+                table: table.to_owned(),
+                attempts: MAX_RESTORES_MET as usize,
+            });
+        }
+        tracing::info!(
+            writer = ?self.kind,
+            "a restore was claimed while this writer wrote; settling it and writing again"
+        );
+        self.settle(lake).await?;
+        Ok(false)
+    }
+
     /// Restores this writer found unfinished and settled.
     pub fn settled(&self) -> &[Settled] {
         &self.settled
     }
 
     /// Whether a restore was claimed after this writer last settled: what
-    /// it wrote since may have been undone in part. A writer that does not
-    /// journal asks after its last commit and, on `true`, calls
-    /// [`Writer::settle`] and writes again.
-    pub async fn restore_claimed_since(&self, lake: &Lake) -> Result<bool> {
+    /// it wrote since may have been undone in part.
+    async fn restore_claimed_since(&self, lake: &Lake) -> Result<bool> {
         if !journal_exists(lake.root()) {
             return Ok(false);
         }
@@ -237,6 +270,7 @@ pub async fn ingestion(root: &Path) -> Result<Writer> {
             stale_after: DEFAULT_STALE_AFTER,
             settled_at: None,
             settled: Vec::new(),
+            restores_met: 0,
         });
     }
     let lake = Lake::open(root).await?;

@@ -145,10 +145,10 @@ impl RunBuilder<'_> {
                 "recovered staging left by an earlier run"
             );
         }
-        let abandoned = super::steps_log::close_abandoned(self.lake).await?;
-        if !abandoned.is_empty() {
+        let abandoned = super::steps_log::close_abandoned(self.lake, None).await?;
+        if !abandoned.rows.is_empty() {
             tracing::warn!(
-                steps = abandoned.len(),
+                steps = abandoned.rows.len(),
                 "steps left running by a dead orchestrator were recorded as abandoned"
             );
         }

@@ -1,6 +1,7 @@
 //! What `sluice status` and `sluice runs` show, read from the steps table.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -103,10 +104,15 @@ fn overall(steps: &[StepState]) -> StepStatus {
 }
 
 /// Every run, newest first. Steps whose orchestrator died are recorded as
-/// abandoned first.
+/// abandoned first when the writer lock is free (else shown abandoned and
+/// left for the next writer to record: reading never waits behind a
+/// commit).
 pub async fn runs(lake: &Lake) -> Result<Vec<RunState>> {
-    steps_log::close_abandoned(lake).await?;
-    let rows = steps_log::read(lake, None).await?;
+    let abandoned = steps_log::close_abandoned(lake, Some(Duration::ZERO)).await?;
+    let mut rows = steps_log::read(lake, None).await?;
+    if !abandoned.recorded {
+        rows.extend(abandoned.rows);
+    }
     let mut by_run: BTreeMap<&str, Vec<&StepRecord>> = BTreeMap::new();
     for row in &rows {
         by_run.entry(row.pipeline_run_id.as_str()).or_default().push(row);

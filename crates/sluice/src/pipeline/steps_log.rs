@@ -8,7 +8,9 @@
 //! skips the step can wire its outputs downstream without any other lookup.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
+use deltalake::DeltaTable;
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::datafusion::prelude::Expr;
 use serde::{Deserialize, Serialize};
@@ -16,7 +18,10 @@ use serde::{Deserialize, Serialize};
 use crate::artifact::arrow_convert::{build_array, read_value};
 use crate::artifact::{ArtifactId, FieldValue, canonical_json};
 use crate::error::{Error, Result};
+use crate::lake::append::Append;
+use crate::lake::layout::TableSpec;
 use crate::lake::scan::{self, Select};
+use crate::lake::writer::{WriteKind, Writer};
 use crate::lake::{Lake, layout, table};
 
 /// A step's state.
@@ -142,20 +147,54 @@ impl StepRecord {
     }
 }
 
-/// Append one row.
+/// Append one row, through the writer protocol ([`crate::lake::writer`]):
+/// it waits for the writer lock, settles any unfinished restore first, and
+/// is written again should a restore claimed meanwhile have undone it — a
+/// restore covers the steps table, so a row written between two of its
+/// table commits would otherwise vanish.
 pub async fn append(lake: &Lake, record: &StepRecord) -> Result<()> {
+    let mut writer = lake.writer(WriteKind::Step).begin().await?;
+    append_as(lake, &mut writer, record).await
+}
+
+/// Append `record` as `writer`: exactly the table's next version; on a
+/// second attempt (a restore met) only when the restore removed it.
+async fn append_as(lake: &Lake, writer: &mut Writer, record: &StepRecord) -> Result<()> {
     let spec = layout::steps_table();
-    let handle = table::open(lake.root(), &spec).await?;
-    let schema = table::arrow_schema(&handle, &spec)?;
+    if !table::is_table(&table::table_dir(lake.root(), &spec)) {
+        table::ensure(lake.root(), &spec).await?;
+    }
+    let mut again = false;
+    loop {
+        if !again || !is_recorded(lake, record).await? {
+            let handle = table::open(lake.root(), &spec).await?;
+            let batch = row_batch(&handle, &spec, record)?;
+            Append::new(lake.root(), &spec, vec![batch]).execute().await?;
+        }
+        if writer.wrote_whole(lake, &spec.name).await? {
+            return Ok(());
+        }
+        again = true;
+    }
+}
+
+/// Whether the steps table holds `record` (its natural key: step run,
+/// status, time).
+async fn is_recorded(lake: &Lake, record: &StepRecord) -> Result<bool> {
+    let filter = scan::equals("step_run_id", record.step_run_id.as_str())
+        .and(scan::equals("status", record.status.as_str()));
+    let rows = read(lake, Some(filter)).await?;
+    Ok(rows.iter().any(|r| r.timestamp == record.timestamp))
+}
+
+fn row_batch(handle: &DeltaTable, spec: &TableSpec, record: &StepRecord) -> Result<RecordBatch> {
+    let schema = table::arrow_schema(handle, spec)?;
     let mut columns = Vec::new();
     for field in schema.fields() {
         let value = record.value(field.name())?;
         columns.push(build_array(&spec.name, field, std::iter::once(&value))?);
     }
-    let batch = RecordBatch::try_new(schema, columns)
-        .map_err(|e| Error::arrow("building a steps row", e))?;
-    table::append(handle, &spec, vec![batch]).await?;
-    Ok(())
+    RecordBatch::try_new(schema, columns).map_err(|e| Error::arrow("building a steps row", e))
 }
 
 const COLUMNS: [&str; 15] = [
@@ -265,20 +304,55 @@ pub async fn orphaned_running(lake: &Lake) -> Result<Vec<StepRecord>> {
         .collect())
 }
 
-/// Record `abandoned` for every step [`orphaned_running`] finds. Returns the
-/// step runs closed.
-pub async fn close_abandoned(lake: &Lake) -> Result<Vec<String>> {
-    let mut closed = Vec::new();
-    for row in orphaned_running(lake).await? {
-        let owner = row.metadata.get("owner").and_then(serde_json::Value::as_str).unwrap_or("?");
-        let mut ended = row.clone();
-        ended.status = StepStatus::Abandoned;
-        ended.timestamp = chrono::Utc::now().timestamp_micros();
-        ended.error = Some(format!("its orchestrator ({owner}) died while the step ran"));
-        append(lake, &ended).await?;
-        closed.push(row.step_run_id.clone());
+/// Steps a dead orchestrator left running, ended `abandoned`.
+#[derive(Debug, Clone, Default)]
+pub struct Abandoned {
+    /// The `abandoned` rows, one per step run.
+    pub rows: Vec<StepRecord>,
+    /// Whether they are in the steps table (`false`: the writer could not
+    /// begin within the wait asked for).
+    pub recorded: bool,
+}
+
+/// End `abandoned` every step [`orphaned_running`] finds. With `wait`
+/// `None` the rows are recorded, waiting for the writer lock as long as it
+/// takes; with `Some(limit)` a writer that cannot begin within it (the
+/// lock held, a restore running) leaves them unrecorded — a reader such as
+/// `status` shows them without waiting behind a long commit, and the next
+/// writer records them.
+pub async fn close_abandoned(lake: &Lake, wait: Option<Duration>) -> Result<Abandoned> {
+    let rows: Vec<StepRecord> = orphaned_running(lake)
+        .await?
+        .into_iter()
+        .map(|row| {
+            let owner = row.metadata.get("owner").and_then(serde_json::Value::as_str);
+            let error =
+                format!("its orchestrator ({}) died while the step ran", owner.unwrap_or("?"));
+            StepRecord {
+                status: StepStatus::Abandoned,
+                timestamp: chrono::Utc::now().timestamp_micros(),
+                error: Some(error),
+                ..row
+            }
+        })
+        .collect();
+    if rows.is_empty() {
+        return Ok(Abandoned { rows, recorded: true });
     }
-    Ok(closed)
+    let mut writer = match lake.writer(WriteKind::Step).lock_wait(wait).begin().await {
+        Ok(writer) => writer,
+        Err(e @ (Error::LockTimeout { .. } | Error::RestoreInProgress { .. }))
+            if wait.is_some() =>
+        {
+            tracing::debug!(error = %e, "steps left running by a dead orchestrator are not recorded abandoned yet");
+            return Ok(Abandoned { rows, recorded: false });
+        }
+        Err(e) => return Err(e),
+    };
+    for row in &rows {
+        append_as(lake, &mut writer, row).await?;
+    }
+    Ok(Abandoned { rows, recorded: true })
 }
 
 /// The latest `completed` row of a step spec with no failed units: the

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::artifact::{Artifact, ArtifactId};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::lake::append::{self, Append, Dedup};
 use crate::lake::layout::{self, TableSpec};
 use crate::lake::tip::Tip;
@@ -11,9 +11,6 @@ use crate::lake::writer::WriteKind;
 use crate::lake::{Lake, table};
 
 use crate::store::rows;
-
-/// Restores a put meets while it writes before it gives up.
-const MAX_RESTORES_MET: usize = 8;
 
 /// The commit metadata key that names the put a content or index commit
 /// belongs to: `recover` finishes a put whose content commits carry a token
@@ -45,17 +42,12 @@ impl Lake {
     /// again, so an acknowledged put is never half undone by a restore.
     pub async fn put(&self, artifacts: &[Artifact]) -> Result<PutReport> {
         let mut writer = self.writer(WriteKind::Put).begin().await?;
-        for _ in 0..MAX_RESTORES_MET {
+        loop {
             let report = self.put_once(artifacts).await?;
-            if !writer.restore_claimed_since(self).await? {
+            if writer.wrote_whole(self, "index").await? {
                 return Ok(report);
             }
-            tracing::info!(
-                "a restore was claimed while this put wrote; settling it and putting again"
-            );
-            writer.settle(self).await?;
         }
-        Err(Error::Contention { table: "index".into(), attempts: MAX_RESTORES_MET })
     }
 
     async fn put_once(&self, artifacts: &[Artifact]) -> Result<PutReport> {
