@@ -47,17 +47,28 @@ fn sql_text(error: &DataFusionError) -> String {
 pub(crate) fn types_in_words(text: &str) -> String {
     let simple = |word: &str| -> Option<&'static str> {
         Some(match word {
-            "Utf8" | "LargeUtf8" | "Utf8View" => "string",
+            // Types sluice's schemas name as they do; the others keep a
+            // name of their own, so two types never read the same.
+            "Utf8" => "string",
+            "LargeUtf8" => "large string",
+            "Utf8View" => "string view",
             "Int8" => "int8",
             "Int16" => "int16",
             "Int32" => "int32",
             "Int64" => "int64",
-            "UInt8" | "UInt16" | "UInt32" | "UInt64" => "unsigned integer",
-            "Float16" | "Float32" => "float32",
+            "UInt8" => "uint8",
+            "UInt16" => "uint16",
+            "UInt32" => "uint32",
+            "UInt64" => "uint64",
+            "Float16" => "float16",
+            "Float32" => "float32",
             "Float64" => "float64",
             "Boolean" => "bool",
-            "Date32" | "Date64" => "date",
-            "Binary" | "LargeBinary" | "BinaryView" => "binary",
+            "Date32" => "date",
+            "Date64" => "date64",
+            "Binary" => "binary",
+            "LargeBinary" => "large binary",
+            "BinaryView" => "binary view",
             _ => return None,
         })
     };
@@ -176,6 +187,11 @@ mod tests {
         assert_eq!(types_in_words("Utf8able Int64x (Utf8)"), "Utf8able Int64x (string)");
         let e = DataFusionError::Plan("Cannot cast Utf8 to Boolean".into());
         assert_eq!(sql(&e), "SQL: Cannot cast string to bool");
+        // Two types never read the same.
+        assert_eq!(
+            types_in_words("Cannot cast Utf8View to Utf8, LargeUtf8 or UInt32"),
+            "Cannot cast string view to string, large string or uint32"
+        );
     }
 
     #[test]
