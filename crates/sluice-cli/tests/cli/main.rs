@@ -20,6 +20,7 @@ mod pipeline;
 mod protocol;
 mod restore;
 mod slurm;
+mod terminal;
 
 /// How many trials, kills or rounds a kill or race loop runs: `var` when
 /// set; otherwise `full` under `SLUICE_TEST_DEPTH=full` (what `.ci/run`

@@ -41,8 +41,8 @@ impl WriterLock {
     }
 
     /// Wait until the lock is free, at most `limit` (`None`: no limit),
-    /// polling without blocking the runtime. While waiting it says once, on
-    /// stderr, who holds the lock.
+    /// polling without blocking the runtime. While waiting it warns once
+    /// who holds the lock.
     pub(crate) async fn wait_at_most(lake_root: &Path, limit: Option<Duration>) -> Result<Self> {
         if std::env::var_os(NO_LOCK_ENV).is_some_and(|v| v == "1") {
             return Ok(WriterLock(None));
@@ -62,12 +62,13 @@ impl WriterLock {
                         return Err(Error::LockTimeout { path, holder, waited: started.elapsed() });
                     }
                     if !told {
-                        eprintln!(
+                        // A warning, not a print: the CLI shows it above its
+                        // progress bars, never inside one.
+                        tracing::warn!(
                             "waiting for the lake's writer lock {} (held by {holder}); \
                              Ctrl-C to stop, --wait <seconds> to give up after a while",
                             path.display()
                         );
-                        tracing::info!(lock = %path.display(), %holder, "waiting for the writer lock");
                         told = true;
                     }
                     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -211,8 +211,10 @@ async fn wait_for_queue(
                 failures += 1;
                 let since = *failing_since.get_or_insert_with(std::time::Instant::now);
                 if failures == 1 || failures.is_multiple_of(10) {
-                    tracing::warn!(job = %array.job_id, failures, error = %e, "squeue failed; retrying");
-                    eprintln!("warning: squeue failed ({failures} in a row), retrying: {e}");
+                    tracing::warn!(
+                        job = %array.job_id,
+                        "squeue failed ({failures} in a row), retrying: {e}"
+                    );
                 }
                 if failures >= 3 && all_tasks_final(array).await {
                     return Ok(cancelled);
