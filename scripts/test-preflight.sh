@@ -13,6 +13,11 @@ if ! bash "$(dirname "$0")/azurite.sh" check; then
   echo "           Start it with \`bash scripts/azurite.sh up\`, as .ci/run does."
   skips=1
 fi
+if ! bash "$(dirname "$0")/moto.sh" check; then
+  echo "make test: the moto S3 server is not running: the 2 S3 tests (crates/sluice/tests/it/s3.rs) will be skipped."
+  echo "           Start it with \`bash scripts/moto.sh up\`, as .ci/run does."
+  skips=1
+fi
 if [ ! -x "${SLUICE_PYTHON:-}" ]; then
   echo "make test: no Python readers (SLUICE_PYTHON): the interop check will be skipped (make python)."
   skips=1

@@ -213,6 +213,16 @@ pub enum Error {
         message: String,
     },
 
+    /// An object-store request failed (after object_store's own retries).
+    #[error("object store: {what}: {source}")]
+    Store {
+        /// The request and the object it was for.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: object_store::Error,
+    },
+
     /// An Azure Storage request failed.
     #[error("Azure: {what}: {message}")]
     Azure {

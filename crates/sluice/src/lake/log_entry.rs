@@ -14,11 +14,91 @@
 //! unique per attempt, and matching no Delta log file pattern, so readers
 //! (delta-rs, Spark, DuckDB) skip one left by a crash between the write and
 //! the unlink.
+//!
+//! On an object store the same guarantee is a conditional put
+//! ([`put_if_absent`]: `PutMode::Create`, S3's and Azure's
+//! `If-None-Match: *`). There a request can fail *after* it succeeded — a
+//! retried put is answered 412 or 409 for its own first write, a timeout
+//! or a 5xx comes after the object was stored — so a failed put decides
+//! nothing: the entry is read, and it is ours exactly when it holds our
+//! bytes (every entry carries its own commit time and operation id).
 
 use std::io;
 use std::path::{Path, PathBuf};
 
+use object_store::path::Path as StorePath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload};
+
 use crate::error::{Error, Result};
+
+/// How many times a log entry whose put failed, and which reading shows
+/// absent, is put again before the failure is reported.
+const PUT_ATTEMPTS: usize = 4;
+
+/// The location of a version's log entry in a store rooted at its table.
+pub fn entry_location(version: u64) -> StorePath {
+    StorePath::from(format!("_delta_log/{version:020}.json"))
+}
+
+/// Create `location` on `store` with `bytes` unless it exists: `Ok(true)`
+/// when this call created it, `Ok(false)` when another writer had. A put
+/// that fails is settled by reading the entry, never guessed (see [the
+/// module](self)): our bytes → ours; other bytes → theirs; absent → put
+/// again. Only a refusal that cannot have stored anything (permission,
+/// credentials, an unsupported request) is reported without reading.
+pub async fn put_if_absent(
+    store: &dyn ObjectStore,
+    location: &StorePath,
+    bytes: &[u8],
+) -> Result<bool> {
+    let payload = PutPayload::from(bytes.to_vec());
+    let mut failure = None;
+    for _ in 0..PUT_ATTEMPTS {
+        let error = match store.put_opts(location, payload.clone(), PutMode::Create.into()).await {
+            Ok(_) => return Ok(true),
+            Err(e) if stores_nothing(&e) => {
+                return Err(Error::Store { what: format!("creating {location}"), source: e });
+            }
+            Err(e) => e,
+        };
+        tracing::debug!(entry = %location, error = %error, "a conditional put failed; reading the entry");
+        match read_entry(store, location).await? {
+            Some(found) => return Ok(found == bytes),
+            None => failure = Some(error),
+        }
+    }
+    let source = failure.expect("every attempt failed");
+    Err(Error::Store {
+        what: format!("creating {location} ({PUT_ATTEMPTS} attempts, the entry still absent)"),
+        source,
+    })
+}
+
+/// Whether a failed put certainly stored nothing.
+fn stores_nothing(error: &object_store::Error) -> bool {
+    use object_store::Error::*;
+    matches!(
+        error,
+        PermissionDenied { .. }
+            | Unauthenticated { .. }
+            | NotSupported { .. }
+            | NotImplemented { .. }
+            | InvalidPath { .. }
+            | UnknownConfigurationKey { .. }
+    )
+}
+
+/// The bytes of a log entry, `None` when it does not exist.
+async fn read_entry(store: &dyn ObjectStore, location: &StorePath) -> Result<Option<Vec<u8>>> {
+    let what = || format!("reading {location} to settle a failed conditional put");
+    let found = match store.get(location).await {
+        Ok(found) => found,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(source) => return Err(Error::Store { what: what(), source }),
+    };
+    let bytes = found.bytes().await.map_err(|source| Error::Store { what: what(), source })?;
+    Ok(Some(bytes.to_vec()))
+}
 
 /// The path of a version's log entry.
 pub(crate) fn entry_path(table_dir: &Path, version: u64) -> PathBuf {
@@ -97,6 +177,116 @@ mod tests {
         });
         assert_eq!(won, 1);
         assert_eq!(std::fs::read(entry_path(dir.path(), 7)).unwrap().len(), 1);
+    }
+
+    mod on_a_store {
+        use std::sync::atomic::Ordering;
+
+        use object_store::ObjectStoreExt;
+
+        use super::super::*;
+        use crate::lake::faulty_store::{FaultyStore, PutFault};
+
+        async fn entry(store: &FaultyStore, version: u64) -> Option<Vec<u8>> {
+            read_entry(store, &entry_location(version)).await.unwrap()
+        }
+
+        #[tokio::test]
+        async fn a_put_stored_then_failed_is_ours() {
+            for fault in [
+                PutFault::StoreThenTimeOut,
+                PutFault::StoreThenPrecondition,
+                PutFault::StoreThenAlreadyExists,
+            ] {
+                let store = FaultyStore::default();
+                store.fail_puts([fault]);
+                let won = put_if_absent(&store, &entry_location(1), b"ours").await.unwrap();
+                assert!(won, "{fault:?}: our own entry was taken for another's");
+                assert_eq!(entry(&store, 1).await.as_deref(), Some(&b"ours"[..]));
+                assert_eq!(store.put_calls.load(Ordering::SeqCst), 1, "{fault:?}: put twice");
+            }
+        }
+
+        #[tokio::test]
+        async fn another_writers_entry_is_theirs_however_the_store_says_so() {
+            for fault in [None, Some(PutFault::ExistsAsPrecondition), Some(PutFault::Conflict)] {
+                let store = FaultyStore::default();
+                store.put(&entry_location(2), b"theirs".to_vec().into()).await.unwrap();
+                store.fail_puts(fault);
+                let won = put_if_absent(&store, &entry_location(2), b"ours").await.unwrap();
+                assert!(!won, "{fault:?}: another writer's entry was taken for ours");
+                assert_eq!(entry(&store, 2).await.as_deref(), Some(&b"theirs"[..]));
+            }
+        }
+
+        #[tokio::test]
+        async fn a_put_that_stored_nothing_is_made_again() {
+            for fault in [PutFault::TimeOutBeforeStoring, PutFault::Conflict] {
+                let store = FaultyStore::default();
+                store.fail_puts([fault, fault]);
+                let won = put_if_absent(&store, &entry_location(3), b"ours").await.unwrap();
+                assert!(won, "{fault:?}");
+                assert_eq!(store.put_calls.load(Ordering::SeqCst), 3);
+                assert_eq!(entry(&store, 3).await.as_deref(), Some(&b"ours"[..]));
+            }
+        }
+
+        #[tokio::test]
+        async fn a_put_that_keeps_failing_is_an_error_naming_the_entry() {
+            let store = FaultyStore::default();
+            store.fail_puts([PutFault::TimeOutBeforeStoring; PUT_ATTEMPTS]);
+            let err = put_if_absent(&store, &entry_location(4), b"x").await.unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains("_delta_log/00000000000000000004.json"), "{text}");
+            assert!(text.contains("4 attempts") && text.contains("timed out"), "{text}");
+            assert_eq!(entry(&store, 4).await, None);
+        }
+
+        #[tokio::test]
+        async fn an_outcome_that_cannot_be_read_is_not_guessed() {
+            let store = FaultyStore::default();
+            store.fail_puts([PutFault::StoreThenTimeOut]);
+            store.fail_gets(1);
+            let err = put_if_absent(&store, &entry_location(5), b"ours").await.unwrap_err();
+            assert!(err.to_string().contains("to settle a failed conditional put"), "{err}");
+        }
+
+        #[tokio::test]
+        async fn a_refused_put_is_reported_without_reading() {
+            let store = FaultyStore::default();
+            store.fail_puts([PutFault::Denied]);
+            let err = put_if_absent(&store, &entry_location(6), b"ours").await.unwrap_err();
+            assert!(err.to_string().contains("privileges"), "{err}");
+            assert_eq!(store.get_calls.load(Ordering::SeqCst), 0);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn racing_writers_on_a_store_create_one_entry() {
+            let store = std::sync::Arc::new(FaultyStore::default());
+            for version in 0..20u64 {
+                let racers: Vec<_> = (0..6u8)
+                    .map(|i| {
+                        let store = store.clone();
+                        tokio::spawn(async move {
+                            let bytes = [i, version as u8];
+                            let won = put_if_absent(&*store, &entry_location(version), &bytes)
+                                .await
+                                .unwrap();
+                            (won, bytes)
+                        })
+                    })
+                    .collect();
+                let mut winners = Vec::new();
+                for racer in racers {
+                    let (won, bytes) = racer.await.unwrap();
+                    if won {
+                        winners.push(bytes);
+                    }
+                }
+                assert_eq!(winners.len(), 1, "version {version}");
+                assert_eq!(entry(&store, version).await.as_deref(), Some(&winners[0][..]));
+            }
+        }
     }
 
     #[test]

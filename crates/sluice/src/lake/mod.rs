@@ -11,6 +11,8 @@
 pub mod append;
 pub mod config;
 mod coverage;
+#[cfg(test)]
+mod faulty_store;
 mod file_reader;
 pub(crate) mod handles;
 pub(crate) mod id_files;
@@ -21,7 +23,7 @@ pub mod key_set;
 pub mod layout;
 pub mod location;
 mod lock;
-mod log_entry;
+pub mod log_entry;
 pub mod lookup;
 pub mod restore;
 pub mod result_set;

@@ -298,8 +298,8 @@ impl Tip {
         mut metadata: HashMap<String, serde_json::Value>,
         txns: Vec<deltalake::kernel::Transaction>,
     ) -> Result<Option<u64>> {
-        // Lakes are folders of a file system, where a hard link makes an
-        // entry put-if-absent; a log store that went through a temporary
+        // A hard link (a file system) or a conditional put (a store) makes
+        // an entry put-if-absent; a log store that went through a temporary
         // file or a lock table would need delta-rs's commit.
         let store = self.table.log_store().name();
         if store != "DefaultLogStore" {
@@ -316,8 +316,16 @@ impl Tip {
         metadata.insert("readVersion".into(), self.head.into());
         let data = CommitData::new(actions, operation, metadata, txns);
         let bytes = data.get_bytes().map_err(|e| Error::delta(&self.name, e.into()))?;
-        // Put-if-absent where the commit runs (see [`log_entry`]).
-        if !log_entry::write_if_absent(&self.dir, version, &bytes)? {
+        // Put-if-absent: where the commit runs on a file system, a
+        // conditional put settled by reading on a store (see [`log_entry`]).
+        let created = if self.table.table_url().scheme() == "file" {
+            log_entry::write_if_absent(&self.dir, version, &bytes)?
+        } else {
+            let store = self.table.log_store().object_store(None);
+            log_entry::put_if_absent(store.as_ref(), &log_entry::entry_location(version), &bytes)
+                .await?
+        };
+        if !created {
             return Ok(None);
         }
         self.apply(version, &data.actions);

@@ -19,6 +19,7 @@ mod lineage;
 mod maintenance;
 mod medallion;
 mod pipeline;
+mod s3;
 mod schema_evolution;
 mod sql;
 mod staging;
