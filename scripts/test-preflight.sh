@@ -9,12 +9,12 @@ if ! sinfo -h -o '%t' >/dev/null 2>&1 || [ -z "$(sinfo -h -o '%t' 2>/dev/null)" 
   skips=1
 fi
 if ! bash "$(dirname "$0")/azurite.sh" check; then
-  echo "make test: Azurite is not running: the 2 Azure queue tests (crates/sluice/tests/it/azure.rs) will be skipped."
+  echo "make test: Azurite is not running: the 2 Azure queue tests (crates/sluice/tests/it/azure.rs) and the 2 Azure table tests (object_stores.rs) will be skipped."
   echo "           Start it with \`bash scripts/azurite.sh up\`, as .ci/run does."
   skips=1
 fi
 if ! bash "$(dirname "$0")/moto.sh" check; then
-  echo "make test: the moto S3 server is not running: the 2 S3 tests (crates/sluice/tests/it/s3.rs) will be skipped."
+  echo "make test: the moto S3 server is not running: the 2 S3 tests (crates/sluice/tests/it/object_stores.rs) will be skipped."
   echo "           Start it with \`bash scripts/moto.sh up\`, as .ci/run does."
   skips=1
 fi

@@ -31,6 +31,7 @@ pub mod scan;
 pub mod sidecar;
 pub mod snapshot;
 pub mod spec_successes;
+pub mod storage;
 pub mod table;
 pub mod tip;
 pub mod unique_success;

@@ -14,7 +14,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use sluice::ingest::config::QueueConfig;
 use sluice::ingest::{IngestConfig, Ingestor, Mode, Queue, ledger};
 
-fn azurite_available() -> bool {
+pub(crate) fn azurite_available() -> bool {
     let up = ["127.0.0.1:10000", "127.0.0.1:10001"].iter().all(|a| {
         a.parse().is_ok_and(|addr| {
             std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
@@ -31,7 +31,7 @@ fn azurite_available() -> bool {
 }
 
 /// Queue and container names no other test run uses.
-fn unique(prefix: &str) -> String {
+pub(crate) fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());

@@ -24,7 +24,9 @@ pub mod watch;
 use std::path::PathBuf;
 
 pub use azure::AzureQueue;
-pub use azure_rest::{Credential, QueueClient, QueueMessage};
+pub use azure_rest::{
+    Credential, EMULATOR_ACCOUNT, EMULATOR_KEY, QueueClient, QueueMessage, create_container,
+};
 pub use local::LocalQueue;
 
 use super::config::QueueConfig;

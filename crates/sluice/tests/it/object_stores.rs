@@ -1,0 +1,204 @@
+//! Tables on object stores, against real emulators: the moto S3 server
+//! (`bash scripts/moto.sh up`) and Azurite (`bash scripts/azurite.sh up`),
+//! both started by `.ci/run`. Conditional puts create each Delta log entry
+//! exactly once among racing writers, a put that finds its own entry (a
+//! retry answered 412) is told it won, and delta-rs creates, appends to and
+//! reads back tables through sluice's stores with the options users spell
+//! for their Python readers. Without an emulator these tests fail in CI
+//! (`CI` set) and are skipped with a note elsewhere.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deltalake::arrow::array::{Int64Array, RecordBatch};
+use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema};
+use deltalake::kernel::{DataType, StructField};
+use deltalake::{DeltaTable, DeltaTableBuilder};
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt};
+use sluice::lake::log_entry::{entry_location, put_if_absent};
+use sluice::lake::storage;
+
+use crate::azure::{azurite_available, unique};
+use url::Url;
+
+/// An emulated store: its URL scheme and bucket or container, and the
+/// options a user would give for it.
+struct Emulator {
+    root: String,
+    options: HashMap<String, String>,
+}
+
+fn moto_endpoint() -> String {
+    let port = std::env::var("SLUICE_MOTO_PORT").unwrap_or_else(|_| "5555".into());
+    format!("http://127.0.0.1:{port}")
+}
+
+fn moto_available() -> bool {
+    let address = moto_endpoint().trim_start_matches("http://").to_owned();
+    let up = address.parse().is_ok_and(|addr| {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
+    });
+    if !up {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the S3 tests: start moto with `bash scripts/moto.sh up`"
+        );
+        eprintln!("moto is not running here; skipping (bash scripts/moto.sh up starts it)");
+    }
+    up
+}
+
+/// A new bucket on moto.
+async fn moto(name: &str) -> Emulator {
+    let bucket = unique(name);
+    let created =
+        reqwest::Client::new().put(format!("{}/{bucket}", moto_endpoint())).send().await.unwrap();
+    assert!(created.status().is_success(), "creating bucket {bucket}: {}", created.status());
+    let options = [
+        ("AWS_ENDPOINT_URL", moto_endpoint()),
+        ("aws_allow_http", "true".into()),
+        ("aws_access_key_id", "sluice".into()),
+        ("aws_secret_access_key", "sluice".into()),
+        ("aws_region", "us-east-1".into()),
+    ];
+    Emulator {
+        root: format!("s3://{bucket}"),
+        options: options.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+    }
+}
+
+/// A new container on Azurite.
+async fn azurite(name: &str) -> Emulator {
+    let container = unique(name);
+    let options: HashMap<String, String> =
+        [("use_emulator".to_owned(), "true".to_owned())].into_iter().collect();
+    use sluice::ingest::queue::{Credential, EMULATOR_ACCOUNT, EMULATOR_KEY, create_container};
+    let key = Credential::key(EMULATOR_KEY).unwrap();
+    let endpoint = format!("http://127.0.0.1:10000/{EMULATOR_ACCOUNT}");
+    create_container(&endpoint, EMULATOR_ACCOUNT, &key, &container).await.unwrap();
+    Emulator { root: format!("az://{container}"), options }
+}
+
+async fn racing_writers_create_each_log_entry_once(emulator: &Emulator) {
+    let url = Url::parse(&format!("{}/lake/artifacts/metrics", emulator.root)).unwrap();
+    let store = storage::store_for(&url, &emulator.options).unwrap();
+    let table: Arc<dyn ObjectStore> = Arc::new(PrefixStore::new(store, "lake/artifacts/metrics"));
+    for version in 0..20u64 {
+        let racers: Vec<_> = (0..4u8)
+            .map(|writer| {
+                let table = table.clone();
+                tokio::spawn(async move {
+                    let bytes = format!("{{\"writer\":{writer},\"version\":{version}}}");
+                    let won = put_if_absent(&*table, &entry_location(version), bytes.as_bytes())
+                        .await
+                        .unwrap();
+                    (won, bytes)
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for racer in racers {
+            let (won, bytes) = racer.await.unwrap();
+            if won {
+                winners.push(bytes);
+            }
+        }
+        assert_eq!(winners.len(), 1, "{}: version {version}: {winners:?}", emulator.root);
+        let stored = table.get(&entry_location(version)).await.unwrap().bytes().await.unwrap();
+        assert_eq!(stored, winners[0].as_bytes(), "version {version}");
+    }
+    // A retried put meets its own entry (412): it won; another's loses.
+    let location = entry_location(100);
+    assert!(put_if_absent(&*table, &location, b"ours").await.unwrap());
+    assert!(put_if_absent(&*table, &location, b"ours").await.unwrap());
+    assert!(!put_if_absent(&*table, &location, b"theirs").await.unwrap());
+}
+
+fn numbers(from: i64, n: i64) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![Field::new("x", ArrowType::Int64, false)]));
+    RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(from..from + n))])
+        .unwrap()
+}
+
+async fn open(url: &Url, emulator: &Emulator) -> DeltaTable {
+    let mut table = DeltaTableBuilder::from_url(url.clone())
+        .unwrap()
+        .with_storage_options(emulator.options.clone())
+        .build()
+        .unwrap();
+    table.load().await.unwrap();
+    table
+}
+
+/// delta-rs makes and appends to a table through sluice's stores; two
+/// writers then race for its next version with conditional puts, and the
+/// table reads back at exactly the winner's version.
+async fn a_delta_table_lives_on_the_store(emulator: &Emulator) {
+    storage::register();
+    let url = Url::parse(&format!("{}/lake/artifacts/data", emulator.root)).unwrap();
+    let table =
+        DeltaTable::try_from_url_with_storage_options(url.clone(), emulator.options.clone())
+            .await
+            .unwrap();
+    let table =
+        table.create().with_columns([StructField::new("x", DataType::LONG, false)]).await.unwrap();
+    let table = table.write(vec![numbers(0, 10)]).await.unwrap();
+    assert_eq!(table.version(), Some(1));
+
+    let store = table.log_store().object_store(None);
+    let commit = |who: &str| {
+        format!(
+            "{{\"commitInfo\":{{\"timestamp\":1,\"operation\":\"sluice test\",\"writer\":\"{who}\"}}}}\n"
+        )
+    };
+    let (a, b) = (commit("a"), commit("b"));
+    let next = entry_location(2);
+    let (won_a, won_b) = tokio::join!(
+        put_if_absent(store.as_ref(), &next, a.as_bytes()),
+        put_if_absent(store.as_ref(), &next, b.as_bytes()),
+    );
+    assert!(won_a.unwrap() ^ won_b.unwrap(), "exactly one writer takes version 2");
+
+    let reopened = open(&url, emulator).await;
+    assert_eq!(reopened.version(), Some(2));
+    let rows = sluice::lake::scan::Select::columns(sluice::lake::scan::columns(&["x"]))
+        .collect(&reopened, "data")
+        .await
+        .unwrap();
+    let mut values: Vec<i64> = rows
+        .iter()
+        .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+        .collect();
+    values.sort_unstable();
+    assert_eq!(values, (0..10).collect::<Vec<_>>());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_racing_writers_create_each_log_entry_once() {
+    if moto_available() {
+        racing_writers_create_each_log_entry_once(&moto("race").await).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_azure_racing_writers_create_each_log_entry_once() {
+    if azurite_available() {
+        racing_writers_create_each_log_entry_once(&azurite("race").await).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_a_delta_table_lives_on_the_store() {
+    if moto_available() {
+        a_delta_table_lives_on_the_store(&moto("table").await).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_azure_a_delta_table_lives_on_the_store() {
+    if azurite_available() {
+        a_delta_table_lives_on_the_store(&azurite("table").await).await;
+    }
+}
