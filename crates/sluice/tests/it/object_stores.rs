@@ -4,7 +4,8 @@
 //! exactly once among racing writers, a put that finds its own entry (a
 //! retry answered 412) is told it won, and delta-rs creates, appends to and
 //! reads back tables through sluice's stores with the options users spell
-//! for their Python readers. Without an emulator these tests fail in CI
+//! for their Python readers — and those readers (deltalake, polars, from
+//! `SLUICE_PYTHON`) read the same tables with the same options. Without an emulator these tests fail in CI
 //! (`CI` set) and are skipped with a note elsewhere.
 
 use std::collections::HashMap;
@@ -173,6 +174,41 @@ async fn a_delta_table_lives_on_the_store(emulator: &Emulator) {
         .collect();
     values.sort_unstable();
     assert_eq!(values, (0..10).collect::<Vec<_>>());
+    python_readers_agree(&url, emulator);
+}
+
+/// Python's deltalake and polars read the table at the store with the
+/// same options: version 2, the ten rows.
+fn python_readers_agree(url: &Url, emulator: &Emulator) {
+    let Some(python) = std::env::var_os("SLUICE_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "SLUICE_PYTHON is not set in CI: the Python readers cannot be checked (run `make test`)"
+        );
+        eprintln!("skipping the Python readers: SLUICE_PYTHON not set (use `make test`)");
+        return;
+    };
+    let script = r#"
+import json, sys
+import polars as pl
+from deltalake import DeltaTable
+url, options = sys.argv[1], json.loads(sys.argv[2])
+table = DeltaTable(url, storage_options=options)
+rows = sorted(table.to_pyarrow_table()["x"].to_pylist())
+frame = pl.read_delta(url, storage_options=options)
+print(json.dumps({"version": table.version(), "rows": rows, "polars": sorted(frame["x"].to_list())}))
+"#;
+    let options = serde_json::to_string(&emulator.options).unwrap();
+    let out = std::process::Command::new(python)
+        .args(["-c", script, url.as_str(), &options])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let read: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows: Vec<i64> = (0..10).collect();
+    assert_eq!(read["version"], 2, "{read}");
+    assert_eq!(read["rows"], serde_json::json!(rows), "{read}");
+    assert_eq!(read["polars"], serde_json::json!(rows), "{read}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
