@@ -133,14 +133,7 @@ impl WriteBuilder<'_> {
             WriteKind::Ingest => None,
             _ => Some(WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?),
         };
-        let mut writer = Writer {
-            _lock: lock,
-            kind: self.kind,
-            stale_after: self.stale_after,
-            settled_at: None,
-            settled: Vec::new(),
-            restores_met: 0,
-        };
+        let mut writer = Writer::unsettled(lock, self.kind, self.stale_after);
         writer.settle(self.lake).await?;
         Ok(writer)
     }
@@ -151,6 +144,18 @@ impl WriteBuilder<'_> {
 const MAX_RESTORES_MET: u32 = 8;
 
 impl Writer {
+    /// A writer that has settled nothing yet.
+    fn unsettled(lock: Option<WriterLock>, kind: WriteKind, stale_after: Duration) -> Self {
+        Writer {
+            _lock: lock,
+            kind,
+            stale_after,
+            settled_at: None,
+            settled: Vec::new(),
+            restores_met: 0,
+        }
+    }
+
     /// Whether what this writer wrote since it last settled stands whole:
     /// `false` when a restore was claimed meanwhile (it may have undone part
     /// of it), which this call settles — the writer then writes again
@@ -264,14 +269,7 @@ pub(crate) async fn settle_restore(
 /// ingest-only lake there is no journal and nothing to settle.
 pub async fn ingestion(root: &Path) -> Result<Writer> {
     if !journal_exists(root) {
-        return Ok(Writer {
-            _lock: None,
-            kind: WriteKind::Ingest,
-            stale_after: DEFAULT_STALE_AFTER,
-            settled_at: None,
-            settled: Vec::new(),
-            restores_met: 0,
-        });
+        return Ok(Writer::unsettled(None, WriteKind::Ingest, DEFAULT_STALE_AFTER));
     }
     let lake = Lake::open(root).await?;
     lake.writer(WriteKind::Ingest).begin().await
