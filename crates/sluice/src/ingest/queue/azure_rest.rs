@@ -304,6 +304,31 @@ impl QueueClient {
     }
 }
 
+/// Attempts of one queue request before its failure is reported.
+const MAX_ATTEMPTS: u32 = 6;
+
+/// Whether an answer is worth asking again: throttling, a request timeout,
+/// or a server error that may pass.
+fn retried(status: StatusCode) -> bool {
+    matches!(status.as_u16(), 408 | 429 | 500 | 502 | 503 | 504)
+}
+
+/// Exponential backoff from 100 ms, capped at 10 s, with up to 50% jitter.
+fn backoff(attempt: u32) -> std::time::Duration {
+    let base = 100u64.saturating_mul(1 << attempt.min(7)).min(10_000);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    std::time::Duration::from_millis(base / 2 + nanos % (base / 2 + 1))
+}
+
+/// The wait a throttled answer asks for (`Retry-After` in seconds), capped
+/// at a minute.
+fn retry_after(response: &reqwest::Response) -> Option<std::time::Duration> {
+    let seconds: u64 = response.headers().get("retry-after")?.to_str().ok()?.trim().parse().ok()?;
+    Some(std::time::Duration::from_secs(seconds.min(60)))
+}
+
 /// What signs and sends a request of one storage account.
 struct Account<'a> {
     http: &'a reqwest::Client,
@@ -312,8 +337,43 @@ struct Account<'a> {
 }
 
 impl Account<'_> {
+    /// One attempt of a request, dated and signed now.
+    fn request(&self, method: &Method, url: &Url, body: &str) -> reqwest::RequestBuilder {
+        let date = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+        let length = body.len();
+        let content_type = if length > 0 { "application/xml" } else { "" };
+        let mut request = self
+            .http
+            .request(method.clone(), url.clone())
+            .header("x-ms-date", &date)
+            .header("x-ms-version", API_VERSION)
+            .header("content-length", length);
+        if length > 0 {
+            request = request.header("content-type", content_type);
+        }
+        if let Credential::Key(key) = self.credential {
+            let headers = [("x-ms-date", date.as_str()), ("x-ms-version", API_VERSION)];
+            let to_sign =
+                string_to_sign(method.as_str(), length, content_type, &headers, self.name, url);
+            let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
+            let tag = ring::hmac::sign(&key, to_sign.as_bytes());
+            request = request.header(
+                "authorization",
+                format!("SharedKey {}:{}", self.name, BASE64.encode(tag.as_ref())),
+            );
+        }
+        request.body(body.to_owned())
+    }
+
     /// Send a request; returns status, body and the one response header the
-    /// caller may need (a new pop receipt, or the message count).
+    /// caller may need (a new pop receipt, or the message count). Throttling
+    /// (429), server errors (500, 502, 503, 504), request timeouts (408) and
+    /// a service that does not answer are retried with exponential backoff
+    /// and jitter, honouring `Retry-After` — as object_store retries blob
+    /// requests. A retried call is still safe: the queue is at-least-once
+    /// (ingestion de-duplicates by content), and a delete or update whose
+    /// first attempt landed reads as a stale receipt, which callers treat
+    /// as done.
     async fn send(
         &self,
         method: Method,
@@ -335,34 +395,32 @@ impl Account<'_> {
             };
             url.set_query(Some(&with_sas));
         }
-        let date = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
         let body = body.unwrap_or_default();
-        let length = body.len();
-        let content_type = if length > 0 { "application/xml" } else { "" };
-        let mut request = self
-            .http
-            .request(method.clone(), url.clone())
-            .header("x-ms-date", &date)
-            .header("x-ms-version", API_VERSION)
-            .header("content-length", length);
-        if length > 0 {
-            request = request.header("content-type", content_type);
-        }
-        if let Credential::Key(key) = self.credential {
-            let headers = [("x-ms-date", date.as_str()), ("x-ms-version", API_VERSION)];
-            let to_sign =
-                string_to_sign(method.as_str(), length, content_type, &headers, self.name, &url);
-            let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
-            let tag = ring::hmac::sign(&key, to_sign.as_bytes());
-            request = request.header(
-                "authorization",
-                format!("SharedKey {}:{}", self.name, BASE64.encode(tag.as_ref())),
-            );
-        }
-        let response = request.body(body).send().await.map_err(|e| Error::Azure {
-            what: format!("{method} {}", redact(&url)),
-            message: format!("the queue service did not answer: {e}"),
-        })?;
+        let mut attempt = 0;
+        let response = loop {
+            attempt += 1;
+            let sent = self.request(&method, &url, &body).send().await;
+            let wait = match &sent {
+                Ok(response) if !retried(response.status()) => None,
+                Ok(response) => Some(retry_after(response).unwrap_or_else(|| backoff(attempt))),
+                Err(e) if e.is_builder() => None,
+                Err(_) => Some(backoff(attempt)),
+            };
+            match wait {
+                Some(wait) if attempt < MAX_ATTEMPTS => {
+                    tracing::debug!(%method, url = %redact(&url), attempt, ?wait, "retrying a queue request");
+                    tokio::time::sleep(wait).await;
+                }
+                _ => {
+                    break sent.map_err(|e| Error::Azure {
+                        what: format!("{method} {}", redact(&url)),
+                        message: format!(
+                            "the queue service did not answer ({attempt} attempts): {e}"
+                        ),
+                    })?;
+                }
+            }
+        };
         let status = response.status();
         let header = response
             .headers()
@@ -477,6 +535,64 @@ fn redact(url: &Url) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// A server on 127.0.0.1 that answers each connection with the next of
+    /// `answers` (status line and headers), and counts the requests.
+    async fn answering(
+        answers: Vec<&'static str>,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let seen = std::sync::Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        tokio::spawn(async move {
+            for answer in answers {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut request = vec![0u8; 64 * 1024];
+                let _ = socket.read(&mut request).await;
+                counter.fetch_add(1, Ordering::SeqCst);
+                let reply = format!("{answer}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                socket.write_all(reply.as_bytes()).await.unwrap();
+            }
+        });
+        (format!("http://{address}/devstoreaccount1"), seen)
+    }
+
+    #[tokio::test]
+    async fn throttling_and_server_errors_are_retried_with_backoff() {
+        let (endpoint, seen) = answering(vec![
+            "HTTP/1.1 503 Server Busy",
+            "HTTP/1.1 429 Too Many Requests\r\nretry-after: 0",
+            "HTTP/1.1 500 Internal Server Error",
+            "HTTP/1.1 201 Created",
+        ])
+        .await;
+        let credential = Credential::key(EMULATOR_KEY).unwrap();
+        let queue = QueueClient::new(&endpoint, EMULATOR_ACCOUNT, "events", credential).unwrap();
+        queue.create().await.unwrap();
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_is_not_retried_and_a_lasting_outage_is_reported() {
+        let (endpoint, seen) = answering(vec!["HTTP/1.1 403 Forbidden"]).await;
+        let credential = Credential::key(EMULATOR_KEY).unwrap();
+        let queue = QueueClient::new(&endpoint, EMULATOR_ACCOUNT, "events", credential).unwrap();
+        let err = queue.create().await.unwrap_err().to_string();
+        assert!(err.contains("403"), "{err}");
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+        let busy = vec!["HTTP/1.1 503 Server Busy\r\nretry-after: 0"; MAX_ATTEMPTS as usize];
+        let (endpoint, seen) = answering(busy).await;
+        let credential = Credential::key(EMULATOR_KEY).unwrap();
+        let queue = QueueClient::new(&endpoint, EMULATOR_ACCOUNT, "events", credential).unwrap();
+        let err = queue.create().await.unwrap_err().to_string();
+        assert!(err.contains("503"), "{err}");
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), MAX_ATTEMPTS as usize);
+    }
+
     use super::*;
 
     #[test]
