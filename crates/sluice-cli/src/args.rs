@@ -802,5 +802,5 @@ pub struct ScaleArgs {
 /// `--lake`: a folder, given as a path or a `file://` URL; any other URL is
 /// refused, never taken for a folder name.
 fn lake_root(text: &str) -> Result<PathBuf, String> {
-    sluice::lake::location::local_root(text).map_err(|e| e.to_string())
+    sluice::lake::io::location::local_root(text).map_err(|e| e.to_string())
 }

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use sluice::Lake;
-use sluice::lake::{layout, table};
+use sluice::lake::{delta::table, layout};
 use sluice::pipeline::cache;
 use sluice::records::{ExecutionRecord, records_batch};
 

@@ -52,7 +52,7 @@ fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
                     v.insert(ArrowWriter::try_new(
                         file,
                         batch.schema(),
-                        Some(sluice::lake::table::writer_properties()),
+                        Some(sluice::lake::delta::table::writer_properties()),
                     )?)
                 }
             };

@@ -61,7 +61,7 @@ fn limit(files: &[PathBuf], out: &Path, threads: usize) -> anyhow::Result<(u64, 
                         let mut writer = ArrowWriter::try_new(
                             target,
                             arrow_schema(),
-                            Some(sluice::lake::table::writer_properties()),
+                            Some(sluice::lake::delta::table::writer_properties()),
                         )?;
                         for batch in reader {
                             let batch = batch?;

@@ -20,8 +20,8 @@ use sluice::Lake;
 use sluice::artifact::arrow_convert::build_array;
 use sluice::artifact::value::FieldValue;
 use sluice::lake::append::Append;
+use sluice::lake::delta::table;
 use sluice::lake::layout::{self, TableSpec};
-use sluice::lake::table;
 
 use super::bench_results::Figure;
 use crate::args::Workload;

@@ -203,7 +203,7 @@ pub async fn restore(
             dry_run,
             force,
             progress,
-            hooks: sluice::lake::restore::RestoreHooks {
+            hooks: sluice::lake::journal::restore::RestoreHooks {
                 failpoint: std::env::var("SLUICE_FAILPOINT").ok(),
                 pause: std::env::var("SLUICE_RESTORE_PAUSE_MS")
                     .ok()

@@ -21,7 +21,7 @@ use super::manifest;
 use super::quarantine::{QUARANTINE_DIR, REASON_FILE};
 use crate::error::Result;
 use crate::lake::journal::{self, JournalEntry, Phase, TableSequenceCommit};
-use crate::lake::{Lake, table};
+use crate::lake::{Lake, delta::table};
 use crate::staging;
 
 /// The state of a lake's staging and journal.

@@ -167,7 +167,7 @@ fn keep_rows(
 ) -> crate::error::Result<RecordBatch> {
     use deltalake::arrow::array::BooleanArray;
     let Ok(i) = batch.schema().index_of(column) else { return Ok(batch.clone()) };
-    let text = crate::lake::scan::text_column(batch, i, table)?;
+    let text = crate::lake::delta::scan::text_column(batch, i, table)?;
     let mask: BooleanArray =
         (0..text.len()).map(|r| Some(text.is_valid(r) && wanted(text.value(r)))).collect();
     deltalake::arrow::compute::filter_record_batch(batch, &mask)
@@ -379,7 +379,7 @@ fn values(batches: &[RecordBatch], column: &str) -> Vec<String> {
     let mut out = Vec::new();
     for batch in batches {
         let Ok(i) = batch.schema().index_of(column) else { continue };
-        let Ok(text) = crate::lake::scan::text_column(batch, i, column) else { continue };
+        let Ok(text) = crate::lake::delta::scan::text_column(batch, i, column) else { continue };
         out.extend(
             (0..text.len())
                 .map(|r| if text.is_valid(r) { text.value(r).to_owned() } else { String::new() }),
@@ -395,7 +395,7 @@ fn ids(batches: &[RecordBatch], column: &str, file: &str) -> Result<Vec<Artifact
     let (mut out, mut offset) = (Vec::new(), 0);
     for batch in batches {
         let Ok(i) = batch.schema().index_of(column) else { continue };
-        let text = crate::lake::scan::text_column(batch, i, column)
+        let text = crate::lake::delta::scan::text_column(batch, i, column)
             .map_err(|e| Rejection { file: Some(file.into()), reason: e.to_string() })?;
         for r in 0..text.len() {
             // A null reads as `null`, which is not an id either.

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::lake::writer::{self, WriteKind};
-use crate::lake::{Lake, journal, layout, table};
+use crate::lake::{Lake, delta::table, journal, layout};
 use crate::staging::{self, RunDir, SyncPolicy};
 
 pub use load::{LoadedRun, Rejection, load_run};
@@ -320,8 +320,10 @@ impl<'a> CommitBuilder<'a> {
         let mut report = CommitReport { requeued, ..CommitReport::default() };
         for settled in writer.settled() {
             match settled {
-                crate::lake::restore::Settled::Finished(done) => report.recovered.push(done.seq),
-                crate::lake::restore::Settled::RolledBack { seq, reason } => {
+                crate::lake::journal::restore::Settled::Finished(done) => {
+                    report.recovered.push(done.seq)
+                }
+                crate::lake::journal::restore::Settled::RolledBack { seq, reason } => {
                     report.abandoned.push((*seq, reason.clone()));
                 }
             }

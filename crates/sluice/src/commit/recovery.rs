@@ -120,8 +120,8 @@ async fn finish_restore(
     report: &mut CommitReport,
 ) -> Result<()> {
     match writer::settle_restore(ctx.lake, open, stale_after, WriteKind::Commit).await? {
-        crate::lake::restore::Settled::Finished(_) => report.recovered.push(open.seq),
-        crate::lake::restore::Settled::RolledBack { seq, reason } => {
+        crate::lake::journal::restore::Settled::Finished(_) => report.recovered.push(open.seq),
+        crate::lake::journal::restore::Settled::RolledBack { seq, reason } => {
             report.abandoned.push((seq, reason));
         }
     }

@@ -42,12 +42,12 @@ use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::append::{Append, Appended, Dedup, Gate};
+use crate::lake::delta::table;
+use crate::lake::delta::tip::Tip;
+use crate::lake::journal::tip::JournalTip;
 use crate::lake::journal::{JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
-use crate::lake::journal_tip::JournalTip;
-use crate::lake::key_filter::Key;
+use crate::lake::keys::key_filter::Key;
 use crate::lake::layout::{self, TableKind, TableSpec};
-use crate::lake::table;
-use crate::lake::tip::Tip;
 use crate::staging::RunDir;
 
 /// What every sequence of one commit shares.

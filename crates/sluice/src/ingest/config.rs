@@ -274,7 +274,7 @@ impl IngestConfig {
         Ok(IngestConfig {
             path: path.to_path_buf(),
             lake: resolve(
-                &crate::lake::location::local_root_of(&file.lake)
+                &crate::lake::io::location::local_root_of(&file.lake)
                     .map_err(|e| bad(format!("lake `{}`: {e}", file.lake.display())))?,
             ),
             schemas: resolve(&file.schemas),

@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::transform::source;
 use crate::error::{Error, Result};
 use crate::lake::append::{self, CommitSpec};
-use crate::lake::table;
+use crate::lake::delta::table;
 
 /// How many times a dedup starts over after another writer committed.
 const MAX_ATTEMPTS: usize = 20;

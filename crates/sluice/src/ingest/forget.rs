@@ -39,8 +39,8 @@ use serde::Serialize;
 use super::ledger::{self, CommittedFile, FORGOTTEN, FORGOTTEN_KEY, INGEST_KEY, Ledger, LedgerRow};
 use crate::error::{Error, Result};
 use crate::lake::append::{self, CommitSpec};
+use crate::lake::delta::table;
 use crate::lake::layout::TableSpec;
-use crate::lake::table;
 
 /// How often a repair recomputes and tries again when ingestion commits
 /// first (ingestion takes no lock).

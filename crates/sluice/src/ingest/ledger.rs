@@ -34,9 +34,9 @@ use crate::artifact::arrow_convert::build_array;
 use crate::artifact::value::FieldValue;
 use crate::error::{Error, Result};
 use crate::lake::append::{self, CommitSpec};
-use crate::lake::handles::Leased;
-use crate::lake::scan::Select;
-use crate::lake::table;
+use crate::lake::delta::handles::Leased;
+use crate::lake::delta::scan::Select;
+use crate::lake::delta::table;
 
 /// The commit-metadata key listing a commit's files.
 pub const INGEST_KEY: &str = "sluice_ingest";
@@ -475,14 +475,15 @@ pub async fn read(lake: &Path) -> Result<Vec<LedgerRow>> {
 async fn read_table(handle: &DeltaTable) -> Result<Vec<LedgerRow>> {
     let ledger_schema = schema();
     let names: Vec<&str> = ledger_schema.fields().iter().map(|f| f.name().as_str()).collect();
-    let batches =
-        Select::columns(crate::lake::scan::columns(&names)).collect(handle, "ledger").await?;
+    let batches = Select::columns(crate::lake::delta::scan::columns(&names))
+        .collect(handle, "ledger")
+        .await?;
     let mut out = Vec::new();
     for batch in &batches {
         let column =
             |name: &str| batch.schema().index_of(name).map_err(|e| Error::arrow("ledger", e));
         let text = |name: &str| -> Result<StringArray> {
-            crate::lake::scan::text_column(batch, column(name)?, "ledger")
+            crate::lake::delta::scan::text_column(batch, column(name)?, "ledger")
         };
         let int = |name: &str| -> Result<Int64Array> {
             let cast =

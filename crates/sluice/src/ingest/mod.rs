@@ -57,7 +57,7 @@ use self::ledger::LedgerRow;
 use self::parse::{FileError, RowViolation};
 use self::writer::{ReadyFile, Target};
 use crate::error::{Error, Result};
-use crate::lake::{append, table};
+use crate::lake::{append, delta::table};
 
 /// Rows a worker writes before it closes a data file (bounds its memory).
 const ROWS_PER_DATA_FILE: usize = 1 << 20;

@@ -20,7 +20,7 @@ use deltalake::datafusion::prelude::SessionContext;
 use deltalake::kernel::transaction::CommitProperties;
 
 use crate::error::{Error, Result};
-use crate::lake::{append, table};
+use crate::lake::{append, delta::table};
 
 /// What a merge did.
 #[derive(Debug, Clone, PartialEq, Eq)]

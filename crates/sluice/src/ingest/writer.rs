@@ -36,8 +36,8 @@ use super::queue::{Message, Queue};
 use super::upsert;
 use crate::error::Result;
 use crate::lake::append::{self, CommitSpec};
-use crate::lake::handles::Leased;
-use crate::lake::table;
+use crate::lake::delta::handles::Leased;
+use crate::lake::delta::table;
 
 /// A file ready to commit: its data files are written, not committed.
 #[derive(Debug)]
@@ -75,7 +75,7 @@ pub struct Target {
     /// The table's handle between flushes (brought up to date per flush,
     /// reopened as [`handles`] says).
     ///
-    /// [`handles`]: crate::lake::handles
+    /// [`handles`]: crate::lake::delta::handles
     kept: Option<Leased>,
 }
 

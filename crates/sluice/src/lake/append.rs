@@ -43,15 +43,15 @@ use deltalake::parquet::file::properties::WriterProperties;
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 
-use super::key_filter::{self, Key, KeyFilter};
-use super::key_set;
+use super::delta::scan::{self, Select};
+use super::delta::table;
+use super::delta::tip::Tip;
+use super::keys::key_filter::{self, Key, KeyFilter};
+use super::keys::key_set;
+use super::keys::sidecar::{Bundle, Part};
 use super::layout::{STEP_COLUMN, TableKind, TableSpec};
-use super::lookup::Lookup;
-use super::result_set;
-use super::scan::{self, Select};
-use super::sidecar::{Bundle, Part};
-use super::table;
-use super::tip::Tip;
+use super::read::lookup::Lookup;
+use super::read::result_set;
 use super::unique_success;
 use crate::error::{Error, Result};
 

@@ -162,7 +162,7 @@ impl TableSpec {
     /// Every id column the table is looked up by: its de-duplication key,
     /// its [`lookup_columns`](Self::lookup_columns), and the executions'
     /// spec id (the execution cache). Their Parquet files carry a bloom
-    /// filter per column and row group (see [`super::table::writer_properties_for`]),
+    /// filter per column and row group (see [`super::delta::table::writer_properties_for`]),
     /// so a look-up decodes only the row groups that may hold its ids.
     pub fn indexed_columns(&self) -> &'static [&'static str] {
         match self.kind {

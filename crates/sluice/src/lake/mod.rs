@@ -10,30 +10,13 @@
 
 pub mod append;
 pub mod config;
-mod coverage;
-#[cfg(test)]
-mod faulty_store;
-mod file_reader;
-pub(crate) mod handles;
-pub(crate) mod id_files;
+pub mod delta;
+pub mod io;
 pub mod journal;
-pub mod journal_tip;
-pub mod key_filter;
-pub mod key_set;
+pub mod keys;
 pub mod layout;
-pub mod location;
-mod lock;
-pub mod log_entry;
-pub mod lookup;
-pub mod restore;
-pub mod result_set;
-pub mod scan;
-pub mod sidecar;
-pub mod snapshot;
+pub mod read;
 pub mod spec_successes;
-pub mod storage;
-pub mod table;
-pub mod tip;
 pub mod unique_success;
 pub mod writer;
 
@@ -46,7 +29,10 @@ use crate::error::{Error, Result};
 use crate::registry::declared::DeclaredType;
 use crate::registry::{TypeOrigin, TypeRegistry};
 use config::LakeConfig;
+use delta::{handles, table};
+use journal::{snapshot, tip as journal_tip};
 use layout::TableSpec;
+use read::id_files;
 use snapshot::{LakePoint, LakeSnapshot};
 use table::EnsureOutcome;
 
@@ -57,7 +43,7 @@ pub(crate) struct PinnedReads {
     tables: std::collections::HashMap<String, deltalake::DeltaTable>,
 }
 
-pub(crate) use lock::WriterLock;
+pub(crate) use io::lock::WriterLock;
 
 /// The environment variable naming the default lake root.
 pub const LAKE_ENV: &str = "SLUICE_LAKE";

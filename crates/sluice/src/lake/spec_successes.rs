@@ -5,10 +5,10 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use super::key_filter::{self, Key};
-use super::lookup::Lookup;
-use super::result_set::{self, SpecResult};
-use super::{Lake, layout, table};
+use super::keys::key_filter::{self, Key};
+use super::read::lookup::Lookup;
+use super::read::result_set::{self, SpecResult};
+use super::{Lake, delta::table, layout};
 use crate::error::Result;
 
 /// For each wanted spec id, the run id of one successful execution (the
@@ -17,7 +17,7 @@ use crate::error::Result;
 /// The executions table keeps a key filter of `execution_spec_id` per
 /// commit: only the versions whose filter may hold one of the specs are
 /// looked at. Each such version's result set (see
-/// [`result_set`](crate::lake::result_set)) answers for it from one block
+/// [`result_set`](crate::lake::read::result_set)) answers for it from one block
 /// per spec; the files of versions without a usable set are read, only the
 /// row groups whose bloom filter may hold a spec. So the cost follows the
 /// executions of these specs (and the number of commits), not the size of

@@ -22,9 +22,9 @@ use deltalake::parquet::arrow::ProjectionMask;
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use object_store::ObjectStoreExt;
 
+use super::delta::table;
+use super::delta::tip::Tip;
 use super::layout::TableSpec;
-use super::table;
-use super::tip::Tip;
 use crate::error::{Error, Result};
 
 /// The words of `error` on a row superseded this way (also how a reader
@@ -116,7 +116,7 @@ fn columns_of(
             message: "missing".into(),
         })
     };
-    let text = |name: &str| super::scan::text_column(batch, index(name)?, table);
+    let text = |name: &str| super::delta::scan::text_column(batch, index(name)?, table);
     let success = batch
         .column(index("success")?)
         .as_any()
@@ -166,7 +166,7 @@ pub(crate) fn supersede(
         }
         let schema = batch.schema();
         let error_index = schema.index_of("error").map_err(|e| Error::arrow(table, e))?;
-        let errors = super::scan::text_column(&batch, error_index, table)?;
+        let errors = super::delta::scan::text_column(&batch, error_index, table)?;
         let mut new_success = Vec::with_capacity(batch.num_rows());
         let mut new_error = Vec::with_capacity(batch.num_rows());
         for row in 0..batch.num_rows() {

@@ -42,9 +42,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::journal::restore::{self, Settled};
 use super::journal::{JournalEntry, Phase};
-use super::restore::{self, Settled};
-use super::{Lake, WriterLock, layout, table};
+use super::{Lake, WriterLock, delta::table, layout};
 use crate::error::{Error, Result};
 use crate::progress::Progress;
 

@@ -9,7 +9,7 @@
 //! [`Lake::lineage`] walks `artifact_edges` level by level from one artifact,
 //! up (ancestors), down (descendants) or both, to a depth. Each level reads
 //! only the edge files that can hold the ids of its frontier: the edge tables
-//! keep a key filter per id column (see [`crate::lake::key_filter`]), so the
+//! keep a key filter per id column (see [`crate::lake::keys::key_filter`]), so the
 //! cost of a walk follows the size of the graph it returns, not of the lake.
 //! Nodes carry their type and step (from the index), and the execution that
 //! produced them (from the output edges and the executions table): its run

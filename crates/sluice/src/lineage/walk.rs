@@ -9,12 +9,12 @@ use super::{Direction, LineageEdge, LineageGraph, LineageNode, Producer};
 use crate::artifact::ArtifactId;
 use crate::artifact::arrow_convert::read_value;
 use crate::error::{Error, Result};
-use crate::lake::key_filter::{self, Key};
+use crate::lake::delta::scan;
+use crate::lake::delta::table;
+use crate::lake::keys::key_filter::{self, Key};
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::lookup::Lookup;
-use crate::lake::scan;
-use crate::lake::table;
-use crate::lake::{Lake, snapshot::LakeSnapshot};
+use crate::lake::read::lookup::Lookup;
+use crate::lake::{Lake, journal::snapshot::LakeSnapshot};
 
 /// Walk from `root`.
 pub(super) async fn walk(

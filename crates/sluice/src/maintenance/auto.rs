@@ -12,7 +12,7 @@
 //! Checkpoints need no help: the writer of a table starts one in the
 //! background after every `delta.checkpointInterval`-th commit (spaced wider
 //! for tables of many entries) and drops expired log files behind it (see
-//! [`crate::lake::tip`]).
+//! [`crate::lake::delta::tip`]).
 //!
 //! Off with `[maintenance] auto = false` in `sluice.toml` or
 //! `SLUICE_AUTO_MAINTENANCE=0`.
@@ -24,7 +24,7 @@ use deltalake::arrow::array::{Array, StringArray};
 use super::compact::{self, CompactOptions, CompactReport};
 use crate::error::{Error, Result};
 use crate::lake::layout::STEP_COLUMN;
-use crate::lake::{Lake, table};
+use crate::lake::{Lake, delta::table};
 
 /// Compact the partitions of `step` that have too many files. Returns what
 /// was compacted.

@@ -35,7 +35,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::lake::append;
 use crate::lake::layout::{STEP_COLUMN, TableKind, TableSpec};
-use crate::lake::{Lake, key_filter, table};
+use crate::lake::{Lake, delta::table, keys::key_filter};
 use crate::progress::Progress;
 
 /// What to compact.

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lake::journal::{self, Phase};
-use crate::lake::{Lake, table};
+use crate::lake::{Lake, delta::table};
 
 /// One lake version: the state a completed commit sequence left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

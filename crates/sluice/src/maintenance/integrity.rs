@@ -33,10 +33,10 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lake::append::{self, Append, Dedup};
-use crate::lake::key_set::KeySet;
+use crate::lake::keys::key_set::KeySet;
 use crate::lake::layout::{self, TableKind, TableSpec};
-use crate::lake::result_set::ResultSet;
-use crate::lake::{Lake, key_filter, table};
+use crate::lake::read::result_set::ResultSet;
+use crate::lake::{Lake, delta::table, keys::key_filter};
 use crate::query::OutputFormat;
 
 /// The memory the SQL checks may hold before they spill to disk.

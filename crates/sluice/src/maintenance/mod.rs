@@ -39,7 +39,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lake::layout::TableSpec;
-use crate::lake::{Lake, table};
+use crate::lake::{Lake, delta::table};
 use crate::progress::Progress;
 
 pub use compact::{CompactOptions, CompactReport};

@@ -1,5 +1,5 @@
 //! `sluice restore`: every table back to one lake point, as one journaled
-//! operation (see [`crate::lake::restore`] for the protocol).
+//! operation (see [`crate::lake::journal::restore`] for the protocol).
 //!
 //! A restore is refused while staging holds runs that wait for a commit:
 //! they were computed against the lake as it is now, and committing them on
@@ -12,8 +12,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::error::{Error, Result};
-use crate::lake::restore::{self, RestoreHooks, RestoreOutcome, RestorePlan};
-use crate::lake::snapshot::LakePoint;
+use crate::lake::journal::restore::{self, RestoreHooks, RestoreOutcome, RestorePlan};
+use crate::lake::journal::snapshot::LakePoint;
 use crate::lake::writer::WriteKind;
 use crate::lake::{Lake, journal, layout};
 use crate::progress::Progress;

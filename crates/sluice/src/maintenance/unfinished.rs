@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 use super::compact::{Compaction, Undo};
 use crate::error::{Error, Result};
 use crate::lake::layout::{self, TableKind, TableSpec};
-use crate::lake::{Lake, append, table};
+use crate::lake::{Lake, append, delta::table};
 use crate::store::PUT_TOKEN_KEY;
 
 /// What [`finish`] did.

@@ -19,8 +19,8 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lake::layout::STAGING_DIR;
-use crate::lake::{Lake, table};
-use crate::lake::{key_filter, sidecar};
+use crate::lake::{Lake, delta::table};
+use crate::lake::{keys::key_filter, keys::sidecar};
 use crate::progress::Progress;
 use crate::staging::paths::is_real_dir;
 

@@ -13,8 +13,8 @@ use deltalake::arrow::array::{Array, BooleanArray};
 
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
-use crate::lake::scan::{self, Select};
-use crate::lake::{Lake, layout, table};
+use crate::lake::delta::scan::{self, Select};
+use crate::lake::{Lake, delta::table, layout};
 use crate::records::Direction;
 
 /// The execution cache's look-up, shared with the committer (a spec

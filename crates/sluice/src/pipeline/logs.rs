@@ -18,9 +18,9 @@ use serde::Serialize;
 use super::status::{self, RunState};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
+use crate::lake::delta::scan::{self, Select, text_column};
+use crate::lake::journal::snapshot::LakeSnapshot;
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::scan::{self, Select, text_column};
-use crate::lake::snapshot::LakeSnapshot;
 
 /// One unit's record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

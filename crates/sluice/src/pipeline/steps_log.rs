@@ -19,10 +19,10 @@ use crate::artifact::arrow_convert::{build_array, read_value};
 use crate::artifact::{ArtifactId, FieldValue, canonical_json};
 use crate::error::{Error, Result};
 use crate::lake::append::Append;
+use crate::lake::delta::scan::{self, Select};
 use crate::lake::layout::TableSpec;
-use crate::lake::scan::{self, Select};
 use crate::lake::writer::{WriteKind, Writer};
-use crate::lake::{Lake, layout, table};
+use crate::lake::{Lake, delta::table, layout};
 
 /// A step's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

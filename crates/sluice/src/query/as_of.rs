@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use crate::error::Error;
-use crate::lake::snapshot::LakePoint;
+use crate::lake::journal::snapshot::LakePoint;
 
 /// The point in history a query reads.
 #[derive(Debug, Clone, PartialEq, Eq)]

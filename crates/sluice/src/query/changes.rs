@@ -11,7 +11,7 @@
 //! `_commit_version` and `_commit_timestamp`.
 //!
 //! The feed ends at the latest *consistent* point of the lake (see
-//! [`crate::lake::snapshot`]), so a half-finished commit sequence never
+//! [`crate::lake::journal::snapshot`]), so a half-finished commit sequence never
 //! shows.
 
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use deltalake::delta_datafusion::DeltaCdfTableProvider;
 use super::AsOf;
 use crate::error::{Error, Result};
 use crate::lake::layout::TableKind;
-use crate::lake::{Lake, snapshot, table};
+use crate::lake::{Lake, delta::table, journal::snapshot};
 
 /// The change-data-feed property sluice creates tables with.
 pub const CDF_PROPERTY: &str = "delta.enableChangeDataFeed";

@@ -15,9 +15,9 @@ use deltalake::datafusion::sql::sqlparser::ast;
 use super::AsOf;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
+use crate::lake::delta::table;
+use crate::lake::journal::snapshot::{self, LakeSnapshot};
 use crate::lake::layout::{self, TableKind, TableSpec};
-use crate::lake::snapshot::{self, LakeSnapshot};
-use crate::lake::table;
 
 /// Spill files one merge pass of a memory-limited sort reads at once. Left
 /// unlimited, a sort's merge reserves a buffer for as many of its spill files
@@ -118,7 +118,7 @@ impl<'a> SqlBuilder<'a> {
     /// your own DataFusion code (streaming, `EXPLAIN`, …).
     ///
     /// Every table is read at one consistent point of the lake (see
-    /// [`crate::lake::snapshot`]): the latest, or the `--as-of` point.
+    /// [`crate::lake::journal::snapshot`]): the latest, or the `--as-of` point.
     pub async fn context(&self) -> Result<(SessionContext, BTreeMap<String, u64>)> {
         self.context_at().await.map(|(ctx, versions, _)| (ctx, versions))
     }

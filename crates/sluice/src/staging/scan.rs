@@ -57,7 +57,7 @@ fn sentinel_run_ids(path: &Path) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for batch in builder.with_projection(mask).build().map_err(|e| bad(&e))? {
         let batch = batch.map_err(|e| bad(&e))?;
-        let text = crate::lake::scan::text_column(&batch, 0, "execution_run_id")?;
+        let text = crate::lake::delta::scan::text_column(&batch, 0, "execution_run_id")?;
         out.extend((0..text.len()).filter(|&r| text.is_valid(r)).map(|r| text.value(r).to_owned()));
     }
     Ok(out)

@@ -6,10 +6,10 @@ use crate::artifact::arrow_convert::read_value;
 use crate::artifact::{Artifact, ArtifactId};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
+use crate::lake::delta::scan::{self, Select};
+use crate::lake::journal::snapshot::LakeSnapshot;
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::lookup::Lookup;
-use crate::lake::scan::{self, Select};
-use crate::lake::snapshot::LakeSnapshot;
+use crate::lake::read::lookup::Lookup;
 use crate::store::rows;
 
 /// The fewest hex digits of an id [`Lake::resolve`] takes as a prefix.

@@ -5,10 +5,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::artifact::{Artifact, ArtifactId};
 use crate::error::Result;
 use crate::lake::append::{self, Append, Dedup};
+use crate::lake::delta::tip::Tip;
 use crate::lake::layout::{self, TableSpec};
-use crate::lake::tip::Tip;
 use crate::lake::writer::WriteKind;
-use crate::lake::{Lake, table};
+use crate::lake::{Lake, delta::table};
 
 use crate::store::rows;
 
@@ -172,7 +172,7 @@ impl Lake {
     /// Which of `ids` a table (with an `artifact_id` column) already holds.
     ///
     /// Reads ids only from files the table's key filters cannot rule out
-    /// (see [`key_filter`](crate::lake::key_filter)), so its cost follows the
+    /// (see [`key_filter`](crate::lake::keys::key_filter)), so its cost follows the
     /// number of commits and duplicates, not the size of the table.
     pub(crate) async fn existing_ids(
         &self,
@@ -199,7 +199,7 @@ impl Lake {
 /// ([`Append::with_present_at`]).
 pub(crate) async fn repoint_to_content(
     lake: &Lake,
-    index_tip: &crate::lake::tip::Tip,
+    index_tip: &crate::lake::delta::tip::Tip,
     index: &TableSpec,
     rows: Vec<deltalake::arrow::record_batch::RecordBatch>,
     content_present: &[(TableSpec, BTreeSet<String>)],

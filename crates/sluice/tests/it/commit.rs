@@ -7,7 +7,7 @@ use crate::common::lake;
 use sluice::Lake;
 use sluice::artifact::FieldValue;
 use sluice::commit::REASON_FILE;
-use sluice::lake::sidecar::{self, Part};
+use sluice::lake::keys::sidecar::{self, Part};
 use sluice::query::OutputFormat;
 use sluice::query::format::render;
 use sluice::staging::synthetic::{self, SyntheticSpec};
@@ -235,9 +235,11 @@ async fn the_execution_cache_finds_specs_through_key_filters_and_without_them() 
         }
         lake.commit().execute().await.unwrap();
     }
-    let table_dir =
-        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table());
-    let keys = table_dir.join(sluice::lake::key_filter::KEYS_DIR);
+    let table_dir = sluice::lake::delta::table::table_dir(
+        lake.root(),
+        &sluice::lake::layout::executions_table(),
+    );
+    let keys = table_dir.join(sluice::lake::keys::key_filter::KEYS_DIR);
     let results = crate::common::bundles(&table_dir);
     for (version, _) in &results {
         for part in [Part::Filter(Some("execution_spec_id")), Part::Results] {
@@ -255,15 +257,17 @@ async fn the_execution_cache_finds_specs_through_key_filters_and_without_them() 
     // for the second commit's files, naming another run for `s-3`, is what
     // the check answers.
     let version = results[1].0;
-    let filter = |column| sluice::lake::key_filter::read_one(&table_dir, version, column).unwrap();
+    let filter =
+        |column| sluice::lake::keys::key_filter::read_one(&table_dir, version, column).unwrap();
     let (by_id, by_spec) = (filter(None), filter(Some("execution_spec_id")));
-    let forged = sluice::lake::result_set::SpecResult { end: 20, run_id: "forged-run".into() };
-    let key = sluice::lake::key_filter::Key::of_value("s-3");
+    let forged =
+        sluice::lake::read::result_set::SpecResult { end: 20, run_id: "forged-run".into() };
+    let key = sluice::lake::keys::key_filter::Key::of_value("s-3");
     let sets = std::collections::BTreeMap::from([(key, forged)]);
     sidecar::Bundle::new()
         .part(Part::Filter(None), by_id.encode())
         .part(Part::Filter(Some("execution_spec_id")), by_spec.encode())
-        .part(Part::Results, sluice::lake::result_set::encode(&by_spec.files, &sets).unwrap())
+        .part(Part::Results, sluice::lake::read::result_set::encode(&by_spec.files, &sets).unwrap())
         .write(&table_dir, version)
         .unwrap();
     let found = sluice::pipeline::cache::successful_runs(&lake, &wanted).await.unwrap();

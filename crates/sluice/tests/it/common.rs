@@ -46,7 +46,7 @@ pub fn log_actions(table_dir: &std::path::Path) -> Vec<serde_json::Value> {
 /// The sidecar bundles of a table folder (one per version a sluice write
 /// made), by version.
 pub fn bundles(table_dir: &std::path::Path) -> Vec<(u64, std::path::PathBuf)> {
-    let keys = table_dir.join(sluice::lake::key_filter::KEYS_DIR);
+    let keys = table_dir.join(sluice::lake::keys::key_filter::KEYS_DIR);
     let mut found: Vec<_> = std::fs::read_dir(&keys)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -64,10 +64,11 @@ pub fn bundles(table_dir: &std::path::Path) -> Vec<(u64, std::path::PathBuf)> {
 pub fn damage_part(
     table_dir: &std::path::Path,
     version: u64,
-    part: sluice::lake::sidecar::Part<'_>,
+    part: sluice::lake::keys::sidecar::Part<'_>,
     at: Option<u64>,
 ) {
-    let span = sluice::lake::sidecar::locate(table_dir, version, part).expect("the part exists");
+    let span =
+        sluice::lake::keys::sidecar::locate(table_dir, version, part).expect("the part exists");
     let mut bytes = std::fs::read(&span.path).unwrap();
     let at = span.base + at.unwrap_or(span.len - 1);
     bytes[at as usize] ^= 0x40;

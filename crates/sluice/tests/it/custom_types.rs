@@ -53,7 +53,7 @@ async fn rust_type_registers_itself_and_gets_a_partitioned_table() {
     let dir = tempfile::tempdir().unwrap();
     let (lake, report) = Lake::init(dir.path()).await.unwrap();
     assert!(report.created.contains(&"spectra".to_owned()), "{report:?}");
-    assert!(sluice::lake::table::is_table(&dir.path().join("artifacts/spectra")));
+    assert!(sluice::lake::delta::table::is_table(&dir.path().join("artifacts/spectra")));
     let a = spectrum("orbitrap", 12, Some(0.9)).with_step(3).finalize(lake.registry()).unwrap();
     let b = spectrum("orbitrap", 12, Some(0.9)).with_step(4).finalize(lake.registry()).unwrap();
     assert_eq!(a.id, b.id, "steps are not part of identity");

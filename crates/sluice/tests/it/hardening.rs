@@ -11,9 +11,9 @@ use sluice::artifact::{ArtifactId, DataFormat, FieldValue};
 use sluice::commit::manifest::{self, Manifest};
 use sluice::error::Error;
 use sluice::lake::append::Append;
+use sluice::lake::delta::table;
 use sluice::lake::journal::{self, JournalEntry, Phase};
 use sluice::lake::layout::TableSpec;
-use sluice::lake::table;
 use sluice::pipeline::{Operations, Pipeline, PipelineConfig, StepStatus};
 use sluice::query::AsOf;
 use sluice::staging;
@@ -428,7 +428,11 @@ async fn item7_readers_never_see_half_a_sequence() {
     assert_eq!(scalar(&lake, "SELECT count(*) FROM executions").await, "20");
 }
 
-async fn scalar_at(lake: &Lake, sql: &str, point: &sluice::lake::snapshot::LakeSnapshot) -> String {
+async fn scalar_at(
+    lake: &Lake,
+    sql: &str,
+    point: &sluice::lake::journal::snapshot::LakeSnapshot,
+) -> String {
     let as_of = AsOf::Tables(point.versions.clone());
     let r = lake.sql(sql).with_as_of(Some(as_of)).execute().await.unwrap();
     sluice::query::format::render(&r.batches, sluice::query::OutputFormat::Csv)
@@ -607,7 +611,7 @@ async fn writers_on_tips_race_handles_and_each_other_and_never_duplicate() {
             let mut added = 0;
             let mut own = None;
             if k % 2 == 0 {
-                own = Some(sluice::lake::tip::Tip::open(&root, &spec).await.unwrap());
+                own = Some(sluice::lake::delta::tip::Tip::open(&root, &spec).await.unwrap());
             }
             // Each writer appends overlapping slices, one small commit each.
             for start in (k * 3..k * 3 + 40).step_by(8) {
@@ -729,7 +733,7 @@ async fn an_append_on_a_tip_that_loses_its_version_checks_again_before_committin
     // The gate runs between writing the files and committing them: another
     // writer commits there, so the tip's version is always lost.
     use sluice::lake::append::Gate;
-    use sluice::lake::tip::Tip;
+    use sluice::lake::delta::tip::Tip;
     let (dir, lake) = lake().await;
     let other = Lake::open(dir.path()).await.unwrap();
     let all = metrics(&lake, 4, 12);

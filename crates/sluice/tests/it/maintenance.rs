@@ -8,7 +8,7 @@ use sluice::staging::synthetic::{self, SyntheticSpec};
 
 use crate::commit::{scalar, writer};
 use crate::common::{bundles, damage_part, lake, metrics};
-use sluice::lake::sidecar::{self, Part};
+use sluice::lake::keys::sidecar::{self, Part};
 
 async fn digest(lake: &sluice::Lake, table: &str, key: &str) -> String {
     scalar(lake, &format!("SELECT count(*) || ':' || sum(length({key})) || ':' || min({key}) || ':' || max({key}) FROM {table}")).await
@@ -103,14 +103,17 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
     assert_eq!(metrics_report.sidecars_retired, 8, "{metrics_report:?}");
     let listed: Vec<u64> = bundles(&metrics_dir).iter().map(|(v, _)| *v).collect();
     assert_eq!(listed, vec![version, version + 1], "{listed:?}");
-    let retired = metrics_dir.join("_sluice_keys").join(sluice::lake::key_filter::RETIRED_DIR);
+    let retired =
+        metrics_dir.join("_sluice_keys").join(sluice::lake::keys::key_filter::RETIRED_DIR);
     assert_eq!(std::fs::read_dir(retired).unwrap().count(), 8);
     assert!(sidecar::locate(&metrics_dir, version, Part::KeySet).is_some(), "and the key set");
     // The compacted executions have a result set; the cache answers as before.
     let executions = reports.iter().find(|r| r.table == "executions").unwrap();
     let version = executions.version.unwrap();
-    let executions_dir =
-        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table());
+    let executions_dir = sluice::lake::delta::table::table_dir(
+        lake.root(),
+        &sluice::lake::layout::executions_table(),
+    );
     assert!(sidecar::locate(&executions_dir, version, Part::Results).is_some(), "{executions:?}");
     assert_eq!(sluice::pipeline::cache::successful_runs(&lake, &specs).await.unwrap(), cached);
     // Lookups by id through the compacted files.
@@ -173,8 +176,10 @@ async fn vacuum_dry_run_lists_what_it_removes_and_keeps_time_travel_in_retention
     );
     // The executions were not compacted: their sidecars (and result sets),
     // whose files are live, all stay.
-    let executions =
-        sluice::lake::table::table_dir(lake.root(), &sluice::lake::layout::executions_table());
+    let executions = sluice::lake::delta::table::table_dir(
+        lake.root(),
+        &sluice::lake::layout::executions_table(),
+    );
     let results = bundles(&executions)
         .iter()
         .filter(|(v, _)| sidecar::locate(&executions, *v, Part::Results).is_some())
@@ -245,7 +250,7 @@ async fn restore_to_a_lake_version_equals_reading_as_of_it_and_can_be_undone() {
     assert_ne!(then, latest);
 
     let options = maintenance::RestoreOptions {
-        to: sluice::lake::snapshot::LakePoint::Sequence(k),
+        to: sluice::lake::journal::snapshot::LakePoint::Sequence(k),
         ..Default::default()
     };
     let dry = maintenance::restore::restore(
@@ -277,7 +282,7 @@ async fn restore_to_a_lake_version_equals_reading_as_of_it_and_can_be_undone() {
     );
     // Undo: back to the lake version before the restore.
     let undo = maintenance::RestoreOptions {
-        to: sluice::lake::snapshot::LakePoint::Sequence(head),
+        to: sluice::lake::journal::snapshot::LakePoint::Sequence(head),
         ..Default::default()
     };
     maintenance::restore::restore(&lake, &undo).await.unwrap();
@@ -293,12 +298,12 @@ async fn an_interrupted_restore_pins_readers_and_recover_finishes_it() {
     let k = history[5].version;
     let then = lake_digest(&lake, Some(AsOf::Lake(k))).await;
     let options = maintenance::RestoreOptions {
-        to: sluice::lake::snapshot::LakePoint::Sequence(k),
+        to: sluice::lake::journal::snapshot::LakePoint::Sequence(k),
         ..Default::default()
     };
     // Fail after the content tables, before `executions`.
     let failing = maintenance::RestoreOptions {
-        hooks: sluice::lake::restore::RestoreHooks {
+        hooks: sluice::lake::journal::restore::RestoreHooks {
             failpoint: Some("restore:executions".into()),
             pause: None,
         },
@@ -344,7 +349,7 @@ async fn the_change_feed_lists_rows_added_since_a_lake_version() {
     assert_eq!(none.num_rows(), 0);
     // A restore shows up as the deletes and inserts of the files it swaps.
     let options = maintenance::RestoreOptions {
-        to: sluice::lake::snapshot::LakePoint::Sequence(k),
+        to: sluice::lake::journal::snapshot::LakePoint::Sequence(k),
         ..Default::default()
     };
     maintenance::restore::restore(&lake, &options).await.unwrap();
@@ -362,7 +367,7 @@ async fn the_change_feed_lists_rows_added_since_a_lake_version() {
 
 #[tokio::test]
 async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
-    use sluice::lake::{layout, table};
+    use sluice::lake::{delta::table, layout};
     use sluice::maintenance::integrity;
     let (_dir, lake) = lake().await;
     many_small_commits(&lake).await;
@@ -481,7 +486,7 @@ async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
 
 #[tokio::test]
 async fn the_journal_is_compacted_as_it_grows_and_still_tells_time() {
-    use sluice::lake::{layout, table};
+    use sluice::lake::{delta::table, layout};
     let (_dir, lake) = lake().await;
     for seed in 0..36 {
         let spec = SyntheticSpec { seed, ..SyntheticSpec::default() };

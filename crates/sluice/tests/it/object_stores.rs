@@ -18,8 +18,8 @@ use deltalake::kernel::{DataType, StructField};
 use deltalake::{DeltaTable, DeltaTableBuilder};
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt};
-use sluice::lake::log_entry::{entry_location, put_if_absent};
-use sluice::lake::storage;
+use sluice::lake::io::log_entry::{entry_location, put_if_absent};
+use sluice::lake::io::storage;
 
 use crate::azure::{azurite_available, unique};
 use url::Url;
@@ -164,10 +164,11 @@ async fn a_delta_table_lives_on_the_store(emulator: &Emulator) {
 
     let reopened = open(&url, emulator).await;
     assert_eq!(reopened.version(), Some(2));
-    let rows = sluice::lake::scan::Select::columns(sluice::lake::scan::columns(&["x"]))
-        .collect(&reopened, "data")
-        .await
-        .unwrap();
+    let rows =
+        sluice::lake::delta::scan::Select::columns(sluice::lake::delta::scan::columns(&["x"]))
+            .collect(&reopened, "data")
+            .await
+            .unwrap();
     let mut values: Vec<i64> = rows
         .iter()
         .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())

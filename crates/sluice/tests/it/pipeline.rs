@@ -161,8 +161,8 @@ async fn snapshot_reads_keep_the_snapshot_a_worker_started_with() {
 /// Active data files of `data` in step 1's partition.
 async fn step_one_data_files(lake: &sluice::Lake) -> usize {
     let spec = lake.table_spec("data").unwrap();
-    let handle = sluice::lake::table::open(lake.root(), &spec).await.unwrap();
-    sluice::lake::table::active_files(&handle, &spec)
+    let handle = sluice::lake::delta::table::open(lake.root(), &spec).await.unwrap();
+    sluice::lake::delta::table::active_files(&handle, &spec)
         .unwrap()
         .iter()
         .filter(|f| f.starts_with("origin_step_number=1/"))

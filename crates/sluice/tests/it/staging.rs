@@ -34,7 +34,8 @@ fn parquet_rows(path: &Path) -> i64 {
     for rg in reader.metadata().row_groups() {
         for col in rg.columns() {
             let plain = col.compression() == deltalake::parquet::basic::Compression::UNCOMPRESSED;
-            let big = col.uncompressed_size() >= sluice::lake::table::ZSTD_MIN_COLUMN_BYTES as i64;
+            let big =
+                col.uncompressed_size() >= sluice::lake::delta::table::ZSTD_MIN_COLUMN_BYTES as i64;
             assert!(plain || big, "{path:?}: {:?}", col.compression());
         }
     }

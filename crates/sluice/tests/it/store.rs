@@ -2,7 +2,7 @@
 
 use crate::common::{bundles, damage_part, lake, metrics};
 use serde_json::json;
-use sluice::lake::sidecar::Part;
+use sluice::lake::keys::sidecar::Part;
 use sluice::store::ListFilter;
 use sluice::{ArtifactId, Draft};
 
@@ -110,7 +110,7 @@ async fn key_filters_speed_up_dedup_but_never_decide_it() {
 #[tokio::test]
 async fn sidecars_that_cannot_be_written_cost_speed_never_a_result() {
     let (dir, lake) = lake().await;
-    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::key_filter::KEYS_DIR);
+    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::keys::key_filter::KEYS_DIR);
     let _ = std::fs::remove_dir_all(&keys);
     std::fs::write(&keys, b"a file where the sidecar folder goes").unwrap();
     let (a, b) = (metrics(&lake, 1, 10), metrics(&lake, 2, 10));
@@ -134,7 +134,7 @@ async fn sidecars_that_cannot_be_written_cost_speed_never_a_result() {
     let version = bundles(&dir.path().join("artifacts/metrics"))[0].0;
     let metrics = dir.path().join("artifacts/metrics");
     for part in [Part::Filter(None), Part::KeySet] {
-        assert!(sluice::lake::sidecar::locate(&metrics, version, part).is_some(), "{part:?}");
+        assert!(sluice::lake::keys::sidecar::locate(&metrics, version, part).is_some(), "{part:?}");
     }
 }
 
@@ -154,7 +154,7 @@ async fn dedup_of_thousands_of_ids_across_files_skips_exactly_the_present_ones()
     assert_eq!((put.already_present, put.rows_added["metrics"]), (7500, 3000));
 
     // Without the first commit's key filter its file is read for every id.
-    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::key_filter::KEYS_DIR);
+    let keys = dir.path().join("artifacts/metrics").join(sluice::lake::keys::key_filter::KEYS_DIR);
     let mut sidecars: Vec<_> =
         std::fs::read_dir(&keys).unwrap().map(|e| e.unwrap().path()).collect();
     sidecars.sort();
@@ -179,7 +179,7 @@ async fn key_sets_confirm_present_ids_and_damaged_or_foreign_ones_are_read_aroun
     assert_eq!(sets.len(), 4, "{sets:?}");
     for (version, _) in &sets {
         for part in [Part::Filter(None), Part::KeySet] {
-            assert!(sluice::lake::sidecar::locate(&table_dir, *version, part).is_some());
+            assert!(sluice::lake::keys::sidecar::locate(&table_dir, *version, part).is_some());
         }
     }
 
@@ -212,8 +212,8 @@ async fn key_sets_confirm_present_ids_and_damaged_or_foreign_ones_are_read_aroun
 #[tokio::test]
 async fn lookups_read_bloom_filtered_row_groups_and_fill_partition_values() {
     use deltalake::parquet::file::reader::{FileReader, SerializedFileReader};
-    use sluice::lake::lookup::Lookup;
-    use sluice::lake::{layout, table};
+    use sluice::lake::read::lookup::Lookup;
+    use sluice::lake::{delta::table, layout};
 
     let (_dir, lake) = lake().await;
     let big = metrics(&lake, 3, 20_000);
@@ -266,7 +266,7 @@ async fn lookups_read_bloom_filtered_row_groups_and_fill_partition_values() {
     for batch in &batches {
         assert_eq!(batch.schema().field(0).name(), "origin_step_number");
         let steps = batch.column(0).as_any().downcast_ref::<arrow::array::Int32Array>().unwrap();
-        let ids = sluice::lake::scan::text_column(batch, 1, "metrics").unwrap();
+        let ids = sluice::lake::delta::scan::text_column(batch, 1, "metrics").unwrap();
         for i in 0..batch.num_rows() {
             rows.push((ids.value(i).to_owned(), steps.value(i)));
         }

@@ -15,7 +15,7 @@
 //! visibility timeout — or whose owner is a process of this host that no
 //! longer exists — is moved back to `retry/` by whoever notices. Delivery is
 //! therefore at least once; exactly once comes from the commit (see
-//! [`super::writer`]), which never adds a file whose key the table already
+//! [`crate::ingest::writer`]), which never adds a file whose key the table already
 //! records. A file is claimed only after its size and modification time have
 //! stayed the same for `settle_ms` (it may still be being written). Names
 //! starting with `.` are never claimed (writers' temporary files).

@@ -12,7 +12,7 @@ use super::{Output, Transform};
 use crate::error::{Error, Result};
 use crate::ingest::upsert;
 use crate::lake::append::{self, CommitSpec};
-use crate::lake::table;
+use crate::lake::delta::table;
 
 /// The commit-metadata key describing a transform's commit.
 pub const TRANSFORM_KEY: &str = "sluice_transform";

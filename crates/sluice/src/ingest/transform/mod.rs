@@ -42,8 +42,8 @@ use deltalake::datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::lake::delta::table;
 use crate::lake::layout::{AGGREGATE_DIR, CURATED_DIR, RAW_DIR};
-use crate::lake::table;
 use crate::registry::is_plain_name;
 
 /// How many times a transform starts over after losing its commit.

@@ -18,7 +18,7 @@ use deltalake::logstore::object_store::ObjectStoreExt;
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use crate::error::{Error, Result};
-use crate::lake::table;
+use crate::lake::delta::table;
 
 /// Rows added upstream in versions `after+1 ..= to`.
 #[derive(Debug)]

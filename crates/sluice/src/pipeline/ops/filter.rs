@@ -27,8 +27,8 @@ use deltalake::datafusion::sql::sqlparser::parser::Parser;
 
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
-use crate::lake::scan::{self, Select};
-use crate::lake::{layout, table};
+use crate::lake::delta::scan::{self, Select};
+use crate::lake::{delta::table, layout};
 use crate::pipeline::config::{StepConfig, StepError};
 use crate::pipeline::operation::{Grouping, Operation, Output, Signature, UnitContext};
 

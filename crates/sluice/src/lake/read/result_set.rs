@@ -12,7 +12,7 @@
 //! So next to the key set of each version of the executions table, a sluice
 //! write leaves, for every spec with a successful execution in that version,
 //! its latest one: a part of the version's bundle (see
-//! [`sidecar`](super::sidecar)), or in the older layout (and when repair
+//! [`sidecar`](crate::lake::keys::sidecar)), or in the older layout (and when repair
 //! writes one) `<table>/_sluice_keys/{version:020}.results`.
 //!
 //! ```text
@@ -45,11 +45,13 @@ use deltalake::arrow::array::{Array, BooleanArray, Int64Array};
 use deltalake::arrow::datatypes::DataType;
 use deltalake::arrow::record_batch::RecordBatch;
 
-use super::key_filter::{Key, LookupPlan};
-use super::key_set::{self, BLOCK_SUM_LEN, KEY_LEN, Opened, block_sum, files_digest, open_cached};
-use super::scan;
-use super::sidecar::{self, Part, Span};
 use crate::error::{Error, Result};
+use crate::lake::delta::scan;
+use crate::lake::keys::key_filter::{Key, LookupPlan};
+use crate::lake::keys::key_set::{
+    self, BLOCK_SUM_LEN, KEY_LEN, Opened, block_sum, files_digest, open_cached,
+};
+use crate::lake::keys::sidecar::{self, Part, Span};
 
 /// Format tag, at the end of the file.
 const MAGIC: &[u8; 8] = b"SLRSET01";
@@ -383,8 +385,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::lake::key_filter::Candidates;
-    use crate::lake::key_set::CHECKSUM_LEN;
+    use crate::lake::keys::key_filter::Candidates;
+    use crate::lake::keys::key_set::CHECKSUM_LEN;
 
     fn spec(i: u64) -> String {
         format!("spec-{i}")

@@ -1,4 +1,4 @@
-//! Table handles a [`Lake`](super::Lake) keeps between calls.
+//! Table handles a [`Lake`](crate::lake::Lake) keeps between calls.
 //!
 //! Opening a Delta table replays its log from the last checkpoint (up to
 //! 100 JSON commits by default), and a `put` or a read by id used to open
@@ -25,10 +25,10 @@ use std::sync::Mutex;
 
 use deltalake::DeltaTable;
 
-use super::layout::{TableKind, TableSpec};
-use super::table;
-use super::tip::Tip;
 use crate::error::{Error, Result};
+use crate::lake::delta::table;
+use crate::lake::delta::tip::Tip;
+use crate::lake::layout::{TableKind, TableSpec};
 
 /// Versions a handle may move past its opening before it is reopened.
 pub const REOPEN_AFTER: u64 = 100;
@@ -198,7 +198,7 @@ impl Handles {
 
     /// The latest version of each existing table of `specs` (the journal
     /// excepted), through the kept tips, read in reverse commit order (see
-    /// [`super::journal::versions`]); with the highest commit sequence any
+    /// [`crate::lake::journal::versions`]); with the highest commit sequence any
     /// of them records, and where.
     pub async fn tip_heads(
         &self,

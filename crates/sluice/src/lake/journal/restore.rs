@@ -9,7 +9,7 @@
 //! 1. `started(seq, token, versions before, restore_to)` — `restore_to` maps
 //!    every table that changes to the version it returns to. From this row on
 //!    readers stay at the versions before (the row pins them until it ends,
-//!    whoever wrote it: see [`snapshot`](super::snapshot));
+//!    whoever wrote it: see [`snapshot`](crate::lake::journal::snapshot));
 //! 2. one Delta restore per table, carrying the token in its commit
 //!    metadata and the sequence as its `sluice-commit` application
 //!    transaction; a table that already holds a commit with the token is
@@ -23,7 +23,7 @@
 //! before anything is journaled.
 //!
 //! A restore killed anywhere is settled by [`settle`] from its `started`
-//! row alone — every writer does it first (see [`writer`](super::writer)).
+//! row alone — every writer does it first (see [`writer`](crate::lake::writer)).
 //! Settling finishes it; one that cannot be finished (its files vanished
 //! after the check: a vacuum on another host) is rolled back: every table
 //! it restored is restored again to the version its `started` row recorded,
@@ -45,12 +45,12 @@ use deltalake::kernel::transaction::CommitProperties;
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
-use super::append::{self, TOKEN_KEY};
-use super::journal::{self, JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
-use super::layout::{TableKind, TableSpec};
-use super::snapshot::{self, LakePoint};
-use super::table;
 use crate::error::{Error, Result};
+use crate::lake::append::{self, TOKEN_KEY};
+use crate::lake::delta::table;
+use crate::lake::journal::snapshot::{self, LakePoint};
+use crate::lake::journal::{self, JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
+use crate::lake::layout::{TableKind, TableSpec};
 use crate::progress::Progress;
 
 /// One table's part of a restore.

@@ -1,6 +1,6 @@
 //! Which live files of a table the key filters of one column cover.
 //!
-//! A [`Tip`](super::tip::Tip) keeps one coverage for the table's key column
+//! A [`Tip`](crate::lake::delta::tip::Tip) keeps one coverage for the table's key column
 //! and one per lookup column (the executions' spec id, the edges' artifact
 //! ids). Each follows the table version by version — every add is
 //! uncovered until the sidecar of its version is read or learnt; a remove
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use deltalake::kernel::Action;
 
-use super::key_filter::{Key, KeyFilter};
+use crate::lake::keys::key_filter::{Key, KeyFilter};
 
 /// Versions whose sidecar a coverage waits for before it stops looking
 /// (their files stay uncovered: slower, never wrong).
@@ -29,23 +29,23 @@ const HOLDS_NONE_CHUNK: usize = 512;
 pub(crate) struct Coverage {
     /// Live data files, with the version of the key filter covering each
     /// (`None`: no filter covers it).
-    pub(super) live: HashMap<String, Option<u64>>,
-    pub(super) uncovered: usize,
-    pub(super) filters: BTreeMap<u64, Arc<KeyFilter>>,
+    pub(in crate::lake) live: HashMap<String, Option<u64>>,
+    pub(in crate::lake) uncovered: usize,
+    pub(in crate::lake) filters: BTreeMap<u64, Arc<KeyFilter>>,
     /// The one-word filters among them (commits of one or two keys, what a
     /// run of puts leaves), by version: a key is tested against all of them
     /// with one mask over contiguous words.
-    pub(super) one_word: HashMap<u64, u64>,
+    pub(in crate::lake) one_word: HashMap<u64, u64>,
     /// The others, probed one by one.
-    pub(super) larger: BTreeMap<u64, Arc<KeyFilter>>,
+    pub(in crate::lake) larger: BTreeMap<u64, Arc<KeyFilter>>,
     /// Versions that added files before their sidecar could be read.
-    pub(super) pending: BTreeSet<u64>,
+    pub(in crate::lake) pending: BTreeSet<u64>,
 }
 
 impl Coverage {
     /// Every file live and uncovered; then `filters` (by version) cover
     /// what they can.
-    pub(super) fn new(
+    pub(in crate::lake) fn new(
         live: impl IntoIterator<Item = String>,
         filters: BTreeMap<u64, Arc<KeyFilter>>,
     ) -> Coverage {
@@ -58,18 +58,18 @@ impl Coverage {
     }
 
     /// The live files.
-    pub(super) fn live_files(&self) -> impl Iterator<Item = &String> {
+    pub(in crate::lake) fn live_files(&self) -> impl Iterator<Item = &String> {
         self.live.keys()
     }
 
     /// Live data files no key filter covers.
-    pub(super) fn uncovered(&self) -> usize {
+    pub(in crate::lake) fn uncovered(&self) -> usize {
         self.uncovered
     }
 
     /// Whether the table certainly holds none of `keys` in this column:
     /// every live file is covered and no filter may hold any of them.
-    pub(super) fn holds_none(&self, keys: &[Key]) -> bool {
+    pub(in crate::lake) fn holds_none(&self, keys: &[Key]) -> bool {
         if self.uncovered > 0 {
             return false;
         }
@@ -97,13 +97,13 @@ impl Coverage {
     }
 
     /// Take the filter of a version whose sidecar was written from it.
-    pub(super) fn learn(&mut self, version: u64, filter: Arc<KeyFilter>) {
+    pub(in crate::lake) fn learn(&mut self, version: u64, filter: Arc<KeyFilter>) {
         self.pending.remove(&version);
         self.cover(version, filter);
     }
 
     /// Apply one version's adds and removes to the live files.
-    pub(super) fn apply(&mut self, version: u64, actions: &[Action]) {
+    pub(in crate::lake) fn apply(&mut self, version: u64, actions: &[Action]) {
         let mut added = false;
         for action in actions {
             match action {
@@ -138,7 +138,7 @@ impl Coverage {
 
     /// Let `filter` (of `version`) cover its files, if all of them are live
     /// and uncovered.
-    pub(super) fn cover(&mut self, version: u64, filter: Arc<KeyFilter>) -> bool {
+    pub(in crate::lake) fn cover(&mut self, version: u64, filter: Arc<KeyFilter>) -> bool {
         let usable = !filter.files.is_empty()
             && filter.files.iter().all(|f| matches!(self.live.get(f), Some(None)));
         if !usable {
@@ -177,7 +177,7 @@ impl Coverage {
 
     /// Read the sidecars that had not appeared yet (`read` gives a
     /// version's sidecar of this column, if it is there now).
-    pub(super) fn retry_pending(&mut self, read: impl Fn(u64) -> Option<Arc<KeyFilter>>) {
+    pub(in crate::lake) fn retry_pending(&mut self, read: impl Fn(u64) -> Option<Arc<KeyFilter>>) {
         let pending: Vec<u64> = self.pending.iter().copied().collect();
         for version in pending {
             if let Some(filter) = read(version) {

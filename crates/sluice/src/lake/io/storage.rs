@@ -18,7 +18,7 @@
 //! `azure` features: those bring the AWS SDK (about 90 crates, ~7 minutes
 //! of a cold build here) for credentials object_store already resolves, and
 //! a lock client sluice never uses — a log entry is created by a
-//! conditional put ([`log_entry::put_if_absent`](super::log_entry)).
+//! conditional put ([`log_entry::put_if_absent`](crate::lake::io::log_entry)).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Once};

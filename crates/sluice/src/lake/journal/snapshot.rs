@@ -31,10 +31,10 @@ use std::path::Path;
 
 use chrono::{DateTime, Utc};
 
-use super::journal::{self, Journal, JournalEntry, Phase};
-use super::layout::{self, TableSpec};
-use super::table;
 use crate::error::{Error, Result};
+use crate::lake::delta::table;
+use crate::lake::journal::{self, Journal, JournalEntry, Phase};
+use crate::lake::layout::{self, TableSpec};
 
 /// Which point of the lake to read.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

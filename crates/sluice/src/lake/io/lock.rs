@@ -4,7 +4,7 @@
 //! processes from doing the same work twice and keeps readers' snapshots
 //! exact. Correctness does not depend on it: every table commit is made on
 //! top of exactly the version its de-duplication read (see
-//! [`append`](super::append)), so two writers on hosts that do not share the
+//! [`append`](crate::lake::append)), so two writers on hosts that do not share the
 //! lock (NFS with `local_lock`, Lustre `localflock`, a removed lock file)
 //! still lose and duplicate nothing.
 //!
@@ -47,7 +47,7 @@ impl WriterLock {
         if std::env::var_os(NO_LOCK_ENV).is_some_and(|v| v == "1") {
             return Ok(WriterLock(None));
         }
-        let (mut file, path) = Self::open(&super::layout::staging_root(lake_root))?;
+        let (mut file, path) = Self::open(&crate::lake::layout::staging_root(lake_root))?;
         let started = Instant::now();
         let mut told = false;
         loop {

@@ -1,6 +1,6 @@
 //! Key sets: which keys a table version added, answered exactly.
 //!
-//! A [`KeyFilter`](super::key_filter::KeyFilter) rules absent keys out, but
+//! A [`KeyFilter`](crate::lake::keys::key_filter::KeyFilter) rules absent keys out, but
 //! when it answers "maybe" the files must be read to tell a present key
 //! from a false positive. Re-running work sends ids that *are* present (a
 //! retried step, a resumed pipeline): confirming them read the key column
@@ -10,7 +10,7 @@
 //!
 //! So next to each version's key filter, a sluice write leaves that
 //! version's keys sorted: a part of its bundle
-//! (`<table>/_sluice_keys/{version:020}.side`, see [`sidecar`](super::sidecar)),
+//! (`<table>/_sluice_keys/{version:020}.side`, see [`sidecar`](crate::lake::keys::sidecar)),
 //! or in the older layout (and when repair writes one) `{version:020}.set`:
 //!
 //! ```text
@@ -42,18 +42,18 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::key_filter::{Key, LookupPlan};
-use super::sidecar::{self, FileId, Part, Span};
 use crate::error::Result;
+use crate::lake::keys::key_filter::{Key, LookupPlan};
+use crate::lake::keys::sidecar::{self, FileId, Part, Span};
 
 /// Format tag, at the end of the file.
 const MAGIC: &[u8; 8] = b"SLKSET01";
 /// Keys per block: 4 KiB, one page read per confirmed key.
 const BLOCK_KEYS: usize = 256;
-pub(super) const KEY_LEN: usize = 16;
-pub(super) const BLOCK_SUM_LEN: usize = 8;
+pub(in crate::lake) const KEY_LEN: usize = 16;
+pub(in crate::lake) const BLOCK_SUM_LEN: usize = 8;
 const INDEX_ENTRY: usize = KEY_LEN + BLOCK_SUM_LEN;
-pub(super) const CHECKSUM_LEN: usize = 16;
+pub(in crate::lake) const CHECKSUM_LEN: usize = 16;
 const TAIL: usize = 16 + 8 + 4 + 8 + CHECKSUM_LEN;
 /// When more than this share of a set's blocks is wanted, all of them are
 /// read at once instead of one run of blocks at a time.
@@ -70,7 +70,7 @@ fn set_path(table_dir: &Path, version: u64) -> PathBuf {
 
 /// A digest of the data files a set describes (as the version's key filter
 /// lists them), so a set is never believed for other files.
-pub(super) fn files_digest(files: &[String]) -> [u8; 16] {
+pub(in crate::lake) fn files_digest(files: &[String]) -> [u8; 16] {
     let mut hasher = blake3::Hasher::new();
     for file in files {
         hasher.update(&(file.len() as u64).to_le_bytes());
@@ -81,7 +81,7 @@ pub(super) fn files_digest(files: &[String]) -> [u8; 16] {
     out
 }
 
-pub(super) fn block_sum(block: &[u8]) -> [u8; BLOCK_SUM_LEN] {
+pub(in crate::lake) fn block_sum(block: &[u8]) -> [u8; BLOCK_SUM_LEN] {
     let mut out = [0u8; BLOCK_SUM_LEN];
     out.copy_from_slice(&blake3::hash(block).as_bytes()[..BLOCK_SUM_LEN]);
     out
@@ -111,7 +111,7 @@ pub fn encode(files: &[String], keys: &[Key]) -> Vec<u8> {
 /// Append the tail of a set file whose index starts at `index_at`: the
 /// digest of `files`, `len` entries in blocks of `per_block`, the format
 /// tag and a checksum of index and tail.
-pub(super) fn seal(
+pub(in crate::lake) fn seal(
     out: &mut Vec<u8>,
     index_at: usize,
     files: &[String],
@@ -162,7 +162,7 @@ pub struct KeySet {
 /// Opened sets of this process, by path, with the identity of the file
 /// they were read from (a lake can be made again at the same path).
 /// Unreadable ones are kept as `None`, so they are reported once.
-pub(super) type Opened<T> = Mutex<HashMap<PathBuf, (FileId, Option<Arc<T>>)>>;
+pub(in crate::lake) type Opened<T> = Mutex<HashMap<PathBuf, (FileId, Option<Arc<T>>)>>;
 
 fn set_cache() -> &'static Opened<KeySet> {
     static CACHE: OnceLock<Opened<KeySet>> = OnceLock::new();
@@ -171,7 +171,7 @@ fn set_cache() -> &'static Opened<KeySet> {
 
 /// Open the set at `span` through `cache`: `parse` runs once per file (a
 /// new file at the path, same name or not, is parsed again).
-pub(super) fn open_cached<T>(
+pub(in crate::lake) fn open_cached<T>(
     cache: &Opened<T>,
     span: &Span,
     what: &str,
@@ -195,7 +195,7 @@ pub(super) fn open_cached<T>(
 }
 
 /// The checked index of a set file, as its tail describes it.
-pub(super) struct Sealed {
+pub(in crate::lake) struct Sealed {
     /// The digest of the data files the set describes.
     pub files: [u8; 16],
     /// Its entries (keys or records).
@@ -211,7 +211,7 @@ pub(super) struct Sealed {
 /// Read the tail of the set at `span`, check its format tag and block
 /// size, and read and check the index it covers (`entry` bytes per block).
 /// Offsets in the answer are from the start of the set.
-pub(super) fn read_sealed(
+pub(in crate::lake) fn read_sealed(
     span: &Span,
     magic: &[u8; 8],
     per_block: usize,
@@ -356,7 +356,7 @@ impl KeySet {
 /// The block that may hold each of `keys` in a set whose blocks start with
 /// `first_keys`, as (block, index of the key), by block; keys below the
 /// first block are absent and left out.
-pub(super) fn blocks_wanted(first_keys: &[Key], keys: &[Key]) -> Vec<(usize, usize)> {
+pub(in crate::lake) fn blocks_wanted(first_keys: &[Key], keys: &[Key]) -> Vec<(usize, usize)> {
     let mut wanted: Vec<(usize, usize)> = keys
         .iter()
         .enumerate()
@@ -448,7 +448,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::lake::key_filter::Candidates;
+    use crate::lake::keys::key_filter::Candidates;
 
     fn key(i: u64) -> Key {
         Key::of_text(&i.to_string())

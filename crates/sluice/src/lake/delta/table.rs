@@ -16,8 +16,8 @@ use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, TableProperty};
 use url::Url;
 
-use super::layout::TableSpec;
 use crate::error::{Error, Result};
+use crate::lake::layout::TableSpec;
 
 /// The zstd level of every Parquet file sluice writes.
 pub const ZSTD_LEVEL: i32 = 3;
@@ -132,7 +132,9 @@ pub fn table_dir(root: &Path, spec: &TableSpec) -> PathBuf {
 /// long log is listed only when both are gone.)
 pub fn is_table(dir: &Path) -> bool {
     let log = dir.join("_delta_log");
-    if super::log_entry::entry_path(dir, 0).is_file() || log.join("_last_checkpoint").is_file() {
+    if crate::lake::io::log_entry::entry_path(dir, 0).is_file()
+        || log.join("_last_checkpoint").is_file()
+    {
         return true;
     }
     let Ok(entries) = std::fs::read_dir(log) else { return false };
@@ -494,7 +496,7 @@ pub(crate) async fn retained_actions(
 }
 
 /// Record the key filter and key set of the ids a version of a table added
-/// (see [`sidecar`](super::sidecar)). Failure only costs lookup speed, so it
+/// (see [`sidecar`](crate::lake::keys::sidecar)). Failure only costs lookup speed, so it
 /// is logged, not returned.
 pub async fn record_keys(
     root: &Path,
@@ -508,12 +510,15 @@ pub async fn record_keys(
     }
     let dir = table_dir(root, spec);
     let result = commit_actions(table, &spec.name, version).await.and_then(|actions| {
-        let files = super::key_filter::added_files(&actions);
-        let keys: Vec<super::key_filter::Key> = ids.iter().map(Into::into).collect();
-        let filter = super::key_filter::KeyFilter::new(files.clone(), ids);
-        super::sidecar::Bundle::new()
-            .part(super::sidecar::Part::KeySet, super::key_set::encode(&files, &keys))
-            .part(super::sidecar::Part::Filter(None), filter.encode())
+        let files = crate::lake::keys::key_filter::added_files(&actions);
+        let keys: Vec<crate::lake::keys::key_filter::Key> = ids.iter().map(Into::into).collect();
+        let filter = crate::lake::keys::key_filter::KeyFilter::new(files.clone(), ids);
+        crate::lake::keys::sidecar::Bundle::new()
+            .part(
+                crate::lake::keys::sidecar::Part::KeySet,
+                crate::lake::keys::key_set::encode(&files, &keys),
+            )
+            .part(crate::lake::keys::sidecar::Part::Filter(None), filter.encode())
             .write(&dir, version)
     });
     if let Err(e) = result {
@@ -525,14 +530,14 @@ pub async fn record_keys(
 /// `version` (see the module docs). Anything but a clear "not found" counts
 /// as "may".
 pub(crate) fn may_have_moved(dir: &Path, version: u64) -> bool {
-    let next = super::log_entry::entry_path(dir, version + 1);
+    let next = crate::lake::io::log_entry::entry_path(dir, version + 1);
     !matches!(std::fs::symlink_metadata(next), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Whether version `v`'s log entry is present: `None` when the `stat`
 /// answered neither "a file" nor "not found" (the caller lists the log).
 fn entry_present(dir: &Path, v: u64) -> Option<bool> {
-    match std::fs::symlink_metadata(super::log_entry::entry_path(dir, v)) {
+    match std::fs::symlink_metadata(crate::lake::io::log_entry::entry_path(dir, v)) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(false),
         Ok(meta) if meta.is_file() => Some(true),
         _ => None,

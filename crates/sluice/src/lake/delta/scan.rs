@@ -6,7 +6,7 @@
 //! restricted to given data files (what the key filters chose).
 //!
 //! Inside each file, a filter on an indexed id column (see
-//! [`TableSpec::indexed_columns`](super::layout::TableSpec::indexed_columns))
+//! [`TableSpec::indexed_columns`](crate::lake::layout::TableSpec::indexed_columns))
 //! skips the row groups whose bloom filter rules its values out: a look-up
 //! decodes a few row groups, however large the files are.
 

@@ -33,12 +33,12 @@ use deltalake::logstore::object_store::ObjectStoreExt;
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::protocol::DeltaOperation;
 
-use super::append;
-use super::journal::{self, Journal, JournalEntry};
-use super::layout::{self, TableSpec};
-use super::table;
-use super::tip::{Advanced, Tip};
 use crate::error::{Error, Result};
+use crate::lake::append;
+use crate::lake::delta::table;
+use crate::lake::delta::tip::{Advanced, Tip};
+use crate::lake::journal::{self, Journal, JournalEntry};
+use crate::lake::layout::{self, TableSpec};
 
 /// The journal's rows at the head of a tip of the journal table.
 #[derive(Debug)]

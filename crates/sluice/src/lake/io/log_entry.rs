@@ -185,7 +185,7 @@ mod tests {
         use object_store::ObjectStoreExt;
 
         use super::super::*;
-        use crate::lake::faulty_store::{FaultyStore, PutFault};
+        use crate::lake::io::faulty_store::{FaultyStore, PutFault};
 
         async fn entry(store: &FaultyStore, version: u64) -> Option<Vec<u8>> {
             read_entry(store, &entry_location(version)).await.unwrap()

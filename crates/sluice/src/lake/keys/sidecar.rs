@@ -2,9 +2,9 @@
 //!
 //! A sluice write leaves, beside each table version, what lets later
 //! look-ups skip its data files: a key filter per id column
-//! ([`key_filter`](super::key_filter)), the key set of its key column
-//! ([`key_set`](super::key_set)) and, for the executions table, its result
-//! set ([`result_set`](super::result_set)). Written as one file each, they
+//! ([`key_filter`](crate::lake::keys::key_filter)), the key set of its key column
+//! ([`key_set`](crate::lake::keys::key_set)) and, for the executions table, its result
+//! set ([`result_set`](crate::lake::read::result_set)). Written as one file each, they
 //! were 11 of the ~25 files a one-execution step commit created (and 4 of a
 //! put's 8), and creating a file is most of what a small commit costs the
 //! kernel. So a commit writes them together, in one file per version,
@@ -82,13 +82,13 @@ impl Part<'_> {
 }
 
 /// A table's sidecar folder.
-pub(super) fn keys_dir(table_dir: &Path) -> PathBuf {
+pub(in crate::lake) fn keys_dir(table_dir: &Path) -> PathBuf {
     table_dir.join(KEYS_DIR)
 }
 
 /// Write one file of `_sluice_keys` whole or not at all: into a temporary
 /// name, then renamed, so a reader never sees a torn sidecar.
-pub(super) fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+pub(in crate::lake) fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let path = dir.join(name);
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
@@ -98,7 +98,7 @@ pub(super) fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
 
 /// What tells one sidecar file from another at the same path: inode
 /// (where there are inodes), size and modification time.
-pub(super) fn file_id(meta: &std::fs::Metadata) -> FileId {
+pub(in crate::lake) fn file_id(meta: &std::fs::Metadata) -> FileId {
     #[cfg(unix)]
     let inode = std::os::unix::fs::MetadataExt::ino(meta);
     #[cfg(not(unix))]
@@ -117,12 +117,12 @@ fn name(version: u64) -> String {
 }
 
 /// The path of a version's bundle.
-pub(super) fn path(table_dir: &Path, version: u64) -> PathBuf {
+pub(in crate::lake) fn path(table_dir: &Path, version: u64) -> PathBuf {
     keys_dir(table_dir).join(name(version))
 }
 
 /// The version a bundle's file name stands for (`None`: not a bundle).
-pub(super) fn version_of(file_name: &str) -> Option<u64> {
+pub(in crate::lake) fn version_of(file_name: &str) -> Option<u64> {
     let version = file_name.strip_suffix(".side")?;
     (version.len() == 20).then(|| version.parse().ok()).flatten()
 }
@@ -140,9 +140,9 @@ impl Bundle {
     }
 
     /// Add a part: its bytes, encoded by its own module
-    /// ([`KeyFilter::encode`](super::key_filter::KeyFilter),
-    /// [`key_set::encode`](super::key_set::encode),
-    /// [`result_set::encode`](super::result_set::encode)).
+    /// ([`KeyFilter::encode`](crate::lake::keys::key_filter::KeyFilter),
+    /// [`key_set::encode`](crate::lake::keys::key_set::encode),
+    /// [`result_set::encode`](crate::lake::read::result_set::encode)).
     pub fn part(&mut self, part: Part<'_>, bytes: Vec<u8>) -> &mut Self {
         self.parts.push((part.kind(), part.column().to_owned(), bytes));
         self
@@ -210,7 +210,7 @@ pub struct Span {
 
 impl Span {
     /// A whole single file, if it exists.
-    pub(super) fn whole(path: PathBuf) -> Option<Span> {
+    pub(in crate::lake) fn whole(path: PathBuf) -> Option<Span> {
         let meta = std::fs::metadata(&path).ok()?;
         Some(Span { id: file_id(&meta), len: meta.len(), base: 0, path })
     }
@@ -243,7 +243,7 @@ pub fn locate(table_dir: &Path, version: u64, part: Part<'_>) -> Option<Span> {
 }
 
 /// The part of the bundle at `path`.
-pub(super) fn locate_at(path: &Path, part: Part<'_>) -> Option<Span> {
+pub(in crate::lake) fn locate_at(path: &Path, part: Part<'_>) -> Option<Span> {
     let meta = std::fs::metadata(path).ok()?;
     let id = file_id(&meta);
     let directory = directory(path, id, meta.len(), None)?;
@@ -270,7 +270,7 @@ fn read_part_upto(
 /// The bundle at `path` opened, with where one part lies in it (offset,
 /// length): for readers that read a large part in pieces. `None` when the
 /// bundle, its directory or the part cannot be found (as [`locate_at`]).
-pub(super) fn open_part(path: &Path, part: Part<'_>) -> Option<(File, u64, u64)> {
+pub(in crate::lake) fn open_part(path: &Path, part: Part<'_>) -> Option<(File, u64, u64)> {
     let file = File::open(path).ok()?;
     let meta = file.metadata().ok()?;
     let directory = directory(path, file_id(&meta), meta.len(), Some(&file))?;
@@ -281,7 +281,7 @@ pub(super) fn open_part(path: &Path, part: Part<'_>) -> Option<(File, u64, u64)>
 /// Where a version's part may lie, in the order readers believe them: its
 /// bundle's part, then `single`, its file of the older layout (each looked
 /// for only when the one before did not serve).
-pub(super) fn spans<'a>(
+pub(in crate::lake) fn spans<'a>(
     table_dir: &'a Path,
     version: u64,
     part: Part<'a>,
@@ -367,8 +367,8 @@ pub fn first_filter(path: &Path) -> Option<Span> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lake::key_filter::{self, Key, KeyFilter};
-    use crate::lake::key_set;
+    use crate::lake::keys::key_filter::{self, Key, KeyFilter};
+    use crate::lake::keys::key_set;
 
     fn keys(range: std::ops::Range<u64>) -> Vec<Key> {
         range.map(|i| Key::of_text(&i.to_string())).collect()

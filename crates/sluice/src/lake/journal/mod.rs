@@ -22,26 +22,30 @@
 //! transaction (`sluice-commit`) and its token in the commit metadata, so the
 //! journal can be checked against, and rebuilt from, the tables themselves.
 
+pub mod restore;
+pub mod snapshot;
+pub mod tip;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use deltalake::arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
 
-use super::append::{self, TOKEN_KEY};
-use super::handles::Handles;
-use super::layout::{self, TableKind, TableSpec};
-use super::scan::{self, Select};
-use super::table;
 use crate::artifact::arrow_convert::{build_array, read_value};
 use crate::artifact::value::FieldValue;
 use crate::error::{Error, Result};
+use crate::lake::append::{self, TOKEN_KEY};
+use crate::lake::delta::handles::Handles;
+use crate::lake::delta::scan::{self, Select};
+use crate::lake::delta::table;
+use crate::lake::layout::{self, TableKind, TableSpec};
 
-pub use super::layout::{SEQ_KEY, TXN_APP_ID};
+pub use crate::lake::layout::{SEQ_KEY, TXN_APP_ID};
 
 /// How many times a journal append re-reads the journal after losing its
 /// version to another writer.
-pub(super) const MAX_ATTEMPTS: usize = 100;
+pub(in crate::lake) const MAX_ATTEMPTS: usize = 100;
 
 /// Phase of a journal row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -99,7 +103,7 @@ pub struct JournalEntry {
     pub reason: Option<String>,
     /// Restore rows only: the version every restored table goes back to.
     /// A sequence with this map is a restore (see
-    /// [`restore`](super::restore)); its plan lives here, in the journal, so
+    /// [`restore`](crate::lake::journal::restore)); its plan lives here, in the journal, so
     /// `recover` can finish it from the journal alone.
     pub restore_to: BTreeMap<String, u64>,
 }
@@ -265,7 +269,7 @@ pub async fn read_table(handle: &deltalake::DeltaTable, spec: &TableSpec) -> Res
     Ok(Journal::new(entries, handle.version()))
 }
 
-pub(super) const COLUMNS: [&str; 12] = [
+pub(in crate::lake) const COLUMNS: [&str; 12] = [
     "commit_seq",
     "phase",
     "run_count",
@@ -283,7 +287,11 @@ pub(super) const COLUMNS: [&str; 12] = [
 /// One journal row. A row sluice cannot read (unknown phase, malformed
 /// version map) is an error naming it: the journal decides what recovery and
 /// readers do, so it is never guessed.
-pub(super) fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<JournalEntry> {
+pub(in crate::lake) fn parse_row(
+    batch: &RecordBatch,
+    row: usize,
+    table: &str,
+) -> Result<JournalEntry> {
     let values = (0..batch.num_columns())
         .map(|i| read_value(table, batch.column(i).as_ref(), row))
         .collect::<Result<Vec<_>>>()?;
@@ -330,7 +338,7 @@ pub(super) fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<
 /// Active data files above which [`compact_if_fragmented`] rewrites the
 /// journal. Every journal row is its own append (one small file); a
 /// committer merges them by tier as it goes
-/// ([`super::journal_tip::JournalTip::merge_small_files`], at most ~16 per
+/// ([`crate::lake::journal::tip::JournalTip::merge_small_files`], at most ~16 per
 /// tier), so this is the backstop for files it cannot size (a journal
 /// written otherwise): opening a journal of many files is slow.
 pub const MAX_JOURNAL_FILES: usize = 128;
@@ -382,7 +390,7 @@ pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
 /// (e.g. another process recorded the same completion). The row lands as
 /// exactly that version + 1; if another writer took it, the journal is read
 /// The journal rows `entries` as one batch of the journal's `schema`.
-pub(super) fn rows_batch(
+pub(in crate::lake) fn rows_batch(
     entries: &[JournalEntry],
     schema: &deltalake::arrow::datatypes::SchemaRef,
     spec: &TableSpec,
@@ -394,7 +402,7 @@ pub(super) fn rows_batch(
 
 /// The actions of a rewrite of journal rows without a data change: the
 /// new files `adds` (marked so) replace the files `removed`.
-pub(super) fn rewrite_actions(
+pub(in crate::lake) fn rewrite_actions(
     adds: &mut [deltalake::kernel::Add],
     removed: impl IntoIterator<Item = String>,
 ) -> Vec<deltalake::kernel::Action> {
@@ -440,7 +448,7 @@ pub async fn append(
     Err(Error::Contention { table: spec.name.clone(), attempts: MAX_ATTEMPTS })
 }
 
-pub(super) fn row_batch(
+pub(in crate::lake) fn row_batch(
     entry: &JournalEntry,
     schema: &deltalake::arrow::datatypes::SchemaRef,
     spec: &TableSpec,

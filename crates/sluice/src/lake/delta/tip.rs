@@ -19,7 +19,7 @@
 //! question goes to a table opened at the head, as before. A commit writes
 //! the log entry `head + 1` itself, put-if-absent, through the table's log
 //! store, after delta-rs's own protocol check: losing the version to another
-//! writer is reported, never retried on top of it (see [`super::append`]).
+//! writer is reported, never retried on top of it (see [`crate::lake::append`]).
 //!
 //! What a tip cannot follow makes it reopen from the log: a version that
 //! changes the table's protocol or metadata (schema, properties), a head
@@ -43,12 +43,12 @@ use deltalake::protocol::DeltaOperation;
 use deltalake::table::config::TablePropertiesExt;
 use deltalake::writer::RecordBatchWriter;
 
-use super::coverage::Coverage;
-use super::key_filter::{self, Key, KeyFilter};
-use super::layout::{TXN_APP_ID, TableSpec};
-use super::log_entry;
-use super::table;
 use crate::error::{Error, Result};
+use crate::lake::delta::table;
+use crate::lake::io::log_entry;
+use crate::lake::keys::coverage::Coverage;
+use crate::lake::keys::key_filter::{self, Key, KeyFilter};
+use crate::lake::layout::{TXN_APP_ID, TableSpec};
 
 /// How long a tip trusts its head without listing the log.
 pub const RELIST_AFTER: Duration = Duration::from_secs(600);
@@ -652,7 +652,7 @@ mod tests {
     async fn tip_of_a_new_table() -> (tempfile::TempDir, Tip) {
         let dir = tempfile::tempdir().unwrap();
         let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
-        let tip = Tip::open(lake.root(), &super::super::layout::index_table()).await.unwrap();
+        let tip = Tip::open(lake.root(), &crate::lake::layout::index_table()).await.unwrap();
         (dir, tip)
     }
 
@@ -678,7 +678,7 @@ mod tests {
     #[tokio::test]
     async fn a_checkpoint_with_no_retention_drops_the_log_behind_it() {
         let (_dir, lake) = lake_of_puts(30).await;
-        let spec = super::super::layout::index_table();
+        let spec = crate::lake::layout::index_table();
         let tip = Tip::open(lake.root(), &spec).await.unwrap();
         let log = tip.dir.join("_delta_log");
         assert!(log.join(format!("{:020}.json", 0)).exists());
@@ -701,7 +701,7 @@ mod tests {
     #[tokio::test]
     async fn tombstones_count_toward_the_checkpoint_spacing() {
         let (_dir, lake) = lake_of_puts(6).await;
-        let spec = super::super::layout::index_table();
+        let spec = crate::lake::layout::index_table();
         let mut tip = Tip::open(lake.root(), &spec).await.unwrap();
         assert_eq!(tip.entries, 6, "no checkpoint yet: the live files");
         // Four files removed (as a rewrite does): their entries become
@@ -731,7 +731,7 @@ mod tests {
     #[tokio::test]
     async fn a_table_made_again_at_the_same_path_reopens_the_tip() {
         let (dir, lake) = lake_of_puts(3).await;
-        let spec = super::super::layout::index_table();
+        let spec = crate::lake::layout::index_table();
         let mut tip = Tip::open(lake.root(), &spec).await.unwrap();
         let old_head = tip.head();
         std::fs::remove_dir_all(dir.path()).unwrap();
@@ -746,7 +746,7 @@ mod tests {
     async fn writer_features_beyond_plain_appends_leave_commits_to_delta_rs() {
         let (dir, tip) = tip_of_a_new_table().await;
         assert_eq!(tip.commits_directly(), Ok(()), "sluice's tables: writer version 4");
-        let spec = super::super::layout::index_table();
+        let spec = crate::lake::layout::index_table();
         let log = tip.dir.join("_delta_log");
         let upgrade = |version: u64, features: &[&str]| {
             let protocol = serde_json::json!({"protocol": {

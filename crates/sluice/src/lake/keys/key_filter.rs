@@ -6,7 +6,7 @@
 //! index leaves a small sidecar next to the table, holding a Bloom filter of
 //! the ids that version added and the data files that hold them: a part of
 //! the version's bundle, `<table>/_sluice_keys/{version:020}.side` (see
-//! [`sidecar`](super::sidecar)), or in the older layout a file of its own,
+//! [`sidecar`](crate::lake::keys::sidecar)), or in the older layout a file of its own,
 //! `{version:020}.keys`.
 //!
 //! To find which of K incoming ids a table already has:
@@ -32,10 +32,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use arrow::buffer::{MutableBuffer, ScalarBuffer};
 
-use super::sidecar::{self, Part, keys_dir};
 use crate::artifact::ArtifactId;
+use crate::lake::keys::sidecar::{self, Part, keys_dir};
 
-pub use super::sidecar::KEYS_DIR;
+pub use crate::lake::keys::sidecar::KEYS_DIR;
 
 /// Format tags. A sidecar's tag says how its probes are placed: `SLKEYS05`
 /// (written now) by a multiply-shift of each probe hash *mixed*;
@@ -125,7 +125,7 @@ impl Key {
         Key(bytes)
     }
 
-    /// The key's bytes (its order is the order of [`super::key_set`]).
+    /// The key's bytes (its order is the order of [`crate::lake::keys::key_set`]).
     pub(crate) fn as_bytes(&self) -> &[u8; 16] {
         &self.0
     }
@@ -283,7 +283,7 @@ impl KeyFilter {
 
     /// Parse a sidecar; `None` for anything that is not a whole, intact
     /// sidecar of this format (a flipped bit fails the checksum).
-    pub(super) fn decode(bytes: &[u8]) -> Option<Self> {
+    pub(in crate::lake) fn decode(bytes: &[u8]) -> Option<Self> {
         let (body, checksum) = bytes.split_at_checked(bytes.len().checked_sub(CHECKSUM_LEN)?)?;
         if blake3::hash(body).as_bytes()[..CHECKSUM_LEN] != *checksum {
             return None;
@@ -310,7 +310,7 @@ impl KeyFilter {
     /// the checksum computed over both. Reading a large filter whole and
     /// decoding a copy of it took a second buffer of its size, whose fresh
     /// pages cost as much as the read (40 MB at 10M keys: ~50 → ~30 ms).
-    pub(super) fn read_at(file: &File, base: u64, len: u64) -> Option<Self> {
+    pub(in crate::lake) fn read_at(file: &File, base: u64, len: u64) -> Option<Self> {
         let mut head = vec![0u8; usize::try_from(len.min(HEAD_BYTES)).ok()?];
         file.read_exact_at(&mut head, base).ok()?;
         if len <= HEAD_BYTES {

@@ -17,7 +17,7 @@
 //! too recent, when read, to tell a later change from an earlier one).
 //! Correctness never rests on this: an uncovered file is read for every id.
 //!
-//! Like the kept table handles (see [`super::handles`]), what is kept
+//! Like the kept table handles (see [`crate::lake::delta::handles`]), what is kept
 //! assumes the lake's tables are not deleted and made anew under a live
 //! [`Lake`].
 
@@ -28,13 +28,13 @@ use std::time::{Duration, SystemTime};
 
 use deltalake::DeltaTable;
 
-use super::Lake;
-use super::key_filter::{self, Candidates, Key, LookupPlan, Planner};
-use super::layout::TableSpec;
-use super::lookup::FileIndex;
-use super::table;
 use crate::artifact::ArtifactId;
 use crate::error::Result;
+use crate::lake::Lake;
+use crate::lake::delta::table;
+use crate::lake::keys::key_filter::{self, Candidates, Key, LookupPlan, Planner};
+use crate::lake::layout::TableSpec;
+use crate::lake::read::lookup::FileIndex;
 
 /// How old the sidecar folder's modification time must be, when read, to
 /// stand for every change up to then (file systems stamp with a coarse
@@ -111,7 +111,7 @@ impl IdFiles {
 
     /// The files no filter covers (read for every id) and those whose
     /// filter may hold some of `ids` (read for those only, see
-    /// [`super::lookup::Lookup::read_planned`]); `None` when no file can
+    /// [`crate::lake::read::lookup::Lookup::read_planned`]); `None` when no file can
     /// hold any.
     pub(crate) fn plan(&self, ids: &[ArtifactId]) -> Option<LookupPlan<String>> {
         let plan = self.planner.plan(ids, |id| Key::from(id));
@@ -176,7 +176,9 @@ impl Lake {
 
 /// The modification time of the table's sidecar folder.
 fn folder_stamp(table_dir: &Path) -> Option<SystemTime> {
-    std::fs::metadata(super::sidecar::keys_dir(table_dir)).and_then(|m| m.modified()).ok()
+    std::fs::metadata(crate::lake::keys::sidecar::keys_dir(table_dir))
+        .and_then(|m| m.modified())
+        .ok()
 }
 
 /// [`folder_stamp`], if it is old enough to stand for every change so far.
@@ -251,7 +253,7 @@ mod tests {
         let second = put_metrics(&lake, "second", 2).await;
         let handle = index_handle(&lake).await;
         let version = handle.version().expect("a version");
-        let keys = super::super::sidecar::keys_dir(&table::table_dir(lake.root(), &spec));
+        let keys = crate::lake::keys::sidecar::keys_dir(&table::table_dir(lake.root(), &spec));
         let sidecar = keys.join(format!("{version:020}.side"));
         let bytes = std::fs::read(&sidecar).expect("the last version's sidecar");
         // The sidecar not written yet; the folder changed just now, too

@@ -5,7 +5,7 @@
 //! the few files its key filters named. Planning a DataFusion query for it
 //! costs more than reading those rows, so a [`Lookup`] reads the files
 //! itself: per file, the footer, then the bloom filter of the key column in
-//! each row group (see [`super::table::writer_properties_for`]), and only the
+//! each row group (see [`crate::lake::delta::table::writer_properties_for`]), and only the
 //! row groups that may hold a key are decoded, projected to the columns
 //! asked for. Files are read concurrently.
 //!
@@ -30,11 +30,11 @@ use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use parquet::file::metadata::ParquetMetaData;
 
-use super::file_reader::FileReader;
-use super::key_filter::LookupPlan;
-use super::layout::TableSpec;
-use super::table;
 use crate::error::{Error, Result};
+use crate::lake::delta::table;
+use crate::lake::io::file_reader::FileReader;
+use crate::lake::keys::key_filter::LookupPlan;
+use crate::lake::layout::TableSpec;
 
 /// Files read at once.
 const CONCURRENT_FILES: usize = 4;
@@ -70,7 +70,7 @@ struct FileSource {
 
 /// The size and partition values of every active file of one table
 /// version, by path as the log spells it: what a look-up needs to read a
-/// file, kept with the version's [`IdFiles`](super::id_files::IdFiles) so
+/// file, kept with the version's [`IdFiles`](crate::lake::read::id_files::IdFiles) so
 /// that a look-up does not walk the table's file list to find its few.
 #[derive(Debug, Default)]
 pub(crate) struct FileIndex {
@@ -428,7 +428,7 @@ impl<'k> Matcher<'k> {
                 text.iter().map(|v| Some(v.is_some_and(|v| self.wanted(v)))).collect()
             }
             (None, _) => {
-                let text = super::scan::text_column(batch, index, table)?;
+                let text = crate::lake::delta::scan::text_column(batch, index, table)?;
                 text.iter().map(|v| Some(v.is_some_and(|v| self.wanted(v)))).collect()
             }
         };

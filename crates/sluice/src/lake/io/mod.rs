@@ -1,0 +1,17 @@
+//! The I/O seam: where a lake's bytes live and how they are written
+//! safely there — a file system or an object store.
+//!
+//! Every guarantee above this layer rests on one primitive: create an
+//! object unless it exists ([`log_entry`]: a hard link on a file system, a
+//! conditional put settled by reading on a store). The stores themselves
+//! ([`storage`]), the lake's location ([`location`]), the courtesy lock
+//! ([`lock`]) and the reader of one Parquet file ([`file_reader`]) live
+//! here too, so that what sits above them names no file system call.
+
+#[cfg(test)]
+pub(in crate::lake) mod faulty_store;
+pub(in crate::lake) mod file_reader;
+pub mod location;
+pub(in crate::lake) mod lock;
+pub mod log_entry;
+pub mod storage;
