@@ -15,6 +15,9 @@
 //! Compaction then writes a checkpoint at its version: without it, every
 //! open after it would replay one remove action per replaced file.
 //!
+//! The journal is the exception: it is rewritten by its own exactly-next
+//! rewrite, never by OPTIMIZE (see [`compact_journal`]).
+//!
 //! A compaction racing a commit loses nothing: each is one Delta commit, and
 //! a de-duplicating append that finds the compaction took its version checks
 //! what it added (rewritten rows of keys it already knew were present) and
@@ -35,7 +38,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::lake::append;
 use crate::lake::layout::{STEP_COLUMN, TableKind, TableSpec};
-use crate::lake::{Lake, delta::table, keys::key_filter};
+use crate::lake::{Lake, delta::table, journal, keys::key_filter};
 use crate::progress::Progress;
 
 /// What to compact.
@@ -87,6 +90,25 @@ fn retire(lake: &Lake, spec: &TableSpec, handle: &deltalake::DeltaTable) -> Resu
     let live = table::active_files(handle, spec)?;
     let live = live.iter().map(String::as_str).collect();
     Ok(key_filter::retire_dead(&table::table_dir(lake.root(), spec), &live))
+}
+
+/// Compact the journal by its own rewrite, committed as exactly the
+/// version after the one it read ([`journal::rewrite_if_more_files_than`]):
+/// OPTIMIZE, which delta-rs commits on top of whatever came first, could
+/// land on another rewrite of the same row files and keep both copies of
+/// every journal row.
+async fn compact_journal(
+    lake: &Lake,
+    spec: &TableSpec,
+    mut report: CompactReport,
+    clock: Instant,
+) -> Result<CompactReport> {
+    report.version = journal::rewrite_if_more_files_than(lake.root(), 1).await?;
+    let handle = table::open(lake.root(), spec).await?;
+    (report.files_after, report.bytes_after) = file_stats(&handle, spec)?;
+    report.sidecars_retired = retire(lake, spec, &handle)?;
+    report.seconds = clock.elapsed().as_secs_f64();
+    Ok(report)
 }
 
 /// The columns a table is Z-ordered by unless told otherwise.
@@ -359,6 +381,9 @@ async fn compact_table(
         return Ok(report);
     }
     let before = handle.version().unwrap_or_default();
+    if spec.kind == TableKind::Commits {
+        return compact_journal(lake, spec, report, clock).await;
+    }
     let Some(optimized) = optimize(lake, spec, options, handle, &zorder).await? else {
         report.seconds = clock.elapsed().as_secs_f64();
         return Ok(report);

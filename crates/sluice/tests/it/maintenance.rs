@@ -15,7 +15,11 @@ async fn digest(lake: &sluice::Lake, table: &str, key: &str) -> String {
 }
 
 async fn many_small_commits(lake: &sluice::Lake) {
-    for seed in 0..8 {
+    small_commits(lake, 0..8).await;
+}
+
+async fn small_commits(lake: &sluice::Lake, seeds: std::ops::Range<u64>) {
+    for seed in seeds {
         let spec = SyntheticSpec {
             seed,
             duplicate_fraction: 0.2,
@@ -544,4 +548,67 @@ async fn racing_journal_rewrites_never_duplicate_a_row() {
         after.entries().iter().map(|e| e.token.as_str()).collect();
     assert_eq!(tokens.len(), rows);
     assert!(!journal::compact_if_fragmented(lake.root()).await.unwrap(), "now one file");
+}
+
+async fn journal_files(root: &std::path::Path) -> usize {
+    let spec = sluice::lake::layout::commits_table();
+    let handle = sluice::lake::delta::table::open(root, &spec).await.unwrap();
+    sluice::lake::delta::table::active_files(&handle, &spec).unwrap().len()
+}
+
+/// The journal is compacted only by its own rewrite, committed as exactly
+/// the version after the one it read: two rewrites racing (two `compact`
+/// on hosts that share no lock) commit one and the other gives up, and no
+/// journal row is ever kept twice. (Delta's OPTIMIZE, which `compact` once
+/// ran on the journal too, commits on top of a rewrite it raced, keeping
+/// both copies of every row it rewrote.)
+#[tokio::test]
+async fn journal_rewrites_racing_keep_every_row_once() {
+    let (_dir, lake) = lake().await;
+    small_commits(&lake, 0..3).await;
+    let rows = |journal: &sluice::lake::journal::Journal| {
+        let mut rows: Vec<(i64, String)> =
+            journal.entries().iter().map(|e| (e.seq, e.phase().as_str().to_owned())).collect();
+        rows.sort();
+        rows
+    };
+    let before = rows(&sluice::lake::journal::read(lake.root(), None).await.unwrap());
+    assert!(journal_files(lake.root()).await > 1, "the journal needs several files to rewrite");
+    let (a, b) = tokio::join!(
+        sluice::lake::journal::rewrite_if_more_files_than(lake.root(), 1),
+        sluice::lake::journal::rewrite_if_more_files_than(lake.root(), 1),
+    );
+    let committed = [a.unwrap(), b.unwrap()];
+    assert_eq!(committed.iter().flatten().count(), 1, "{committed:?}");
+    assert_eq!(journal_files(lake.root()).await, 1);
+    let after = sluice::lake::journal::read(lake.root(), None).await.unwrap();
+    assert_eq!(rows(&after), before, "the rewrite changed the journal's rows");
+
+    // `compact` takes the same way for the journal, not OPTIMIZE (whose
+    // commits record the version they read under `sluice_compaction_read`).
+    small_commits(&lake, 3..6).await;
+    let reports = maintenance::compact::compact(
+        &lake,
+        &CompactOptions { table: Some("commits".into()), ..Default::default() },
+    )
+    .await
+    .unwrap();
+    let version = reports[0].version.expect("the journal was compacted");
+    assert_eq!(reports[0].files_after, 1);
+    let entry = lake.root().join(format!("orchestration/commits/_delta_log/{version:020}.json"));
+    let info: serde_json::Value = std::fs::read_to_string(entry)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find_map(|a| a.get("commitInfo").cloned())
+        .unwrap();
+    assert!(info.get("sluice_compaction_read").is_none(), "an OPTIMIZE rewrote the journal");
+    let journal = sluice::lake::journal::read(lake.root(), None).await.unwrap();
+    let mut completed = std::collections::BTreeMap::new();
+    for e in journal.entries() {
+        if e.phase() == sluice::lake::journal::Phase::Completed {
+            *completed.entry(e.seq).or_insert(0) += 1;
+        }
+    }
+    assert!(completed.values().all(|n| *n == 1), "{completed:?}");
 }

@@ -352,14 +352,24 @@ pub const MAX_JOURNAL_FILES: usize = 128;
 /// retries on top of concurrent commits, and two of them racing were seen
 /// to keep both rewritten copies.)
 pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
+    rewrite_if_more_files_than(root, MAX_JOURNAL_FILES).await.map(|v| v.is_some())
+}
+
+/// Rewrite the journal's rows into one file when it has more than `limit`
+/// files, as exactly the version after the one it read (see
+/// [`compact_if_fragmented`]): the only way the journal is compacted —
+/// `sluice compact` uses it too, never Delta's OPTIMIZE. The version
+/// committed, if any (`None`: too few files, or another writer committed
+/// first).
+pub async fn rewrite_if_more_files_than(root: &Path, limit: usize) -> Result<Option<u64>> {
     let spec = layout::commits_table();
     if !table::is_table(&table::table_dir(root, &spec)) {
-        return Ok(false);
+        return Ok(None);
     }
     let mut handle = table::open(root, &spec).await?;
     let files = table::active_files(&handle, &spec)?;
-    if files.len() <= MAX_JOURNAL_FILES {
-        return Ok(false);
+    if files.len() <= limit {
+        return Ok(None);
     }
     let journal = read_table(&handle, &spec).await?;
     let schema = table::arrow_schema(&handle, &spec)?;
@@ -382,7 +392,7 @@ pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
     if committed.is_none() {
         append::remove_files(&handle, &adds).await;
     }
-    Ok(committed.is_some())
+    Ok(committed)
 }
 
 /// Append one row, computed from the journal as of the version it will be
