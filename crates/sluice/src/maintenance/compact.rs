@@ -26,15 +26,12 @@
 use std::num::NonZeroU64;
 use std::time::Instant;
 
-use std::collections::HashSet;
-
 use deltalake::kernel::transaction::CommitProperties;
-use deltalake::kernel::{Action, Add, Remove};
 use deltalake::operations::optimize::OptimizeType;
-use deltalake::protocol::DeltaOperation;
 use deltalake::{FilterOp, FilterValue};
 use serde::Serialize;
 
+use super::race_undo::{Compaction, READ_KEY, Undo};
 use crate::error::{Error, Result};
 use crate::lake::append;
 use crate::lake::layout::{STEP_COLUMN, TableKind, TableSpec};
@@ -147,7 +144,7 @@ pub async fn compact(lake: &Lake, options: &CompactOptions) -> Result<Vec<Compac
     Ok(out)
 }
 
-/// Delta OPTIMIZE, then [`undo_if_raced`]. delta-rs commits an OPTIMIZE
+/// Delta OPTIMIZE, then [`Compaction::undo_if_raced`]. delta-rs commits an OPTIMIZE
 /// with its own retries whatever the commit properties say, and its
 /// conflict checker counts only data-changing removes as a conflict: an
 /// OPTIMIZE committed on top of another rewrite of the same files (another
@@ -205,154 +202,6 @@ async fn optimize(
     }
 }
 
-/// The commit metadata key of the version a compaction read (and committed
-/// on top of, or past, with delta-rs's retries).
-pub(crate) const READ_KEY: &str = "sluice_compaction_read";
-
-/// The commit metadata key naming the compaction (by token) an undo undoes.
-pub(crate) const UNDOES_KEY: &str = "sluice_undoes";
-
-/// A committed compaction: what it read, where it landed, its token.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Compaction {
-    pub(crate) read: u64,
-    pub(crate) version: u64,
-    pub(crate) token: String,
-}
-
-/// What [`Compaction::undo_if_raced`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Undo {
-    /// It met no other rewrite of its files: it stands.
-    NotRaced,
-    /// It met one and is undone now.
-    Undone,
-    /// It met one and an earlier undo (its own, or `recover`'s) undid it.
-    AlreadyUndone,
-    /// It met one, but its output was rewritten again: it cannot be undone.
-    Rewritten,
-}
-
-impl Undo {
-    pub(crate) const REWRITTEN: &str = "a compaction that met another rewrite could not be undone (its output was rewritten again); `sluice ingest dedup` or a restore removes the duplicate rows";
-}
-
-impl Compaction {
-    /// The compaction a commit's actions record, if it is one of sluice's.
-    pub(crate) fn of_commit(actions: &[Action], version: u64) -> Option<Compaction> {
-        let read = actions.iter().find_map(|a| match a {
-            Action::CommitInfo(info) => info.info.get(READ_KEY).and_then(|v| v.as_u64()),
-            _ => None,
-        })?;
-        let token = append::commit_text(actions, append::TOKEN_KEY)?;
-        Some(Compaction { read, version, token })
-    }
-}
-
-impl Compaction {
-    /// If a version between the one it read and its own removed a file it
-    /// also removed, undo it, as exactly the table's next version: its
-    /// output goes, and the files only it removed come back (still in
-    /// storage: vacuum keeps them for the retention). Called by the
-    /// compaction itself and by `recover` for one killed before it could
-    /// (see [`unfinished`](super::unfinished)); an undo already committed
-    /// by either is found by its [`UNDOES_KEY`] and not made twice.
-    /// `handle` is any handle of the table (its log is read).
-    pub(crate) async fn undo_if_raced(
-        &self,
-        lake: &Lake,
-        spec: &TableSpec,
-        handle: &deltalake::DeltaTable,
-    ) -> Result<Undo> {
-        let (name, version) = (&spec.name, self.version);
-        if version <= self.read + 1 {
-            return Ok(Undo::NotRaced);
-        }
-        let ours = table::commit_actions(handle, name, version).await?;
-        let removed: Vec<&Remove> = ours
-            .iter()
-            .filter_map(|a| if let Action::Remove(r) = a { Some(r) } else { None })
-            .collect();
-        let added: Vec<&Add> = ours
-            .iter()
-            .filter_map(|a| if let Action::Add(a) = a { Some(a) } else { None })
-            .collect();
-        let mut raced = HashSet::new();
-        for between in self.read + 1..version {
-            for action in table::commit_actions(handle, name, between).await? {
-                if let Action::Remove(r) = action
-                    && removed.iter().any(|ours| ours.path == r.path)
-                {
-                    raced.insert(r.path);
-                }
-            }
-        }
-        if raced.is_empty() {
-            return Ok(Undo::NotRaced);
-        }
-        let mut actions: Vec<Action> = added.iter().map(|a| append::removal(a, false)).collect();
-        actions.extend(removed.iter().filter(|r| !raced.contains(&r.path)).map(|r| {
-            Action::Add(Add {
-                path: r.path.clone(),
-                partition_values: r.partition_values.clone().unwrap_or_default(),
-                size: r.size.unwrap_or_default(),
-                modification_time: chrono::Utc::now().timestamp_millis(),
-                data_change: false,
-                ..Add::default()
-            })
-        }));
-        let operation = DeltaOperation::Optimize { predicate: None, target_size: 0 };
-        let undo = append::CommitSpec {
-            metadata: vec![(UNDOES_KEY.to_owned(), serde_json::json!(self.token))],
-            ..Default::default()
-        };
-        for _ in 0..UNDO_ATTEMPTS {
-            let mut handle = table::open(lake.root(), spec).await?;
-            let head = handle.version().unwrap_or_default();
-            if self.undone_by(&handle, name, head).await? {
-                return Ok(Undo::AlreadyUndone);
-            }
-            let live: HashSet<String> = table::active_files(&handle, spec)?.into_iter().collect();
-            if !added.iter().all(|a| live.contains(&a.path)) {
-                return Ok(Undo::Rewritten);
-            }
-            tracing::warn!(table = %name, files = raced.len(), "a compaction met another rewrite of the same files; undoing it");
-            let committed = append::try_commit_actions_next(
-                &mut handle,
-                name,
-                actions.clone(),
-                operation.clone(),
-                &undo,
-                &[],
-            )
-            .await?;
-            if committed.is_some() {
-                return Ok(Undo::Undone);
-            }
-        }
-        Err(Error::Contention { table: name.clone(), attempts: UNDO_ATTEMPTS })
-    }
-
-    /// Whether a version after the compaction's, up to `head`, undoes it.
-    async fn undone_by(
-        &self,
-        handle: &deltalake::DeltaTable,
-        name: &str,
-        head: u64,
-    ) -> Result<bool> {
-        for version in self.version + 1..=head {
-            let actions = table::commit_actions(handle, name, version).await?;
-            if append::commit_text(&actions, UNDOES_KEY).as_deref() == Some(self.token.as_str()) {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-}
-
-/// Attempts at undoing a compaction while other writers take versions.
-const UNDO_ATTEMPTS: usize = 100;
-
 async fn compact_table(
     lake: &Lake,
     spec: &TableSpec,
@@ -380,10 +229,17 @@ async fn compact_table(
         report.seconds = clock.elapsed().as_secs_f64();
         return Ok(report);
     }
-    let before = handle.version().unwrap_or_default();
     if spec.kind == TableKind::Commits {
         return compact_journal(lake, spec, report, clock).await;
     }
+    // Settle first (the writer protocol): undo a compaction of this table
+    // killed before undoing its race, while its output is still its own.
+    let settled = super::unfinished::finish_tables(lake, Some(&spec.name)).await?;
+    if !settled.compactions_undone.is_empty() {
+        tracing::info!(table = %spec.name, undone = ?settled.compactions_undone, "undid a compaction killed before undoing its race");
+    }
+    let handle = table::open(lake.root(), spec).await?;
+    let before = handle.version().unwrap_or_default();
     let Some(optimized) = optimize(lake, spec, options, handle, &zorder).await? else {
         report.seconds = clock.elapsed().as_secs_f64();
         return Ok(report);

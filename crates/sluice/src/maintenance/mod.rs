@@ -31,6 +31,7 @@ pub mod auto;
 pub mod compact;
 pub mod history;
 pub mod integrity;
+mod race_undo;
 pub mod restore;
 pub mod unfinished;
 pub mod vacuum;

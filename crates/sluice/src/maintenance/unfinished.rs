@@ -14,7 +14,7 @@
 //!   de-duplicated append, so a put still running beside it only finds its
 //!   rows present).
 //! - **A compaction** that met another rewrite of its files commits its
-//!   OPTIMIZE and then undoes it (see [`compact`](super::compact)). Killed
+//!   OPTIMIZE and then undoes it (see [`race_undo`](super::race_undo)). Killed
 //!   between the two, both copies of the rows stay. Each compaction commit
 //!   records the version it read; one that landed past it is checked and
 //!   undone as the compaction would have (an undo names what it undoes, so
@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::compact::{Compaction, Undo};
+use super::race_undo::{Compaction, Undo};
 use crate::error::{Error, Result};
 use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::{Lake, append, delta::table};
@@ -72,6 +72,14 @@ struct Scanned {
 
 /// Finish what killed puts and compactions left (see the module docs).
 pub(crate) async fn finish(lake: &Lake) -> Result<Finished> {
+    finish_tables(lake, None).await
+}
+
+/// [`finish`] for one table (`Some(name)`) or every table: a compaction
+/// settles the table it is about to rewrite first, so that it never
+/// rewrites the output of a compaction killed before undoing its race —
+/// which would leave that one impossible to undo.
+pub(crate) async fn finish_tables(lake: &Lake, table: Option<&str>) -> Result<Finished> {
     let file = checked_file(lake.root());
     let mut checked = read_checked(&file);
     let index = layout::index_table();
@@ -80,7 +88,7 @@ pub(crate) async fn finish(lake: &Lake) -> Result<Finished> {
     // The index head first (see the module docs).
     let index_head = if has_index { table::latest_version(lake.root(), &index).await? } else { 0 };
     let mut index_tokens: Option<(u64, BTreeSet<String>)> = None;
-    for spec in super::select_tables(lake, None)? {
+    for spec in super::select_tables(lake, table)? {
         let head = table::latest_version(lake.root(), &spec).await?;
         let since = checked.get(&spec.name).copied().filter(|c| c.at <= head);
         let handle = table::open_unloaded(lake.root(), &spec).await?;
@@ -291,7 +299,7 @@ mod tests {
         rewrite(&lake, &spec, &files, both.clone(), Vec::new()).await;
         let ours = vec![
             (append::TOKEN_KEY.to_owned(), serde_json::json!("ours")),
-            (super::super::compact::READ_KEY.to_owned(), serde_json::json!(read)),
+            (super::super::race_undo::READ_KEY.to_owned(), serde_json::json!(read)),
         ];
         let version = rewrite(&lake, &spec, &files, both, ours).await;
         assert_eq!(rows(&lake).await, "n\n4\n", "the race left both copies");
@@ -302,5 +310,36 @@ mod tests {
         std::fs::remove_file(checked_file(lake.root())).unwrap();
         assert_eq!(finish(&lake).await.unwrap(), Finished::default());
         assert_eq!(rows(&lake).await, "n\n2\n");
+    }
+
+    #[tokio::test]
+    async fn the_next_compaction_undoes_a_killed_one_before_rewriting_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = Lake::init(dir.path()).await.unwrap();
+        let (a, b) = (metric(&lake, 1).await, metric(&lake, 2).await);
+        let spec = TableSpec::content(lake.registry().descriptor("metric").unwrap());
+        let handle = table::open(lake.root(), &spec).await.unwrap();
+        let read = handle.version().unwrap();
+        let mut files = adds(&handle, &spec.name, read - 1).await;
+        files.extend(adds(&handle, &spec.name, read).await);
+        let schema = table::arrow_schema(&handle, &spec).unwrap();
+        let both = crate::store::content_rows(&spec.name, &schema, &[&a, &b]).unwrap();
+        rewrite(&lake, &spec, &files, both.clone(), Vec::new()).await;
+        let ours = vec![
+            (append::TOKEN_KEY.to_owned(), serde_json::json!("killed")),
+            (super::super::race_undo::READ_KEY.to_owned(), serde_json::json!(read)),
+        ];
+        rewrite(&lake, &spec, &files, both, ours).await;
+        assert_eq!(rows(&lake).await, "n\n4\n", "the race left both copies");
+        // No `recover` in between: a compaction of the table comes next.
+        // Compacting both copies into one file would make the killed one
+        // impossible to undo; it settles the table first.
+        let options = super::super::compact::CompactOptions {
+            table: Some(spec.name.clone()),
+            ..Default::default()
+        };
+        super::super::compact::compact(&lake, &options).await.unwrap();
+        assert_eq!(rows(&lake).await, "n\n2\n");
+        assert_eq!(finish(&lake).await.unwrap(), Finished::default());
     }
 }
