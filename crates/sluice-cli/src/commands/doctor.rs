@@ -25,7 +25,6 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
             integrity: integrity::repair(&lake).await?,
             steps_closed: sluice::pipeline::steps_log::close_abandoned(&lake, None)
                 .await?
-                .rows
                 .into_iter()
                 .map(|r| r.step_run_id)
                 .collect(),

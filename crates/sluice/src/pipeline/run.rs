@@ -146,9 +146,9 @@ impl RunBuilder<'_> {
             );
         }
         let abandoned = super::steps_log::close_abandoned(self.lake, None).await?;
-        if !abandoned.rows.is_empty() {
+        if !abandoned.is_empty() {
             tracing::warn!(
-                steps = abandoned.rows.len(),
+                steps = abandoned.len(),
                 "steps left running by a dead orchestrator were recorded as abandoned"
             );
         }

@@ -108,11 +108,10 @@ fn overall(steps: &[StepState]) -> StepStatus {
 /// left for the next writer to record: reading never waits behind a
 /// commit).
 pub async fn runs(lake: &Lake) -> Result<Vec<RunState>> {
-    let abandoned = steps_log::close_abandoned(lake, Some(Duration::ZERO)).await?;
+    // Read before closing: the abandoned rows join what was read whether
+    // they were recorded or not.
     let mut rows = steps_log::read(lake, None).await?;
-    if !abandoned.recorded {
-        rows.extend(abandoned.rows);
-    }
+    rows.extend(steps_log::close_abandoned(lake, Some(Duration::ZERO)).await?);
     let mut by_run: BTreeMap<&str, Vec<&StepRecord>> = BTreeMap::new();
     for row in &rows {
         by_run.entry(row.pipeline_run_id.as_str()).or_default().push(row);

@@ -161,15 +161,13 @@ pub async fn append(lake: &Lake, record: &StepRecord) -> Result<()> {
 /// second attempt (a restore met) only when the restore removed it.
 async fn append_as(lake: &Lake, writer: &mut Writer, record: &StepRecord) -> Result<()> {
     let spec = layout::steps_table();
-    if !table::is_table(&table::table_dir(lake.root(), &spec)) {
-        table::ensure(lake.root(), &spec).await?;
-    }
     let mut again = false;
     loop {
         if !again || !is_recorded(lake, record).await? {
-            let handle = table::open(lake.root(), &spec).await?;
-            let batch = row_batch(&handle, &spec, record)?;
-            Append::new(lake.root(), &spec, vec![batch]).execute().await?;
+            let mut tip = lake.put_tip(&spec).await?;
+            let batch = row_batch(tip.table(), &spec, record)?;
+            Append::new(lake.root(), &spec, vec![batch]).execute_on_tip(&mut tip).await?;
+            lake.handles().keep_tip(&spec, tip);
         }
         if writer.wrote_whole(lake, &spec.name).await? {
             return Ok(());
@@ -304,24 +302,15 @@ pub async fn orphaned_running(lake: &Lake) -> Result<Vec<StepRecord>> {
         .collect())
 }
 
-/// Steps a dead orchestrator left running, ended `abandoned`.
-#[derive(Debug, Clone, Default)]
-pub struct Abandoned {
-    /// The `abandoned` rows, one per step run.
-    pub rows: Vec<StepRecord>,
-    /// Whether they are in the steps table (`false`: the writer could not
-    /// begin within the wait asked for).
-    pub recorded: bool,
-}
-
-/// End `abandoned` every step [`orphaned_running`] finds. With `wait`
-/// `None` the rows are recorded, waiting for the writer lock as long as it
-/// takes; with `Some(limit)` a writer that cannot begin within it (the
-/// lock held, a restore running) leaves them unrecorded — a reader such as
-/// `status` shows them without waiting behind a long commit, and the next
-/// writer records them.
-pub async fn close_abandoned(lake: &Lake, wait: Option<Duration>) -> Result<Abandoned> {
-    let rows: Vec<StepRecord> = orphaned_running(lake)
+/// End `abandoned` every step [`orphaned_running`] finds; returns the
+/// `abandoned` rows. With `wait` `None`
+/// they are recorded, waiting for the writer lock as long as it takes;
+/// with `Some(limit)` a writer that cannot begin within it (the lock held,
+/// a restore running) leaves them unrecorded — a reader such as `status`
+/// shows them without waiting behind a long commit, and the next writer
+/// records them.
+pub async fn close_abandoned(lake: &Lake, wait: Option<Duration>) -> Result<Vec<StepRecord>> {
+    let ended: Vec<StepRecord> = orphaned_running(lake)
         .await?
         .into_iter()
         .map(|row| {
@@ -336,8 +325,8 @@ pub async fn close_abandoned(lake: &Lake, wait: Option<Duration>) -> Result<Aban
             }
         })
         .collect();
-    if rows.is_empty() {
-        return Ok(Abandoned { rows, recorded: true });
+    if ended.is_empty() {
+        return Ok(ended);
     }
     let mut writer = match lake.writer(WriteKind::Step).lock_wait(wait).begin().await {
         Ok(writer) => writer,
@@ -345,14 +334,14 @@ pub async fn close_abandoned(lake: &Lake, wait: Option<Duration>) -> Result<Aban
             if wait.is_some() =>
         {
             tracing::debug!(error = %e, "steps left running by a dead orchestrator are not recorded abandoned yet");
-            return Ok(Abandoned { rows, recorded: false });
+            return Ok(ended);
         }
         Err(e) => return Err(e),
     };
-    for row in &rows {
+    for row in &ended {
         append_as(lake, &mut writer, row).await?;
     }
-    Ok(Abandoned { rows, recorded: true })
+    Ok(ended)
 }
 
 /// The latest `completed` row of a step spec with no failed units: the

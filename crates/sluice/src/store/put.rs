@@ -113,9 +113,10 @@ impl Lake {
         self.handles().settle().await;
     }
 
-    /// The tip of a table a put writes to: the kept one, or the table
-    /// checked against its spec (and created) first, then opened.
-    async fn put_tip(&self, spec: &TableSpec) -> Result<Tip> {
+    /// The tip of a table a put (or a step row) writes to: the kept one,
+    /// or the table checked against its spec (and created) first, then
+    /// opened. Give it back with `handles().keep_tip`.
+    pub(crate) async fn put_tip(&self, spec: &TableSpec) -> Result<Tip> {
         if !self.handles().exists(self.root(), spec) {
             table::ensure(self.root(), spec).await?;
         }
