@@ -235,10 +235,13 @@ async fn compact_table(
     // Settle first (the writer protocol): undo a compaction of this table
     // killed before undoing its race, while its output is still its own.
     let settled = super::unfinished::finish_tables(lake, Some(&spec.name)).await?;
-    if !settled.compactions_undone.is_empty() {
-        tracing::info!(table = %spec.name, undone = ?settled.compactions_undone, "undid a compaction killed before undoing its race");
-    }
-    let handle = table::open(lake.root(), spec).await?;
+    // Opened again only when settling committed something.
+    let handle = if settled == super::unfinished::Finished::default() {
+        handle
+    } else {
+        tracing::info!(table = %spec.name, ?settled, "settled what a killed writer left before compacting");
+        table::open(lake.root(), spec).await?
+    };
     let before = handle.version().unwrap_or_default();
     let Some(optimized) = optimize(lake, spec, options, handle, &zorder).await? else {
         report.seconds = clock.elapsed().as_secs_f64();
