@@ -286,9 +286,11 @@ mod tests {
     }
 
     /// A lake whose metrics table holds a compaction (its version
-    /// returned) that landed on another rewrite of its two files and was
+    /// returned, with the rows of its two files) that landed on another rewrite of its two files and was
     /// killed before undoing itself: both copies of the rows are live.
-    async fn killed_race(lake: &Lake) -> (TableSpec, u64) {
+    async fn killed_race(
+        lake: &Lake,
+    ) -> (TableSpec, u64, deltalake::arrow::record_batch::RecordBatch) {
         let (a, b) = (metric(lake, 1).await, metric(lake, 2).await);
         let spec = TableSpec::content(lake.registry().descriptor("metric").unwrap());
         let handle = table::open(lake.root(), &spec).await.unwrap();
@@ -305,16 +307,16 @@ mod tests {
             (append::TOKEN_KEY.to_owned(), serde_json::json!("ours")),
             (super::super::race_undo::READ_KEY.to_owned(), serde_json::json!(read)),
         ];
-        let version = rewrite(lake, &spec, &files, both, ours).await;
+        let version = rewrite(lake, &spec, &files, both.clone(), ours).await;
         assert_eq!(rows(lake).await, "n\n4\n", "the race left both copies");
-        (spec, version)
+        (spec, version, both)
     }
 
     #[tokio::test]
     async fn a_compaction_killed_before_undoing_its_race_is_undone_once() {
         let dir = tempfile::tempdir().unwrap();
         let (lake, _) = Lake::init(dir.path()).await.unwrap();
-        let (_, version) = killed_race(&lake).await;
+        let (_, version, _) = killed_race(&lake).await;
         let done = finish(&lake).await.unwrap();
         assert_eq!(done.compactions_undone, vec![("metrics".to_owned(), version)]);
         assert_eq!(rows(&lake).await, "n\n2\n");
@@ -325,10 +327,88 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_killed_compaction_whose_output_another_compaction_rewrote_is_still_undone() {
+        // Without a lock, a second compaction can settle the table just
+        // before the killed one commits, then read and rewrite its output.
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = Lake::init(dir.path()).await.unwrap();
+        let (spec, killed, _) = killed_race_compacted_over(&lake).await;
+        assert_eq!(rows(&lake).await, "n\n4\n");
+        let done = finish(&lake).await.unwrap();
+        assert_eq!(done.compactions_stuck, Vec::new());
+        assert_eq!(done.compactions_undone, vec![("metrics".to_owned(), killed)]);
+        assert_eq!(rows(&lake).await, "n\n2\n");
+        // Both undone, each once: a second look finds both undos.
+        std::fs::remove_file(checked_file(lake.root())).unwrap();
+        assert_eq!(finish(&lake).await.unwrap(), Finished::default());
+        let handle = table::open(lake.root(), &spec).await.unwrap();
+        let head = handle.version().unwrap();
+        let mut undoes = Vec::new();
+        for version in killed + 1..=head {
+            let actions = table::commit_actions(&handle, &spec.name, version).await.unwrap();
+            undoes.extend(append::commit_text(&actions, super::super::race_undo::UNDOES_KEY));
+        }
+        assert_eq!(undoes, vec!["later".to_owned(), "ours".to_owned()]);
+        assert_eq!(rows(&lake).await, "n\n2\n");
+    }
+
+    /// [`killed_race`], then a later compaction that rewrote the killed
+    /// one's output before anything settled the table: the killed one's
+    /// version and output are returned.
+    async fn killed_race_compacted_over(
+        lake: &Lake,
+    ) -> (TableSpec, u64, Vec<deltalake::kernel::Add>) {
+        let (spec, killed, rows_of_both) = killed_race(lake).await;
+        let handle = table::open(lake.root(), &spec).await.unwrap();
+        let output = adds(&handle, &spec.name, killed).await;
+        let later = vec![
+            (append::TOKEN_KEY.to_owned(), serde_json::json!("later")),
+            (super::super::race_undo::READ_KEY.to_owned(), serde_json::json!(killed)),
+        ];
+        rewrite(lake, &spec, &output, rows_of_both, later).await;
+        (spec, killed, output)
+    }
+
+    #[tokio::test]
+    async fn vacuum_settles_a_table_before_deleting_what_its_undo_brings_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = Lake::init(dir.path()).await.unwrap();
+        let (spec, _, _) = killed_race_compacted_over(&lake).await;
+        let options = super::super::vacuum::VacuumOptions {
+            table: Some(spec.name.clone()),
+            retention: std::time::Duration::ZERO,
+            force: true,
+            ..Default::default()
+        };
+        super::super::vacuum::vacuum(&lake, &options).await.unwrap();
+        assert_eq!(rows(&lake).await, "n\n2\n");
+        assert_eq!(finish(&lake).await.unwrap(), Finished::default());
+    }
+
+    #[tokio::test]
+    async fn an_undo_whose_files_are_gone_from_storage_is_reported_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = Lake::init(dir.path()).await.unwrap();
+        let (spec, _, output) = killed_race_compacted_over(&lake).await;
+        // Deleted by a vacuum that did not settle first (another version of
+        // sluice): the later compaction's undo cannot bring them back.
+        let table_dir = table::table_dir(lake.root(), &spec);
+        for add in &output {
+            std::fs::remove_file(table_dir.join(&add.path)).unwrap();
+        }
+        let head = table::latest_version(lake.root(), &spec).await.unwrap();
+        let done = finish(&lake).await.unwrap();
+        assert_eq!(done.compactions_stuck.len(), 1, "{done:?}");
+        assert!(done.compactions_undone.is_empty());
+        assert_eq!(table::latest_version(lake.root(), &spec).await.unwrap(), head);
+        assert_eq!(rows(&lake).await, "n\n4\n", "readable, nothing lost");
+    }
+
+    #[tokio::test]
     async fn the_next_compaction_undoes_a_killed_one_before_rewriting_its_output() {
         let dir = tempfile::tempdir().unwrap();
         let (lake, _) = Lake::init(dir.path()).await.unwrap();
-        let (spec, _) = killed_race(&lake).await;
+        let (spec, _, _) = killed_race(&lake).await;
         // No `recover` in between: a compaction of the table comes next.
         // Compacting both copies into one file would make the killed one
         // impossible to undo; it settles the table first.

@@ -90,6 +90,12 @@ pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport
     let specs = super::select_tables(lake, options.table.as_deref())?;
     for (done, spec) in specs.iter().enumerate() {
         options.progress.report(done, specs.len(), &spec.name);
+        if !options.dry_run {
+            // Settle first (the writer protocol): a compaction killed before
+            // undoing its race is undone while the files it replaced, which
+            // the undo brings back, are still in storage.
+            super::unfinished::finish_tables(lake, Some(&spec.name)).await?;
+        }
         let handle = table::open(lake.root(), spec).await?;
         let run = |handle: deltalake::DeltaTable, dry_run: bool| {
             handle

@@ -612,6 +612,37 @@ pub(crate) fn path_as_logged(file: &deltalake::kernel::LogicalFileView) -> Optio
     }
 }
 
+/// The first of `paths` (as the log writes them) storage lacks, and how
+/// many it lacks: files a restore or an undo would bring back must still
+/// be there (vacuum deletes them after the retention).
+pub(crate) async fn missing_files(
+    table: &DeltaTable,
+    name: &str,
+    paths: &[String],
+) -> Result<Option<(String, usize)>> {
+    use futures::{StreamExt, TryStreamExt};
+    let store = table.object_store();
+    let missing: Vec<String> = futures::stream::iter(paths.iter().cloned())
+        .map(|path: String| {
+            let store = store.clone();
+            async move {
+                let location = object_store::path::Path::parse(&path).map_err(|e| {
+                    Error::Internal(format!("table `{name}`: file path {path}: {e}"))
+                })?;
+                match object_store::ObjectStoreExt::head(&store, &location).await {
+                    Ok(_) => Ok(None),
+                    Err(object_store::Error::NotFound { .. }) => Ok(Some(path)),
+                    Err(e) => Err(Error::delta(name, e.into())),
+                }
+            }
+        })
+        .buffer_unordered(16)
+        .try_filter_map(|found| async move { Ok(found) })
+        .try_collect()
+        .await?;
+    Ok(missing.iter().min().map(|first| (first.clone(), missing.len())))
+}
+
 /// Relative paths of a table's active data files, from its [`file_list`].
 /// A path the snapshot would decode, or an empty list (an empty table, or a
 /// handle opened without its file list, which must fail rather than look

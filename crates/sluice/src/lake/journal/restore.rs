@@ -42,7 +42,6 @@ use std::path::Path;
 use deltalake::DeltaTable;
 use deltalake::kernel::Transaction;
 use deltalake::kernel::transaction::CommitProperties;
-use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -195,7 +194,7 @@ pub async fn check_available(root: &Path, specs: &[TableSpec], plan: &RestorePla
             .into_iter()
             .filter(|path| !live.contains(path))
             .collect();
-        if let Some((first, count)) = missing_files(&target, &spec.name, &readd).await? {
+        if let Some((first, count)) = table::missing_files(&target, &spec.name, &readd).await? {
             return Err(unavailable(format!(
                 "{count} of the {} data files it would bring back are gone from storage (first: {first}); \
                  vacuum removes files a table stopped using once they are older than its retention",
@@ -204,34 +203,6 @@ pub async fn check_available(root: &Path, specs: &[TableSpec], plan: &RestorePla
         }
     }
     Ok(())
-}
-
-/// The first of `paths` storage lacks, and how many it lacks.
-async fn missing_files(
-    table: &DeltaTable,
-    name: &str,
-    paths: &[String],
-) -> Result<Option<(String, usize)>> {
-    let store = table.object_store();
-    let missing: Vec<String> = futures::stream::iter(paths.iter().cloned())
-        .map(|path| {
-            let store = store.clone();
-            async move {
-                let location = object_store::path::Path::parse(&path).map_err(|e| {
-                    Error::Internal(format!("table `{name}`: file path {path}: {e}"))
-                })?;
-                match object_store::ObjectStoreExt::head(&store, &location).await {
-                    Ok(_) => Ok(None),
-                    Err(object_store::Error::NotFound { .. }) => Ok(Some(path)),
-                    Err(e) => Err(Error::delta(name, e.into())),
-                }
-            }
-        })
-        .buffer_unordered(16)
-        .try_filter_map(|found| async move { Ok(found) })
-        .try_collect()
-        .await?;
-    Ok(missing.iter().min().map(|first| (first.clone(), missing.len())))
 }
 
 /// How a restore left unfinished was settled.
