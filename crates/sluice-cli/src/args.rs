@@ -20,10 +20,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     long_about = None
 )]
 pub struct Cli {
-    /// The lake's root folder [default: ./lake]. The `ingest` commands
-    /// take the lake their config names, and refuse a different one here.
+    /// The lake: a folder [default: ./lake] or an object-store URL
+    /// (s3://bucket/prefix, az://container/prefix, abfss://…). The `ingest`
+    /// commands take the lake their config names, and refuse a different
+    /// one here.
     #[arg(long, global = true, env = "SLUICE_LAKE", value_parser = lake_root)]
-    pub lake: Option<PathBuf>,
+    pub lake: Option<sluice::lake::LakeRoot>,
 
     /// More log output on stderr (-v, -vv). `SLUICE_LOG` overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -799,8 +801,9 @@ pub struct ScaleArgs {
     pub commits: u64,
 }
 
-/// `--lake`: a folder, given as a path or a `file://` URL; any other URL is
-/// refused, never taken for a folder name.
-fn lake_root(text: &str) -> Result<PathBuf, String> {
-    sluice::lake::io::location::local_root(text).map_err(|e| e.to_string())
+/// `--lake`: a folder (a path or a `file://` URL) or an object-store URL
+/// (`s3://`, `az://`, `abfss://`, …); any other URL is refused, never taken
+/// for a folder name.
+fn lake_root(text: &str) -> Result<sluice::lake::LakeRoot, String> {
+    sluice::lake::LakeRoot::parse(text).map_err(|e| e.to_string())
 }

@@ -56,7 +56,7 @@ fn bench_commit(c: &mut Criterion) {
         let dir = tempfile::tempdir().unwrap();
         let lake = rt.block_on(filled_lake(dir.path(), existing));
         let writer = StagingWriter::new(
-            staging::default_root(lake.root()),
+            staging::default_root(lake.root().local().unwrap()),
             lake.registry().clone(),
             SyncPolicy::Never,
         );
@@ -84,7 +84,7 @@ fn bench_load(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (lake, _) = rt.block_on(Lake::init(dir.path())).unwrap();
-    let root = staging::default_root(lake.root());
+    let root = staging::default_root(lake.root().local().unwrap());
     let writer = StagingWriter::new(&root, lake.registry().clone(), SyncPolicy::Never);
     let spec = SyntheticSpec { batch: 100, ..SyntheticSpec::default() };
     synthetic::stage_range(&writer, &spec, lake.registry(), 0..1000).unwrap();

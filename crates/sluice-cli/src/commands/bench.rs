@@ -165,7 +165,7 @@ async fn commit(
         let w = Workload { seed, ..workload.clone() };
         let stage_secs = stage(root, &w, workers).await?;
         let limit = if round == 0 {
-            let staged = sluice::staging::default_root(lake.root());
+            let staged = sluice::staging::default_root(lake.filesystem("the commit bench")?);
             Some(tokio::task::spawn_blocking(move || rewrite_limit(&staged)).await??)
         } else {
             None

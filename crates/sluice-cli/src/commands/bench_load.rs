@@ -36,7 +36,7 @@ pub async fn stage_worker(
 ) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let writer = StagingWriter::new(
-        staging::default_root(lake.root()),
+        staging::default_root(lake.filesystem("the load bench")?),
         lake.registry().clone(),
         SyncPolicy::Detect,
     );

@@ -19,6 +19,7 @@ use deltalake::arrow::record_batch::RecordBatch;
 use sluice::Lake;
 use sluice::artifact::arrow_convert::build_array;
 use sluice::artifact::value::FieldValue;
+use sluice::lake::LakeRoot;
 use sluice::lake::append::Append;
 use sluice::lake::delta::table;
 use sluice::lake::layout::{self, TableSpec};
@@ -44,7 +45,7 @@ fn parents(i: u64, width: u64) -> [u64; 2] {
 
 /// One batch in a table's schema; `value(column, row)` gives each cell.
 pub(super) async fn batch(
-    root: &Path,
+    root: &LakeRoot,
     spec: &TableSpec,
     rows: usize,
     value: impl Fn(&str, usize) -> FieldValue,
@@ -70,6 +71,7 @@ async fn write_layer(
 ) -> anyhow::Result<()> {
     let n = (to - from) as usize;
     let s = |t: &str| FieldValue::String(t.to_owned());
+    let root = &LakeRoot::from(root);
     let index = batch(root, &layout::index_table(), n, |c, r| match c {
         "artifact_id" => FieldValue::String(id(layer, from + r as u64)),
         "artifact_type" => s("metric"),

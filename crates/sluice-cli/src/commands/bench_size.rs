@@ -24,6 +24,7 @@ use std::time::Instant;
 use anyhow::{Context, bail, ensure};
 use serde_json::json;
 use sluice::artifact::value::FieldValue;
+use sluice::lake::LakeRoot;
 use sluice::lake::append::Append;
 use sluice::lake::layout::{self, TableSpec};
 use sluice::records::{Direction, ExecutionEdge, ExecutionRecord};
@@ -96,7 +97,7 @@ fn parent(e: u64) -> Option<u64> {
 
 /// A batch of `spec`'s schema from rows of (column, value) cells.
 async fn rows(
-    root: &Path,
+    root: &LakeRoot,
     spec: &TableSpec,
     rows: Vec<Vec<(&'static str, FieldValue)>>,
 ) -> anyhow::Result<()> {
@@ -173,7 +174,7 @@ async fn grow(lake: &Lake, from: u64, to: u64, steps: u64) -> anyhow::Result<()>
 
 /// The generated size recorded in the lake (0 for an empty lake).
 async fn generated(lake: &Lake, steps: u64) -> anyhow::Result<u64> {
-    let marker = lake.root().join(MARKER);
+    let marker = lake.filesystem("the size bench")?.join(MARKER);
     match std::fs::read_to_string(&marker) {
         Ok(text) => {
             let v: serde_json::Value = serde_json::from_str(&text)

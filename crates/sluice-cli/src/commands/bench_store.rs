@@ -108,7 +108,7 @@ pub async fn step_commit(
     use sluice::staging::{StagingWriter, SyncPolicy};
     let lake = Lake::open(root).await?;
     let writer = StagingWriter::new(
-        sluice::staging::default_root(lake.root()),
+        sluice::staging::default_root(lake.filesystem("the store bench")?),
         lake.registry().clone(),
         SyncPolicy::Detect,
     );
@@ -197,7 +197,7 @@ pub async fn cache(root: &Path, executions: u64, specs: u64) -> anyhow::Result<V
         while from < executions {
             let n = (executions - from).min(100_000);
             let s = |t: String| FieldValue::String(t);
-            let rows = super::bench_scale::batch(root, &spec, n as usize, |column, r| {
+            let rows = super::bench_scale::batch(&root.into(), &spec, n as usize, |column, r| {
                 let i = from + r as u64;
                 match column {
                     "execution_run_id" => s(format!("run-{i}")),
@@ -212,7 +212,7 @@ pub async fn cache(root: &Path, executions: u64, specs: u64) -> anyhow::Result<V
                 }
             })
             .await?;
-            sluice::lake::append::Append::new(root, &spec, vec![rows]).execute().await?;
+            sluice::lake::append::Append::new(&root.into(), &spec, vec![rows]).execute().await?;
             from += n;
         }
         lines.push(format!("filled in {:.1} s", clock.elapsed().as_secs_f64()));

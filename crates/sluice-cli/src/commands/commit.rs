@@ -1,11 +1,10 @@
 //! `sluice commit` and `sluice recover`.
 
-use std::path::Path;
-
 use indicatif::ProgressStyle;
 use serde_json::json;
 use sluice::Lake;
 use sluice::commit::CommitReport;
+use sluice::lake::LakeRoot;
 
 use crate::output::{count, print};
 
@@ -35,7 +34,7 @@ impl Default for CommitOptions {
     }
 }
 
-pub async fn commit(root: &Path, options: CommitOptions, as_json: bool) -> anyhow::Result<()> {
+pub async fn commit(root: &LakeRoot, options: CommitOptions, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let bar = crate::output::bar(Some(0));
     bar.set_style(

@@ -2,11 +2,10 @@
 //! integrity and steps left running — what is wrong, and what `--repair`
 //! fixed.
 
-use std::path::Path;
-
 use serde_json::json;
 use sluice::Lake;
 use sluice::commit::doctor::{Diagnosis, JournalRepair};
+use sluice::lake::LakeRoot;
 use sluice::maintenance::integrity::{self, IntegrityRepair, IntegrityReport};
 
 use crate::output::print;
@@ -17,7 +16,7 @@ struct Repairs {
     steps_closed: Vec<String>,
 }
 
-pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<()> {
+pub async fn doctor(root: &LakeRoot, repair: bool, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let repaired = match repair {
         true => Some(Repairs {
@@ -41,7 +40,7 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
     let clean = d.is_clean() && checks.is_clean() && orphaned.is_empty();
     // Where the lake lives, and whether its filesystem keeps locks per host
     // (a note, not a fault: correctness never rests on the lock).
-    let mount = sluice::host::mounts::mount_of(lake.root());
+    let mount = lake.root().local().and_then(sluice::host::mounts::mount_of);
     let host_local = mount.as_ref().and_then(|m| m.host_local_locks());
     // Exit 1 when anything is found (after a repair: when anything
     // remains), so doctor can gate cron jobs and CI.
@@ -79,7 +78,7 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
             "integrity": checks,
             "orphaned_running_steps": orphaned,
             "location": json!({
-                "path": lake.root(),
+                "path": lake.root().to_string(),
                 "filesystem": mount.as_ref().map(|m| m.fstype.clone()),
                 "mount_point": mount.as_ref().map(|m| m.point.clone()),
                 "source": mount.as_ref().map(|m| m.source.clone()),
@@ -111,19 +110,20 @@ pub async fn doctor(root: &Path, repair: bool, as_json: bool) -> anyhow::Result<
 
 /// Where the lake lives, and a note when its locks are host-local.
 fn location_text(
-    root: &Path,
+    root: &LakeRoot,
     mount: Option<&sluice::host::mounts::Mount>,
     host_local: Option<&str>,
 ) -> String {
     let mut out = match mount {
         Some(m) => format!(
             "lake: {} ({} filesystem, {} mounted at {})\n",
-            root.display(),
+            root,
             m.fstype,
             m.source,
             m.point.display()
         ),
-        None => format!("lake: {}\n", root.display()),
+        None if root.local().is_none() => format!("lake: {root} (object store; no lock)\n"),
+        None => format!("lake: {root}\n"),
     };
     if let Some(why) = host_local {
         out.push_str(&format!(

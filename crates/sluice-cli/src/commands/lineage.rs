@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use sluice::Lake;
+use sluice::lake::LakeRoot;
 use sluice::lineage::{Direction, render};
 
 use crate::output::print;
@@ -29,7 +30,7 @@ fn emit(text: &str, output: Option<&Path>) -> anyhow::Result<()> {
 }
 
 pub async fn lineage(
-    root: &Path,
+    root: &LakeRoot,
     request: LineageRequest,
     format: &str,
     output: Option<&Path>,
@@ -48,7 +49,7 @@ pub async fn lineage(
 }
 
 pub async fn graph(
-    root: &Path,
+    root: &LakeRoot,
     run: Option<&str>,
     format: &str,
     output: Option<&Path>,

@@ -1,9 +1,8 @@
 //! `sluice history`, `restore`, `compact`, `vacuum` and `checkpoint`.
 
-use std::path::Path;
-
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice::Lake;
+use sluice::lake::LakeRoot;
 use sluice::maintenance::{self, CompactOptions, RestoreOptions, VacuumOptions};
 use sluice::progress::Progress;
 use sluice::query::AsOf;
@@ -38,7 +37,7 @@ fn table_bar(verb: &str, json: bool) -> anyhow::Result<(ProgressBar, Progress)> 
 }
 
 pub async fn history(
-    root: &Path,
+    root: &LakeRoot,
     table: Option<&str>,
     limit: usize,
     json: bool,
@@ -90,7 +89,11 @@ pub async fn history(
     }
 }
 
-pub async fn compact(root: &Path, mut options: CompactOptions, json: bool) -> anyhow::Result<()> {
+pub async fn compact(
+    root: &LakeRoot,
+    mut options: CompactOptions,
+    json: bool,
+) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let (bar, progress) = table_bar("compacting", json)?;
     options.progress = progress;
@@ -132,7 +135,7 @@ pub async fn compact(root: &Path, mut options: CompactOptions, json: bool) -> an
     ))
 }
 
-pub async fn vacuum(root: &Path, mut options: VacuumOptions, json: bool) -> anyhow::Result<()> {
+pub async fn vacuum(root: &LakeRoot, mut options: VacuumOptions, json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let (bar, progress) = table_bar("vacuuming", json)?;
     options.progress = progress;
@@ -165,7 +168,7 @@ pub async fn vacuum(root: &Path, mut options: VacuumOptions, json: bool) -> anyh
     print(out.trim_end())
 }
 
-pub async fn checkpoint(root: &Path, table: Option<&str>, json: bool) -> anyhow::Result<()> {
+pub async fn checkpoint(root: &LakeRoot, table: Option<&str>, json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let (bar, progress) = table_bar("checkpointing", json)?;
     let reports = maintenance::checkpoint(&lake, table, &progress).await;
@@ -182,7 +185,7 @@ pub async fn checkpoint(root: &Path, table: Option<&str>, json: bool) -> anyhow:
 }
 
 pub async fn restore(
-    root: &Path,
+    root: &LakeRoot,
     to: &str,
     dry_run: bool,
     force: bool,

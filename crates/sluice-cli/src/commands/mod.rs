@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use serde_json::{Value, json};
 use sluice::artifact::{CONFIG, DATA, FILE_REF, FieldValue, METRIC};
+use sluice::lake::LakeRoot;
 use sluice::lineage::Direction;
 use sluice::query::{AsOf, OutputFormat};
 use sluice::{Draft, Lake};
@@ -31,7 +32,7 @@ use crate::output::{print, text_table};
 /// Run a parsed command line.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let given = cli.lake.clone();
-    let root = cli.lake.unwrap_or_else(|| PathBuf::from("./lake"));
+    let root = cli.lake.unwrap_or_else(|| LakeRoot::Local(PathBuf::from("./lake")));
     match cli.command {
         Command::Init => init(&root).await,
         Command::Sql { sql, format, as_of, memory_limit_mib } => {
@@ -122,21 +123,36 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status { run, json } => pipeline::status(&root, run.as_deref(), json).await,
         Command::Runs { json, limit } => pipeline::runs(&root, json, limit).await,
         Command::Demo { dir, workers } => demo::demo(&dir, workers).await,
-        Command::Completions { shell } => {
-            let mut command = crate::help::with_topics(<Cli as clap::CommandFactory>::command());
-            clap_complete::generate(shell, &mut command, "sluice", &mut std::io::stdout());
-            Ok(())
-        }
+        Command::Completions { shell } => completions(shell),
         Command::Man { dir } => manual(dir.as_deref()),
         Command::Worker { units, task, per_task } => {
-            pipeline::worker(&root, units.as_deref(), task, per_task).await
+            pipeline::worker(
+                root.filesystem("a pipeline worker")?,
+                units.as_deref(),
+                task,
+                per_task,
+            )
+            .await
         }
-        Command::Bench(bench) => Box::pin(bench::run(&root, bench)).await,
-        Command::Ingest(command) => ingest::run(command, given.as_deref()).await,
+        Command::Bench(bench) => {
+            Box::pin(bench::run(root.filesystem("sluice bench")?, bench)).await
+        }
+        Command::Ingest(command) => {
+            let given = given.as_ref().map(|root| root.filesystem("sluice ingest")).transpose()?;
+            ingest::run(command, given).await
+        }
         Command::StageWorker { workload, from, to } => {
-            bench_load::stage_worker(&root, &workload, from, to).await
+            bench_load::stage_worker(root.filesystem("a staging worker")?, &workload, from, to)
+                .await
         }
     }
+}
+
+/// The completion script of `shell` on standard output.
+fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    let mut command = crate::help::with_topics(<Cli as clap::CommandFactory>::command());
+    clap_complete::generate(shell, &mut command, "sluice", &mut std::io::stdout());
+    Ok(())
 }
 
 /// The manual page on standard output, or one page per visible command
@@ -152,9 +168,9 @@ fn manual(dir: Option<&Path>) -> anyhow::Result<()> {
     print(&format!("manual pages written to {}", dir.display()))
 }
 
-async fn init(root: &Path) -> anyhow::Result<()> {
+async fn init(root: &LakeRoot) -> anyhow::Result<()> {
     let (lake, report) = Lake::init(root).await?;
-    let mut lines = vec![format!("lake {}", lake.root().display())];
+    let mut lines = vec![format!("lake {}", lake.root())];
     for name in &report.created {
         lines.push(format!("  created   {name}"));
     }
@@ -168,7 +184,7 @@ async fn init(root: &Path) -> anyhow::Result<()> {
 }
 
 async fn query(
-    root: &Path,
+    root: &LakeRoot,
     sql: &str,
     format: Format,
     as_of: Option<&str>,
@@ -189,7 +205,7 @@ async fn query(
     print(&text)
 }
 
-async fn changes(root: &Path, table: &str, since: &str, format: Format) -> anyhow::Result<()> {
+async fn changes(root: &LakeRoot, table: &str, since: &str, format: Format) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let since = AsOf::parse_for(since, "--since")?;
     let changes = sluice::query::changes(&lake, table, &since).await?;
@@ -210,7 +226,7 @@ fn output_format(format: Format) -> OutputFormat {
     }
 }
 
-async fn tables(root: &Path, as_json: bool) -> anyhow::Result<()> {
+async fn tables(root: &LakeRoot, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let infos = lake.table_infos().await?;
     if as_json {
@@ -249,7 +265,7 @@ async fn tables(root: &Path, as_json: bool) -> anyhow::Result<()> {
     ))
 }
 
-async fn types(root: &Path, as_json: bool) -> anyhow::Result<()> {
+async fn types(root: &LakeRoot, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let descriptors: Vec<_> = lake.registry().descriptors().collect();
     if as_json {
@@ -284,7 +300,7 @@ async fn types(root: &Path, as_json: bool) -> anyhow::Result<()> {
 }
 
 /// `sluice get`: an artifact's content as a file of its own.
-async fn get(root: &Path, id: &str, output: Option<&Path>) -> anyhow::Result<()> {
+async fn get(root: &LakeRoot, id: &str, output: Option<&Path>) -> anyhow::Result<()> {
     use std::io::{IsTerminal, Write};
     let lake = Lake::open(root).await?;
     let artifact = lake.get(lake.resolve(id).await?).await?;
@@ -321,7 +337,7 @@ async fn get(root: &Path, id: &str, output: Option<&Path>) -> anyhow::Result<()>
     written
 }
 
-async fn show(root: &Path, id: &str, as_json: bool) -> anyhow::Result<()> {
+async fn show(root: &LakeRoot, id: &str, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let artifact = lake.get(lake.resolve(id).await?).await?;
     let imp = lake.registry().get(&artifact.type_key)?;
@@ -401,7 +417,7 @@ fn expand_stdin(values: &[String]) -> anyhow::Result<Vec<String>> {
 }
 
 async fn put(
-    root: &Path,
+    root: &LakeRoot,
     type_key: &str,
     step: i32,
     metadata: Option<&str>,

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
 use sluice::Lake;
+use sluice::lake::LakeRoot;
 use sluice::pipeline::status::{self, RunState};
 use sluice::pipeline::{BackendKind, Operations, Pipeline, RunEvent, RunReport, StepStatus};
 
@@ -19,16 +20,16 @@ fn micros_to_text(t: i64) -> String {
 }
 
 /// Load and validate a pipeline against the lake's types.
-async fn load(root: &Path, file: &Path) -> anyhow::Result<(Lake, Pipeline, Operations)> {
+async fn load(root: &LakeRoot, file: &Path) -> anyhow::Result<(Lake, Pipeline, Operations)> {
     let (lake, _) = Lake::init(root).await?;
     let operations = Operations::linked()?;
     let pipeline = Pipeline::load(file, &operations, lake.registry())?;
     Ok((lake, pipeline, operations))
 }
 
-pub async fn check(root: &Path, file: &Path) -> anyhow::Result<()> {
+pub async fn check(root: &LakeRoot, file: &Path) -> anyhow::Result<()> {
     // Validation reads the lake's types only; it creates and changes nothing.
-    let pipeline = Pipeline::load(file, &Operations::linked()?, &Lake::types_at(root)?)?;
+    let pipeline = Pipeline::load(file, &Operations::linked()?, &Lake::types_at(root).await?)?;
     let mut lines =
         vec![format!("{}: pipeline `{}` is valid", file.display(), pipeline.config.name)];
     for (i, step) in pipeline.config.steps.iter().enumerate() {
@@ -151,7 +152,7 @@ pub async fn run_with_progress(
 }
 
 pub async fn run(
-    root: &Path,
+    root: &LakeRoot,
     file: &Path,
     backend: Option<BackendArg>,
     workers: Option<usize>,
@@ -218,7 +219,7 @@ pub fn report_text(report: &RunReport) -> String {
     out
 }
 
-pub async fn status(root: &Path, run: Option<&str>, as_json: bool) -> anyhow::Result<()> {
+pub async fn status(root: &LakeRoot, run: Option<&str>, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let state = status::status(&lake, run).await?;
     if as_json {
@@ -229,7 +230,7 @@ pub async fn status(root: &Path, run: Option<&str>, as_json: bool) -> anyhow::Re
 
 /// `sluice logs`: each unit's outcome, inputs and the end of its output.
 pub async fn logs(
-    root: &Path,
+    root: &LakeRoot,
     request: &sluice::pipeline::logs::LogsRequest,
     as_json: bool,
 ) -> anyhow::Result<()> {
@@ -330,7 +331,7 @@ fn status_text(state: &RunState) -> String {
     out
 }
 
-pub async fn runs(root: &Path, as_json: bool, limit: usize) -> anyhow::Result<()> {
+pub async fn runs(root: &LakeRoot, as_json: bool, limit: usize) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let mut all = status::runs(&lake).await?;
     all.truncate(limit);

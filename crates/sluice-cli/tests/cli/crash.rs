@@ -135,7 +135,7 @@ pub(crate) fn check_journal(root: &Path, trial: u64) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let lake = sluice::Lake::open(root).await.unwrap();
-        let journal = sluice::lake::journal::read(root, None).await.unwrap();
+        let journal = sluice::lake::journal::read(&root.into(), None).await.unwrap();
         assert!(
             journal.unfinished().is_empty(),
             "trial {trial}: open sequences {:?}",
@@ -157,8 +157,9 @@ pub(crate) fn check_journal(root: &Path, trial: u64) {
             "trial {trial}: a number claimed twice"
         );
         assert!(completed.values().all(|n| *n == 1), "trial {trial}: {completed:?}");
-        let tables =
-            sluice::lake::journal::highest_table_seq(root, &lake.table_specs()).await.unwrap();
+        let tables = sluice::lake::journal::highest_table_seq(&root.into(), &lake.table_specs())
+            .await
+            .unwrap();
         assert!(tables.is_none_or(|(seq, _)| seq <= journal.max_seq()), "trial {trial}");
         let d = sluice::commit::doctor::diagnose(&lake).await.unwrap();
         assert!(

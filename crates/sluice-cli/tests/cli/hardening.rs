@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Lake, json_lines};
+use super::{Lake, json_lines, types_at};
 
 fn count(lake: &Lake, sql: &str) -> i64 {
     let rows = json_lines(&lake.ok(&["sql", "--format", "ndjson", sql]));
@@ -19,7 +19,7 @@ fn count(lake: &Lake, sql: &str) -> i64 {
 /// committers are the processes under test).
 fn stage(lake: &Lake, executions: u64, seed: u64) {
     use sluice::staging::synthetic::{self, SyntheticSpec};
-    let registry = sluice::Lake::types_at(&lake.root).unwrap();
+    let registry = types_at(&lake.root);
     let writer = sluice::staging::StagingWriter::new(
         sluice::staging::default_root(&lake.root),
         registry.clone(),

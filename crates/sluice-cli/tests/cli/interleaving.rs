@@ -156,7 +156,7 @@ fn count(lake: &Lake, sql: &str) -> i64 {
 /// that may undo an acknowledged put.
 fn restores_after(root: &Path, at_us: i64) -> bool {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let journal = rt.block_on(sluice::lake::journal::read(root, None)).unwrap();
+    let journal = rt.block_on(sluice::lake::journal::read(&root.into(), None)).unwrap();
     journal.entries().iter().any(|started| {
         started.is_restore()
             && started.phase() == sluice::lake::journal::Phase::Started

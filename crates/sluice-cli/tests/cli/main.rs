@@ -20,12 +20,19 @@ mod pipeline;
 mod protocol;
 mod restore;
 mod slurm;
+mod stores;
 mod terminal;
 
 /// How many trials, kills or rounds a kill or race loop runs: `var` when
 /// set; otherwise `full` under `SLUICE_TEST_DEPTH=full` (what `.ci/run`
 /// sets, so CI tries every guarantee at full depth) and `quick`, a
 /// representative depth, for a developer's `make test`.
+/// The artifact types of the lake at `root` (its `sluice.toml` read).
+pub(crate) fn types_at(root: &Path) -> sluice::registry::TypeRegistry {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(sluice::Lake::types_at(root)).unwrap()
+}
+
 pub(crate) fn depth(var: &str, full: u64, quick: u64) -> u64 {
     if let Some(n) = std::env::var(var).ok().and_then(|v| v.parse().ok()) {
         return n;
@@ -330,12 +337,14 @@ fn python_deltalake_and_polars_read_every_table() {
     assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 11, "{stdout}");
 }
 
-/// `--lake s3://…` (or `SLUICE_LAKE`) is refused with a message, never
-/// taken for a local folder named `s3:`; `file://` URLs are folders.
+/// A URL sluice keeps no lake at (`gs://`, `https://`; given to `--lake`
+/// or `SLUICE_LAKE`) is refused with a message, never taken for a local
+/// folder named `gs:`; `file://` URLs are folders. (Lakes in S3 and Azure:
+/// `stores.rs`.)
 #[test]
 fn a_lake_url_sluice_cannot_serve_is_refused_not_taken_for_a_folder() {
     let dir = tempfile::tempdir().unwrap();
-    for url in ["s3://bucket/lake", "abfss://c@acct.dfs.core.windows.net/lake", "gs://b/l"] {
+    for url in ["gs://b/l", "https://example.org/lake", "ftp://host/lake"] {
         let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .current_dir(dir.path())
             .args(["--lake", url, "init"])
@@ -343,7 +352,8 @@ fn a_lake_url_sluice_cannot_serve_is_refused_not_taken_for_a_folder() {
             .unwrap();
         assert!(!out.status.success(), "{url}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.contains(url) && stderr.contains("object store"), "{stderr}");
+        let said = stderr.contains("not supported") || stderr.contains("no place");
+        assert!(stderr.contains(url) && said, "{stderr}");
         assert_eq!(stderr.matches(url).count(), 1, "the URL is named once: {stderr}");
         let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
             .current_dir(dir.path())

@@ -6,8 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::Lake;
 use crate::crash::{TABLES, dump, new_lake, spawn_quiet, stage_mixed};
+use crate::{Lake, types_at};
 
 /// A lake with three lake versions (commits of every kind of artifact).
 fn three_versions() -> Lake {
@@ -32,7 +32,7 @@ fn journal_versions(root: &Path) -> usize {
 
 fn journal(root: &Path) -> sluice::lake::journal::Journal {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(sluice::lake::journal::read(root, None)).unwrap()
+    rt.block_on(sluice::lake::journal::read(&root.into(), None)).unwrap()
 }
 
 fn count(lake: &Lake, sql: &str) -> i64 {
@@ -425,7 +425,7 @@ columns = [ { name = "payload", type = "string" } ]
 /// Stage `runs` executions, each with one blob of `mib` MiB of zeros.
 fn stage_blobs(root: &Path, runs: usize, mib: usize, seed: usize) {
     use sluice::records::{Direction, ExecutionEdge, ExecutionRecord};
-    let registry = sluice::Lake::types_at(root).unwrap();
+    let registry = types_at(root);
     let writer = sluice::staging::StagingWriter::new(
         sluice::staging::default_root(root),
         registry.clone(),

@@ -26,7 +26,7 @@ const PAUSE: Duration = Duration::from_millis(300);
 fn restored(root: &std::path::Path) -> bool {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
-        let journal = sluice::lake::journal::read(root, None).await.unwrap();
+        let journal = sluice::lake::journal::read(&root.into(), None).await.unwrap();
         journal
             .entries()
             .iter()

@@ -61,27 +61,11 @@ impl Diagnosis {
 
 /// Diagnose the lake's default staging root and journal.
 pub async fn diagnose(lake: &Lake) -> Result<Diagnosis> {
-    let root = staging::default_root(lake.root());
-    let scan = staging::scan(&root, None)?;
-    let mut out = Diagnosis {
-        sealed: scan.sealed.len(),
-        unsealed: scan.unsealed.into_iter().map(|r| r.path).collect(),
-        foreign: scan.foreign,
-        pending_manifests: manifest::read_all(&root)?.into_iter().map(|m| m.seq).collect(),
-        ..Diagnosis::default()
-    };
-    let quarantine = root.join(QUARANTINE_DIR);
-    if let Ok(steps) = std::fs::read_dir(&quarantine) {
-        for step in steps.flatten() {
-            for run in std::fs::read_dir(step.path()).into_iter().flatten().flatten() {
-                let reason = std::fs::read_to_string(run.path().join(REASON_FILE))
-                    .map(|r| r.trim().to_owned())
-                    .unwrap_or_else(|_| "(no reason file)".into());
-                out.quarantined.push((run.path(), reason));
-            }
-        }
+    let mut out = Diagnosis::default();
+    // Staging is a filesystem's: a lake in a store has none to look at.
+    if let Some(root) = lake.root().local().map(staging::default_root) {
+        diagnose_staging(&root, &mut out)?;
     }
-    out.quarantined.sort();
     let journal = journal::read(lake.root(), None).await?;
     out.unfinished_sequences = journal.unfinished().iter().map(|e| e.seq).collect();
     out.abandoned_sequences = journal
@@ -97,6 +81,29 @@ pub async fn diagnose(lake: &Lake) -> Result<Diagnosis> {
         out.journal_behind = Some((journal.max_seq(), seq));
     }
     Ok(out)
+}
+
+/// What the staging root holds: sealed, unsealed, foreign and quarantined
+/// runs, and pending manifests.
+fn diagnose_staging(root: &std::path::Path, out: &mut Diagnosis) -> Result<()> {
+    let scan = staging::scan(root, None)?;
+    out.sealed = scan.sealed.len();
+    out.unsealed = scan.unsealed.into_iter().map(|r| r.path).collect();
+    out.foreign = scan.foreign;
+    out.pending_manifests = manifest::read_all(root)?.into_iter().map(|m| m.seq).collect();
+    let quarantine = root.join(QUARANTINE_DIR);
+    if let Ok(steps) = std::fs::read_dir(&quarantine) {
+        for step in steps.flatten() {
+            for run in std::fs::read_dir(step.path()).into_iter().flatten().flatten() {
+                let reason = std::fs::read_to_string(run.path().join(REASON_FILE))
+                    .map(|r| r.trim().to_owned())
+                    .unwrap_or_else(|_| "(no reason file)".into());
+                out.quarantined.push((run.path(), reason));
+            }
+        }
+    }
+    out.quarantined.sort();
+    Ok(())
 }
 
 /// What [`repair_journal`] wrote.
@@ -126,7 +133,7 @@ pub async fn repair_journal(lake: &Lake) -> Result<JournalRepair> {
     let known = match journal::read(lake.root(), None).await {
         Ok(known) => known,
         Err(e) => {
-            let dir = table::table_dir(lake.root(), &spec);
+            let dir = table::table_dir(lake.filesystem("rebuilding an unreadable journal")?, &spec);
             let aside = dir.with_file_name(format!(
                 "_commits.unreadable-{}",
                 chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ")
@@ -141,7 +148,7 @@ pub async fn repair_journal(lake: &Lake) -> Result<JournalRepair> {
     };
     let mut found: BTreeMap<String, Vec<TableSequenceCommit>> = BTreeMap::new();
     for spec in journal::sequence_tables(&specs) {
-        if !table::is_table(&table::table_dir(lake.root(), spec)) {
+        if !table::exists(lake.root(), spec).await? {
             continue;
         }
         for commit in journal::table_sequence_commits(lake.root(), spec).await? {
@@ -150,8 +157,10 @@ pub async fn repair_journal(lake: &Lake) -> Result<JournalRepair> {
             }
         }
     }
-    let staging_root = staging::default_root(lake.root());
-    let manifests = manifest::read_all(&staging_root)?;
+    let manifests = match lake.root().local() {
+        Some(root) => manifest::read_all(&staging::default_root(root))?,
+        None => Vec::new(),
+    };
     let heads = journal::versions(lake.root(), &specs).await?;
     let mut sequences: Vec<(i64, String, Vec<TableSequenceCommit>)> = found
         .into_iter()

@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::lake::writer::{self, WriteKind};
+use crate::lake::writer::{self, WriteKind, Writer};
 use crate::lake::{Lake, delta::table, journal, layout};
 use crate::staging::{self, RunDir, SyncPolicy};
 
@@ -102,6 +102,20 @@ pub struct CommitReport {
 }
 
 impl CommitReport {
+    /// The restores a writer settled as it began.
+    fn absorb_settled(&mut self, settled: &[crate::lake::journal::restore::Settled]) {
+        for settled in settled {
+            match settled {
+                crate::lake::journal::restore::Settled::Finished(done) => {
+                    self.recovered.push(done.seq)
+                }
+                crate::lake::journal::restore::Settled::RolledBack { seq, reason } => {
+                    self.abandoned.push((*seq, reason.clone()));
+                }
+            }
+        }
+    }
+
     fn absorb(&mut self, other: sequence::SequenceReport) {
         self.runs_committed += other.runs + other.already_committed;
         self.quarantined.extend(other.quarantined);
@@ -123,7 +137,9 @@ pub type Progress = Box<dyn Fn(usize, usize) + Send + Sync>;
 #[must_use = "a commit does nothing until executed"]
 pub struct CommitBuilder<'a> {
     lake: &'a Lake,
-    staging_root: PathBuf,
+    /// `None`: the lake is in a store, and nothing names a folder to
+    /// commit staged units from.
+    staging_root: Option<PathBuf>,
     step: Option<i32>,
     chunk: usize,
     chunk_bytes: u64,
@@ -156,7 +172,7 @@ impl Lake {
     pub fn commit(&self) -> CommitBuilder<'_> {
         CommitBuilder {
             lake: self,
-            staging_root: staging::default_root(self.root()),
+            staging_root: self.root().local().map(staging::default_root),
             step: None,
             chunk: DEFAULT_CHUNK,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
@@ -184,7 +200,7 @@ impl Lake {
 impl<'a> CommitBuilder<'a> {
     /// Commit staging under another root (default: `<lake>/_staging`).
     pub fn with_staging_root(mut self, root: impl Into<PathBuf>) -> Self {
-        self.staging_root = root.into();
+        self.staging_root = Some(root.into());
         self
     }
 
@@ -277,8 +293,6 @@ impl<'a> CommitBuilder<'a> {
     /// Run the commit.
     pub async fn execute(self) -> Result<CommitReport> {
         let started = Instant::now();
-        let root = self.staging_root.clone();
-        std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         let writer = self
             .lake
             .writer(WriteKind::Commit)
@@ -286,6 +300,10 @@ impl<'a> CommitBuilder<'a> {
             .stale_after(self.stale_after)
             .begin()
             .await?;
+        let Some(root) = self.staging_root.clone() else {
+            return self.settle_only(&writer, started).await;
+        };
+        std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
         let locked_ms = started.elapsed().as_secs_f64() * 1e3;
         let requeued = if self.requeue { quarantine::requeue(&root)? } else { Vec::new() };
         let specs = self.lake.table_specs();
@@ -293,7 +311,7 @@ impl<'a> CommitBuilder<'a> {
         // ones (e.g. the journal of a lake made before it existed). The
         // check below notices a journal recreated this way.
         for spec in &specs {
-            if !table::is_table(&table::table_dir(self.lake.root(), spec)) {
+            if !table::exists(self.lake.root(), spec).await? {
                 table::ensure(self.lake.root(), spec).await?;
             }
         }
@@ -318,16 +336,7 @@ impl<'a> CommitBuilder<'a> {
             journal: tokio::sync::Mutex::new(kept),
         };
         let mut report = CommitReport { requeued, ..CommitReport::default() };
-        for settled in writer.settled() {
-            match settled {
-                crate::lake::journal::restore::Settled::Finished(done) => {
-                    report.recovered.push(done.seq)
-                }
-                crate::lake::journal::restore::Settled::RolledBack { seq, reason } => {
-                    report.abandoned.push((*seq, reason.clone()));
-                }
-            }
-        }
+        report.absorb_settled(writer.settled());
         let checked_ms = started.elapsed().as_secs_f64() * 1e3;
         if let Some(existing) = existing {
             let bounds = (self.stale_after, self.memory);
@@ -362,6 +371,20 @@ impl<'a> CommitBuilder<'a> {
             total_ms = report.duration.as_secs_f64() * 1e3,
             "commit phases (ms since the start)"
         );
+        Ok(report)
+    }
+
+    /// A lake in a store has no staging root (workers stage on a
+    /// filesystem): a commit there settles what killed writers left —
+    /// restores as every writer does, and for `recover` killed puts and
+    /// compactions — and has nothing staged to commit.
+    async fn settle_only(self, writer: &Writer, started: Instant) -> Result<CommitReport> {
+        let mut report = CommitReport::default();
+        report.absorb_settled(writer.settled());
+        if self.recover_only {
+            report.unfinished = crate::maintenance::unfinished::finish(self.lake).await?;
+        }
+        report.duration = started.elapsed();
         Ok(report)
     }
 

@@ -44,6 +44,7 @@ use crate::lake::Lake;
 use crate::lake::append::{Append, Appended, Dedup, Gate};
 use crate::lake::delta::table;
 use crate::lake::delta::tip::Tip;
+use crate::lake::io::location::LakeRoot;
 use crate::lake::journal::tip::JournalTip;
 use crate::lake::journal::{JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
 use crate::lake::keys::key_filter::Key;
@@ -479,7 +480,7 @@ async fn drop_committed(
     report: &mut SequenceReport,
 ) -> Result<u64> {
     let spec = layout::executions_table();
-    if runs.is_empty() || !table::is_table(&table::table_dir(ctx.lake.root(), &spec)) {
+    if runs.is_empty() || !table::exists(ctx.lake.root(), &spec).await? {
         return Ok(0);
     }
     let clock = std::time::Instant::now();
@@ -557,7 +558,7 @@ async fn succeeded_specs(lake: &Lake, tip: &Tip, runs: &[LoadedRun]) -> Result<B
 /// whose sentinel cannot be read is not).
 async fn runs_committed(lake: &Lake, dir: &RunDir) -> Result<bool> {
     let spec = layout::executions_table();
-    if !table::is_table(&table::table_dir(lake.root(), &spec)) {
+    if !table::exists(lake.root(), &spec).await? {
         return Ok(false);
     }
     let Ok(wanted) = dir.staged_run_ids() else { return Ok(false) };
@@ -716,7 +717,7 @@ fn slices(batch: &RecordBatch) -> Vec<(usize, usize)> {
 /// table's version before it), tagged with its number and token, on the
 /// table's tip.
 async fn append_one(
-    root: &Path,
+    root: &LakeRoot,
     spec: &TableSpec,
     batches: Vec<RecordBatch>,
     (seq, token, since): (i64, String, u64),

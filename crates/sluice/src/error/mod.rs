@@ -347,6 +347,17 @@ pub enum Error {
         matches: Vec<String>,
     },
 
+    /// An operation needs the lake on a filesystem, and it is on a store.
+    #[error(
+        "{what} needs a lake on a filesystem; {lake} is in an object store, where sluice does not do it yet"
+    )]
+    NeedsFilesystem {
+        /// What needs it.
+        what: String,
+        /// The lake, as shown.
+        lake: String,
+    },
+
     /// The lake or one of its tables does not exist.
     #[error("{what} not found at {path}. Help: run `sluice init` first")]
     NotInitialized {

@@ -49,7 +49,7 @@ pub async fn dedup(dir: &std::path::Path, name: &str, dry_run: bool) -> Result<D
     // An ingestion table is `<lake>/<layer>/<name>`: begin as a writer of
     // that lake (lake/writer.rs).
     let _writer = match dir.parent().and_then(std::path::Path::parent) {
-        Some(root) if !dry_run => Some(crate::lake::writer::ingestion(root).await?),
+        Some(root) if !dry_run => Some(crate::lake::writer::ingestion(&root.into()).await?),
         _ => None,
     };
     for _ in 0..MAX_ATTEMPTS {

@@ -68,7 +68,7 @@ pub(crate) async fn forget_lost(
     lost: &BTreeSet<String>,
 ) -> Result<Option<Forgotten>> {
     for _ in 0..ATTEMPTS {
-        let mut handle = table::open(lake, spec).await?;
+        let mut handle = table::open(&lake.into(), spec).await?;
         let origins = Origins::replay(&handle, &spec.name).await?;
         let Some((files, removes)) = origins.to_forget(lost) else { return Ok(None) };
         let actions: Vec<Action> = removes.iter().map(|a| append::removal(a, true)).collect();

@@ -307,9 +307,13 @@ impl Ledger {
         if rows.is_empty() {
             return Ok(());
         }
-        let mut lease =
-            Leased::latest(self.kept.take(), &ledger_dir(&self.lake), "ledger", open(&self.lake))
-                .await?;
+        let mut lease = Leased::latest(
+            self.kept.take(),
+            Some(&ledger_dir(&self.lake)),
+            "ledger",
+            open(&self.lake),
+        )
+        .await?;
         // (rows, the `at` floor they were stamped from, their data files)
         let mut written: Option<(usize, i64, Vec<deltalake::kernel::Add>)> = None;
         for _ in 0..100 {

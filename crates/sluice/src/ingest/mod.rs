@@ -158,7 +158,7 @@ impl Ingestor {
                 message: "no table schemas (<table>.yaml) in this folder".into(),
             });
         }
-        check_names(&config, &schemas)?;
+        check_names(&config, &schemas).await?;
         let mut tables = BTreeMap::new();
         for s in schemas {
             let dir = table_dir(&config.lake, &s.name);
@@ -198,7 +198,7 @@ impl Ingestor {
 
     /// Run the medallion transforms once, in order (see [`transform`]).
     pub async fn transform(&self) -> Result<Vec<transform::TransformReport>> {
-        let _writer = crate::lake::writer::ingestion(&self.config.lake).await?;
+        let _writer = crate::lake::writer::ingestion(&(&self.config.lake).into()).await?;
         transform::run_all(&self.config.lake, &self.config.transforms).await
     }
 
@@ -263,7 +263,7 @@ impl Ingestor {
     ) -> Result<IngestReport> {
         let clock = Instant::now();
         // The writer protocol's entry (lake/writer.rs): for the whole run.
-        let _writer = crate::lake::writer::ingestion(&self.config.lake).await?;
+        let _writer = crate::lake::writer::ingestion(&(&self.config.lake).into()).await?;
         let (mut targets, mut rejects) = self.targets().await?;
         let mut report = IngestReport::default();
         let mut ledger = ledger::Ledger::new(&self.config.lake);
@@ -498,8 +498,8 @@ impl Ingestor {
 /// Every name `sluice sql` resolves must mean one table: no ingestion table
 /// (raw, rejects, transform) may take the name of an artifact or system
 /// table of the lake, of `ingest_ledger`, or of another ingestion table.
-fn check_names(config: &IngestConfig, schemas: &[TableSchema]) -> Result<()> {
-    let registry = crate::Lake::types_at(&config.lake)?;
+async fn check_names(config: &IngestConfig, schemas: &[TableSchema]) -> Result<()> {
+    let registry = crate::Lake::types_at(&config.lake).await?;
     let mut taken: BTreeMap<String, String> = crate::lake::layout::all_tables(&registry)
         .into_iter()
         .map(|t| (t.name, "a table of the artifact lake".to_owned()))

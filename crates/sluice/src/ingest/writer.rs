@@ -248,7 +248,7 @@ impl Target {
     async fn at_head(&mut self) -> Result<Leased> {
         let lease = Leased::latest(
             self.kept.take(),
-            &self.dir,
+            Some(&self.dir),
             &self.name,
             table::open_dir(&self.dir, &self.name),
         )

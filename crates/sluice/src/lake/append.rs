@@ -54,6 +54,7 @@ use super::read::lookup::Lookup;
 use super::read::result_set;
 use super::unique_success;
 use crate::error::{Error, Result};
+use crate::lake::io::location::LakeRoot;
 
 /// How many times an append starts over after losing a version to another
 /// writer before it reports the contention.
@@ -120,7 +121,7 @@ pub fn natural_key(kind: &TableKind) -> &'static [&'static str] {
 #[derive(Debug)]
 #[must_use = "an append does nothing until executed"]
 pub struct Append<'a> {
-    root: &'a Path,
+    root: &'a LakeRoot,
     spec: &'a TableSpec,
     batches: Vec<RecordBatch>,
     commit: CommitSpec,
@@ -273,7 +274,7 @@ impl Appended {
 
 impl<'a> Append<'a> {
     /// Append `batches` (in the table's schema) to the table of `spec`.
-    pub fn new(root: &'a Path, spec: &'a TableSpec, batches: Vec<RecordBatch>) -> Self {
+    pub fn new(root: &'a LakeRoot, spec: &'a TableSpec, batches: Vec<RecordBatch>) -> Self {
         Append {
             root,
             spec,
@@ -680,7 +681,8 @@ impl Append<'_> {
                 }
             }
         }
-        match bundle.write(&table::table_dir(self.root, spec), version) {
+        let Some(root) = self.root.local() else { return Ok(Vec::new()) };
+        match bundle.write(&table::table_dir(root, spec), version) {
             Ok(()) => Ok(recorded),
             Err(e) => {
                 tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
@@ -693,7 +695,7 @@ impl Append<'_> {
 /// [`drop_present`] through a tip: from its key filters when they rule
 /// every key out, else from the table opened at the tip's head.
 async fn drop_present_on_tip(
-    root: &Path,
+    root: &LakeRoot,
     tip: &Tip,
     spec: &TableSpec,
     dedup: Dedup,
@@ -726,7 +728,7 @@ async fn drop_present_on_tip(
 /// content table, which a look-up settled by filters and key sets (every
 /// commit whose present ids the sidecars know) does not need.
 pub(crate) async fn present_keys_on_tip(
-    root: &Path,
+    root: &LakeRoot,
     tip: &Tip,
     spec: &TableSpec,
     dedup: Dedup,
@@ -1011,7 +1013,7 @@ fn batch_keys(batches: &[RecordBatch], dedup: Dedup, table: &str) -> Result<Vec<
 /// return those keys. With `since`, only versions after it are searched
 /// (the rest were checked).
 async fn drop_present(
-    root: &Path,
+    root: &LakeRoot,
     table: &DeltaTable,
     spec: &TableSpec,
     dedup: Dedup,
@@ -1058,7 +1060,7 @@ fn without_keys(
 /// filters cannot rule out (see [`key_filter`]), each for the keys that
 /// may be in it.
 pub async fn present_keys(
-    root: &Path,
+    root: &LakeRoot,
     table: &DeltaTable,
     spec: &TableSpec,
     dedup: Dedup,
@@ -1071,15 +1073,20 @@ pub async fn present_keys(
     if active.is_empty() || wanted.is_empty() {
         return Ok(BTreeSet::new());
     }
-    let dir = table::table_dir(root, spec);
-    let filters = key_filter::read_live(&dir, &active.iter().map(String::as_str).collect());
+    let filters = match root.local() {
+        Some(root) => key_filter::read_live(
+            &table::table_dir(root, spec),
+            &active.iter().map(String::as_str).collect(),
+        ),
+        None => BTreeMap::new(),
+    };
     present_in(root, spec, dedup, wanted, &active, &filters, At::Table(table)).await
 }
 
 /// Which of `wanted` a table version with `active` files and key
 /// `filters` holds (see [`present_keys`]).
 async fn present_in(
-    root: &Path,
+    root: &LakeRoot,
     spec: &TableSpec,
     dedup: Dedup,
     wanted: &BTreeSet<String>,
@@ -1093,13 +1100,19 @@ async fn present_in(
     }
     let clock = std::time::Instant::now();
     let (keys, wanted): (usize, Vec<String>) = (wanted.len(), wanted.iter().cloned().collect());
-    let dir = table::table_dir(root, spec);
     let key = |k: &String| key_of(dedup, k).unwrap_or_else(|_| Key::of_text(k));
     let mut plan = key_filter::plan(active, filters, &wanted, key);
     let planned_at = clock.elapsed();
     let candidates: usize = plan.candidates.iter().map(|c| c.keys.len()).sum();
     let versions = plan.candidates.len();
-    let mut present: BTreeSet<String> = key_set::settle(&dir, &mut plan, key).into_iter().collect();
+    // Key sets settle candidates on a filesystem; on a store the candidate
+    // files are read.
+    let mut present: BTreeSet<String> = match root.local() {
+        Some(root) => key_set::settle(&table::table_dir(root, spec), &mut plan, key),
+        None => Vec::new(),
+    }
+    .into_iter()
+    .collect();
     let settled_at = clock.elapsed();
     let unsettled = !(plan.uncovered.is_empty() && plan.candidates.is_empty());
     if unsettled {
@@ -1283,12 +1296,12 @@ pub fn repoint_steps(
 /// Where the table holds each of `ids` (artifact id → step), for content
 /// tables.
 pub async fn content_steps(
-    root: &Path,
+    root: &LakeRoot,
     spec: &TableSpec,
     ids: &BTreeSet<String>,
 ) -> Result<BTreeMap<String, i32>> {
     let mut out = BTreeMap::new();
-    if ids.is_empty() || !table::is_table(&table::table_dir(root, spec)) {
+    if ids.is_empty() || !table::exists(root, spec).await? {
         return Ok(out);
     }
     let handle = table::open(root, spec).await?;
@@ -1317,11 +1330,14 @@ pub async fn content_steps(
 /// Write the key filters (key column and lookup columns) and the key set of a
 /// version added by other means than [`Append`] (compaction, restore).
 pub async fn write_key_filters(
-    root: &Path,
+    root: &LakeRoot,
     handle: &DeltaTable,
     spec: &TableSpec,
     version: u64,
 ) -> Result<()> {
+    // Key filters are a fast path of a lake on a filesystem (see
+    // [`table::record_keys`]).
+    let Some(root) = root.local() else { return Ok(()) };
     let dedup = Dedup::of(&spec.kind);
     let added = key_filter::added_files(&table::commit_actions(handle, &spec.name, version).await?);
     if added.is_empty() {
@@ -1350,15 +1366,17 @@ pub async fn write_key_filters(
 
 /// Write the key set of a version whose key filter names `files` (a lake
 /// written before key sets, or a set lost): its keys read from the files.
-/// `false` when the table has no key column.
+/// `false` when the table has no key column, or the lake is in a store
+/// (which keeps no key sets).
 pub async fn write_key_set(
-    root: &Path,
+    root: &LakeRoot,
     handle: &DeltaTable,
     spec: &TableSpec,
     version: u64,
     files: &[String],
 ) -> Result<bool> {
     let Some(column) = Dedup::of(&spec.kind).column() else { return Ok(false) };
+    let Some(root) = root.local() else { return Ok(false) };
     let keys = keys_of_files(handle, spec, column, true, files).await?;
     let dir = table::table_dir(root, spec);
     key_set::write(&dir, version, files, &keys)?;
@@ -1519,7 +1537,8 @@ mod tests {
         let direct = present_keys(root, &at_head, &index, Dedup::ArtifactId, &wanted).await;
         assert_eq!(direct.unwrap(), held);
 
-        std::fs::remove_dir_all(table::table_dir(root, &index).join(key_filter::KEYS_DIR)).unwrap();
+        let dir = table::table_dir(root.local().unwrap(), &index);
+        std::fs::remove_dir_all(dir.join(key_filter::KEYS_DIR)).unwrap();
         let tip = Tip::open(root, &index).await.unwrap();
         assert_eq!(tip.uncovered(), 2, "no file is covered");
         let found = present_keys_on_tip(root, &tip, &index, Dedup::ArtifactId, &wanted).await;

@@ -348,29 +348,6 @@ pub fn ingestion_table_dir(root: &Path, name: &str) -> Option<PathBuf> {
 /// Folder of the ingestion ledger (`<lake>/ingest/ledger`).
 pub const INGEST_LEDGER_DIR: &str = "ingest/ledger";
 
-/// The ingestion table folders under `root` (those with a `_delta_log`;
-/// whether it holds a commit yet is `table::is_table`'s to say): raw (with
-/// rejects), aggregate and curated tables by name, and the ledger as
-/// `ingest_ledger`.
-pub fn ingestion_tables(root: &Path) -> Vec<TableSpec> {
-    let mut out = Vec::new();
-    for layer in [RAW_DIR, AGGREGATE_DIR, CURATED_DIR] {
-        let Ok(entries) = std::fs::read_dir(root.join(layer)) else { continue };
-        let mut names: Vec<String> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-            .filter(|n| crate::registry::is_plain_name(n))
-            .filter(|n| root.join(layer).join(n).join("_delta_log").is_dir())
-            .collect();
-        names.sort();
-        out.extend(names.iter().map(|n| TableSpec::ingestion(n, &format!("{layer}/{n}"))));
-    }
-    if root.join(INGEST_LEDGER_DIR).join("_delta_log").is_dir() {
-        out.push(TableSpec::ingestion("ingest_ledger", INGEST_LEDGER_DIR));
-    }
-    out
-}
-
 /// The commit journal: one row when a commit sequence starts, one when it
 /// completes (or is abandoned), with the table versions around it. See
 /// [`journal`](super::journal).

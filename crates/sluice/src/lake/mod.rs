@@ -20,7 +20,7 @@ pub mod spec_successes;
 pub mod unique_success;
 pub mod writer;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use deltalake::arrow::array::{Array, Int64Array};
@@ -30,6 +30,7 @@ use crate::registry::declared::DeclaredType;
 use crate::registry::{TypeOrigin, TypeRegistry};
 use config::LakeConfig;
 use delta::{handles, table};
+pub use io::location::LakeRoot;
 use journal::{snapshot, tip as journal_tip};
 use layout::TableSpec;
 use read::id_files;
@@ -51,7 +52,7 @@ pub const LAKE_ENV: &str = "SLUICE_LAKE";
 /// An open lake.
 #[derive(Debug, Clone)]
 pub struct Lake {
-    root: PathBuf,
+    root: LakeRoot,
     config: LakeConfig,
     registry: Arc<TypeRegistry>,
     /// When set, reads by id reuse one resolved lake point and the table
@@ -100,10 +101,14 @@ pub struct TableInfo {
 impl Lake {
     /// Open an existing lake and reconcile its tables' schemas. Fails if the
     /// root does not exist.
-    pub async fn open(root: impl AsRef<Path>) -> Result<Lake> {
-        let lake = Self::load(root.as_ref())?;
-        if !lake.root.is_dir() {
-            return Err(Error::NotInitialized { what: "lake".into(), path: lake.root.clone() });
+    pub async fn open(root: impl Into<LakeRoot>) -> Result<Lake> {
+        let lake = Self::load(root.into()).await?;
+        let found = match &lake.root {
+            LakeRoot::Local(path) => path.is_dir(),
+            LakeRoot::Store(_) => table::exists(&lake.root, &layout::commits_table()).await?,
+        };
+        if !found {
+            return Err(Error::NotInitialized { what: "lake".into(), path: lake.root.shown("") });
         }
         lake.reconcile(false).await?;
         Ok(lake)
@@ -111,10 +116,12 @@ impl Lake {
 
     /// Create the lake's root and every missing table; reconcile the rest.
     /// Idempotent.
-    pub async fn init(root: impl AsRef<Path>) -> Result<(Lake, InitReport)> {
-        let root = root.as_ref();
-        std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
-        let lake = Self::load(root)?;
+    pub async fn init(root: impl Into<LakeRoot>) -> Result<(Lake, InitReport)> {
+        let root = root.into();
+        if let Some(path) = root.local() {
+            std::fs::create_dir_all(path).map_err(|e| Error::io(path, e))?;
+        }
+        let lake = Self::load(root).await?;
         let report = lake.reconcile(true).await?;
         Ok((lake, report))
     }
@@ -122,15 +129,20 @@ impl Lake {
     /// The artifact types a lake at `root` has (built-ins, linked Rust types
     /// and its `sluice.toml`), touching no table: what validating a pipeline
     /// needs, even before `init`.
-    pub fn types_at(root: impl AsRef<Path>) -> Result<TypeRegistry> {
-        let lake = Self::load(root.as_ref())?;
+    pub async fn types_at(root: impl Into<LakeRoot>) -> Result<TypeRegistry> {
+        let lake = Self::load(root.into()).await?;
         Ok(Arc::unwrap_or_clone(lake.registry))
     }
 
     /// Read config and build the registry, touching no table.
-    fn load(root: &Path) -> Result<Lake> {
-        let root = std::path::absolute(root).map_err(|e| Error::io(root, e))?;
-        let config = LakeConfig::load(&root)?;
+    async fn load(root: LakeRoot) -> Result<Lake> {
+        let root = match root {
+            LakeRoot::Local(path) => {
+                LakeRoot::Local(std::path::absolute(&path).map_err(|e| Error::io(&path, e))?)
+            }
+            store => store,
+        };
+        let config = LakeConfig::load(&root).await?;
         let mut registry = TypeRegistry::linked()?;
         for spec in &config.artifact_types {
             let declared = DeclaredType::try_new(spec)?;
@@ -151,8 +163,7 @@ impl Lake {
     async fn reconcile(&self, create: bool) -> Result<InitReport> {
         let mut report = InitReport::default();
         for spec in self.table_specs() {
-            let dir = table::table_dir(&self.root, &spec);
-            if !create && !table::is_table(&dir) {
+            if !create && !table::exists(&self.root, &spec).await? {
                 continue;
             }
             let (outcome, opened) = table::ensure_opened(&self.root, &spec).await?;
@@ -199,7 +210,7 @@ impl Lake {
     /// The journal at its latest version, parsed once per version.
     async fn journal(&self) -> Result<Arc<journal::Journal>> {
         let spec = layout::commits_table();
-        if !self.handles.exists(&self.root, &spec) {
+        if !self.handles.exists(&self.root, &spec).await? {
             return Ok(Arc::default());
         }
         let leased = self.handles.latest(&self.root, &spec).await?;
@@ -299,9 +310,15 @@ impl Lake {
         }
     }
 
-    /// The lake's root folder (absolute).
-    pub fn root(&self) -> &Path {
+    /// Where the lake lives (a folder is absolute).
+    pub fn root(&self) -> &LakeRoot {
         &self.root
+    }
+
+    /// The lake's folder, or an error saying that `what` needs one (the
+    /// lake is in an object store).
+    pub fn filesystem(&self, what: &str) -> Result<&Path> {
+        self.root.filesystem(what)
     }
 
     /// The lake's parsed `sluice.toml`.
@@ -322,20 +339,29 @@ impl Lake {
     /// Every table this lake holds on disk: its artifact and orchestration
     /// tables that exist (a lake that only ingests has none), then its
     /// ingestion tables and ledger.
-    pub fn held_table_specs(&self) -> Vec<TableSpec> {
-        self.table_specs()
-            .into_iter()
-            .filter(|s| table::is_table(&table::table_dir(&self.root, s)))
-            .chain(layout::ingestion_tables(&self.root))
-            .collect()
+    pub async fn held_table_specs(&self) -> Result<Vec<TableSpec>> {
+        let mut held = Vec::new();
+        for spec in self.table_specs() {
+            if table::exists(&self.root, &spec).await? {
+                held.push(spec);
+            }
+        }
+        held.extend(delta::held::ingestion_tables(&self.root).await?);
+        Ok(held)
     }
 
     /// One table's spec by short name: a lake table or an ingestion table
     /// (`trips`, `trips_daily`, `ingest_ledger`); an unknown name is an
     /// error naming the nearest ones.
-    pub fn table_spec(&self, name: &str) -> Result<TableSpec> {
-        let mut all: Vec<TableSpec> =
-            self.table_specs().into_iter().chain(layout::ingestion_tables(&self.root)).collect();
+    pub async fn table_spec(&self, name: &str) -> Result<TableSpec> {
+        if let Some(spec) = self.table_specs().into_iter().find(|t| t.name == name) {
+            return Ok(spec);
+        }
+        let mut all: Vec<TableSpec> = self
+            .table_specs()
+            .into_iter()
+            .chain(delta::held::ingestion_tables(&self.root).await?)
+            .collect();
         if let Some(found) = all.iter().position(|t| t.name == name) {
             return Ok(all.swap_remove(found));
         }
@@ -351,7 +377,7 @@ impl Lake {
     /// none), then its ingestion tables and ledger.
     pub async fn table_infos(&self) -> Result<Vec<TableInfo>> {
         let mut out = Vec::new();
-        for spec in self.held_table_specs() {
+        for spec in self.held_table_specs().await? {
             let handle = table::open(&self.root, &spec).await?;
             let state = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
             let adds = state.add_actions_table(true).map_err(|e| Error::delta(&spec.name, e))?;

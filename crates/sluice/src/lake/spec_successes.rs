@@ -34,14 +34,22 @@ pub async fn successful_runs(
     let column = "execution_spec_id";
     let clock = std::time::Instant::now();
     let active = table::active_files(&handle, &spec)?;
-    let dir = table::table_dir(lake.root(), &spec);
-    let filters = key_filter::read_column(&dir, column);
+    let filters = match lake.root().local() {
+        Some(root) => key_filter::read_column(&table::table_dir(root, &spec), column),
+        None => Default::default(),
+    };
     let filters_ms = clock.elapsed().as_millis() as u64;
     let wanted: Vec<String> = specs.iter().cloned().collect();
     let mut plan = key_filter::plan(&active, &filters, &wanted, |s| Key::of_value(s));
     let candidates = plan.candidates.len();
     let mut latest: BTreeMap<String, SpecResult> = BTreeMap::new();
-    for (spec_id, result) in result_set::settle(&dir, &mut plan, |s| Key::of_value(s)) {
+    let settled = match lake.root().local() {
+        Some(root) => {
+            result_set::settle(&table::table_dir(root, &spec), &mut plan, |s| Key::of_value(s))
+        }
+        None => Vec::new(),
+    };
+    for (spec_id, result) in settled {
         result_set::keep_latest(&mut latest, spec_id, result);
     }
     let plan_ms = clock.elapsed().as_millis() as u64 - filters_ms;

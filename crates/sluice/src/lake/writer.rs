@@ -39,13 +39,13 @@
 //! settled by them like by any writer, so an ingest-only process never
 //! leaves a mixed lake pinned.
 
-use std::path::Path;
 use std::time::Duration;
 
 use super::journal::restore::{self, Settled};
 use super::journal::{JournalEntry, Phase};
 use super::{Lake, WriterLock, delta::table, layout};
 use crate::error::{Error, Result};
+use crate::lake::io::location::LakeRoot;
 use crate::progress::Progress;
 
 /// Default age after which a started sequence of another host is taken for
@@ -127,11 +127,12 @@ impl WriteBuilder<'_> {
         self
     }
 
-    /// Take the lock, then settle every unfinished restore.
+    /// Take the lock, then settle every unfinished restore. A lake in a
+    /// store has no lock (the protocol does not rest on one).
     pub async fn begin(self) -> Result<Writer> {
-        let lock = match self.kind {
-            WriteKind::Ingest => None,
-            _ => Some(WriterLock::wait_at_most(self.lake.root(), self.lock_wait).await?),
+        let lock = match (self.kind, self.lake.root().local()) {
+            (WriteKind::Ingest, _) | (_, None) => None,
+            (_, Some(root)) => Some(WriterLock::wait_at_most(root, self.lock_wait).await?),
         };
         let mut writer = Writer::unsettled(lock, self.kind, self.stale_after);
         writer.settle(self.lake).await?;
@@ -190,7 +191,7 @@ impl Writer {
     /// Whether a restore was claimed after this writer last settled: what
     /// it wrote since may have been undone in part.
     async fn restore_claimed_since(&self, lake: &Lake) -> Result<bool> {
-        if !journal_exists(lake.root()) {
+        if !table::exists(lake.root(), &layout::commits_table()).await? {
             return Ok(false);
         }
         let mut tip = lake.take_journal_tip().await?;
@@ -209,7 +210,7 @@ impl Writer {
     /// goes on when the journal cannot be read: rebuilding it is what a
     /// repair is for.
     pub async fn settle(&mut self, lake: &Lake) -> Result<()> {
-        if !journal_exists(lake.root()) {
+        if !table::exists(lake.root(), &layout::commits_table()).await? {
             return Ok(());
         }
         let open = match unfinished_restores(lake).await {
@@ -267,16 +268,12 @@ pub(crate) async fn settle_restore(
 /// entry for a process that holds no [`Lake`]): on a lake that also holds
 /// artifact tables, settle the restores their dead restorers left; on an
 /// ingest-only lake there is no journal and nothing to settle.
-pub async fn ingestion(root: &Path) -> Result<Writer> {
-    if !journal_exists(root) {
+pub async fn ingestion(root: &LakeRoot) -> Result<Writer> {
+    if !table::exists(root, &layout::commits_table()).await? {
         return Ok(Writer::unsettled(None, WriteKind::Ingest, DEFAULT_STALE_AFTER));
     }
     let lake = Lake::open(root).await?;
     lake.writer(WriteKind::Ingest).begin().await
-}
-
-fn journal_exists(root: &Path) -> bool {
-    table::is_table(&table::table_dir(root, &layout::commits_table()))
 }
 
 /// Why an unfinished sequence's writer can be taken for gone, if it can:

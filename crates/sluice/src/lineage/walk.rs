@@ -197,7 +197,10 @@ async fn executions(
     let Some(handle) = lake.read_table(&spec, point).await? else { return Ok(out) };
     let runs: Vec<&String> = runs.iter().collect();
     let active = table::active_files(&handle, &spec)?;
-    let filters = key_filter::read_all(&table::table_dir(lake.root(), &spec));
+    let filters = match lake.root().local() {
+        Some(root) => key_filter::read_all(&table::table_dir(root, &spec)),
+        None => Default::default(),
+    };
     for chunk in runs.chunks(scan::IN_LIST_CHUNK) {
         let plan = key_filter::plan(&active, &filters, chunk, |r| Key::of_text(r));
         let mut files: BTreeSet<String> = plan.uncovered.into_iter().collect();

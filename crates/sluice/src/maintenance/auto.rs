@@ -36,7 +36,7 @@ pub async fn after_step(lake: &Lake, step: i32) -> Result<Vec<CompactReport>> {
     let clock = Instant::now();
     let budget = Duration::from_secs_f64(config.budget_seconds.max(0.0));
     let mut out = Vec::new();
-    for spec in super::select_tables(lake, None)?.into_iter().filter(|s| s.is_partitioned()) {
+    for spec in super::select_tables(lake, None).await?.into_iter().filter(|s| s.is_partitioned()) {
         if clock.elapsed() > budget {
             tracing::info!(step, "automatic maintenance stopped at its time budget");
             break;

@@ -86,7 +86,10 @@ pub struct CompactReport {
 fn retire(lake: &Lake, spec: &TableSpec, handle: &deltalake::DeltaTable) -> Result<usize> {
     let live = table::active_files(handle, spec)?;
     let live = live.iter().map(String::as_str).collect();
-    Ok(key_filter::retire_dead(&table::table_dir(lake.root(), spec), &live))
+    Ok(lake
+        .root()
+        .local()
+        .map_or(0, |root| key_filter::retire_dead(&table::table_dir(root, spec), &live)))
 }
 
 /// Compact the journal by its own rewrite, committed as exactly the
@@ -134,7 +137,7 @@ fn file_stats(handle: &deltalake::DeltaTable, spec: &TableSpec) -> Result<(u64, 
 /// Compact the lake's tables.
 pub async fn compact(lake: &Lake, options: &CompactOptions) -> Result<Vec<CompactReport>> {
     let _writer = lake.writer(crate::lake::writer::WriteKind::Compact).begin().await?;
-    let specs = super::select_tables(lake, options.table.as_deref())?;
+    let specs = super::select_tables(lake, options.table.as_deref()).await?;
     let mut out = Vec::new();
     for (done, spec) in specs.iter().enumerate() {
         options.progress.report(done, specs.len(), &spec.name);

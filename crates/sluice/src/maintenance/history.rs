@@ -68,7 +68,7 @@ pub async fn table_history(
     name: &str,
     limit: Option<usize>,
 ) -> Result<Vec<TableVersion>> {
-    let spec = lake.table_spec(name)?;
+    let spec = lake.table_spec(name).await?;
     let handle = table::open(lake.root(), &spec).await?;
     let head = handle.version().unwrap_or_default();
     let infos: Vec<deltalake::kernel::CommitInfo> =

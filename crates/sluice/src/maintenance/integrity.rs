@@ -33,6 +33,7 @@ use serde::Serialize;
 
 use crate::error::{Error, Result};
 use crate::lake::append::{self, Append, Dedup};
+use crate::lake::io::location::LakeRoot;
 use crate::lake::keys::key_set::KeySet;
 use crate::lake::layout::{self, TableKind, TableSpec};
 use crate::lake::read::result_set::ResultSet;
@@ -97,7 +98,7 @@ pub struct IntegrityRepair {
 /// Run every check (reads only).
 pub async fn check(lake: &Lake) -> Result<IntegrityReport> {
     let mut report = IntegrityReport::default();
-    for spec in super::select_tables(lake, None)? {
+    for spec in super::select_tables(lake, None).await? {
         let handle = table::open(lake.root(), &spec).await?;
         let missing = missing_files(handle.clone(), &spec, true).await?;
         if !missing.is_empty() {
@@ -113,11 +114,13 @@ pub async fn check(lake: &Lake) -> Result<IntegrityReport> {
             report.versions_without_key_sets.insert(spec.name.clone(), unset);
         }
     }
-    let exists = |spec: TableSpec| table::is_table(&table::table_dir(lake.root(), &spec));
-    let with_artifacts = [layout::index_table(), layout::execution_edges_table()]
+    let mut with_artifacts = true;
+    for spec in [layout::index_table(), layout::execution_edges_table()]
         .into_iter()
         .chain([layout::artifact_edges_table()])
-        .all(exists);
+    {
+        with_artifacts &= table::exists(lake.root(), &spec).await?;
+    }
     if !report.missing_files.is_empty() || !with_artifacts {
         // The SQL checks below would fail on the missing files; a lake
         // that only ingests has no artifacts to check.
@@ -136,7 +139,7 @@ pub async fn check(lake: &Lake) -> Result<IntegrityReport> {
          OR NOT EXISTS (SELECT 1 FROM \"index\" i WHERE i.artifact_id = e.target_artifact_id)",
     )
     .await?;
-    for (spec, key) in content_tables(lake) {
+    for (spec, key) in content_tables(lake).await? {
         let orphans = count(
             lake,
             &format!(
@@ -158,14 +161,18 @@ pub async fn check(lake: &Lake) -> Result<IntegrityReport> {
 pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
     let _writer = lake.writer(crate::lake::writer::WriteKind::Repair).begin().await?;
     let mut out = IntegrityRepair::default();
-    for spec in super::select_tables(lake, None)? {
+    for spec in super::select_tables(lake, None).await? {
         if spec.kind == TableKind::Ingestion {
             let handle = table::open(lake.root(), &spec).await?;
             let lost: BTreeSet<String> =
                 missing_files(handle, &spec, true).await?.into_iter().collect();
             if !lost.is_empty()
-                && let Some(forgotten) =
-                    crate::ingest::forget::forget_lost(lake.root(), &spec, &lost).await?
+                && let Some(forgotten) = crate::ingest::forget::forget_lost(
+                    lake.filesystem("forgetting lost ingested files")?,
+                    &spec,
+                    &lost,
+                )
+                .await?
             {
                 out.files_forgotten.insert(spec.name.clone(), forgotten);
             }
@@ -189,7 +196,7 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
             out.key_sets_written.insert(spec.name.clone(), written);
         }
     }
-    for (spec, key) in content_tables(lake) {
+    for (spec, key) in content_tables(lake).await? {
         let added = index_unindexed_content(lake, &spec, &key).await?;
         if added > 0 {
             out.index_rows_added.insert(spec.name.clone(), added);
@@ -287,13 +294,14 @@ where
 /// whose key set (or, for the executions, result set) is missing, damaged
 /// or for other files; with those files.
 fn without_key_sets(
-    root: &Path,
+    root: &LakeRoot,
     handle: &deltalake::DeltaTable,
     spec: &TableSpec,
 ) -> Result<Vec<(u64, Vec<String>)>> {
-    if Dedup::of(&spec.kind) == Dedup::Nothing {
+    // Key sets are kept on a filesystem only.
+    let (Some(root), false) = (root.local(), Dedup::of(&spec.kind) == Dedup::Nothing) else {
         return Ok(Vec::new());
-    }
+    };
     let dir = table::table_dir(root, spec);
     let active: BTreeSet<String> = table::active_files(handle, spec)?.into_iter().collect();
     Ok(key_filter::files_all(&dir)
@@ -307,10 +315,15 @@ fn without_key_sets(
         .collect())
 }
 
-pub(crate) fn content_tables(lake: &Lake) -> Vec<(TableSpec, String)> {
-    lake.table_specs()
+pub(crate) async fn content_tables(lake: &Lake) -> Result<Vec<(TableSpec, String)>> {
+    let mut held = Vec::new();
+    for spec in lake.table_specs() {
+        if table::exists(lake.root(), &spec).await? {
+            held.push(spec);
+        }
+    }
+    Ok(held
         .into_iter()
-        .filter(|s| table::is_table(&table::table_dir(lake.root(), s)))
         .filter_map(|s| match &s.kind {
             TableKind::Content(key) => {
                 let key = key.clone();
@@ -318,7 +331,7 @@ pub(crate) fn content_tables(lake: &Lake) -> Vec<(TableSpec, String)> {
             }
             _ => None,
         })
-        .collect()
+        .collect())
 }
 
 fn unindexed_sql(spec: &TableSpec, key: &str, columns: &str) -> String {
@@ -358,11 +371,10 @@ async fn missing_files(
 /// Parquet files in the table's folder that neither the current version nor
 /// any commit the log still holds references.
 async fn unreferenced_files(
-    root: &Path,
+    root: &LakeRoot,
     handle: &deltalake::DeltaTable,
     spec: &TableSpec,
 ) -> Result<Vec<String>> {
-    let dir = table::table_dir(root, spec);
     let mut known: BTreeSet<String> = table::active_files(handle, spec)?.into_iter().collect();
     let head = handle.version().unwrap_or_default();
     for version in 0..=head {
@@ -377,11 +389,34 @@ async fn unreferenced_files(
         }
     }
     let mut out = Vec::new();
-    walk_parquet(&dir, &dir, &mut |relative| {
+    let mut found = |relative: String| {
         if !known.contains(&relative) {
             out.push(relative);
         }
-    })?;
+    };
+    match root {
+        LakeRoot::Local(root) => {
+            let dir = table::table_dir(root, spec);
+            walk_parquet(&dir, &dir, &mut found)?;
+        }
+        LakeRoot::Store(store) => {
+            use futures::TryStreamExt;
+            let prefix = store.object(&spec.path);
+            let listed: Vec<object_store::ObjectMeta> =
+                store.store().list(Some(&prefix)).try_collect().await.map_err(|source| {
+                    Error::Store { what: format!("listing {store}{}", spec.path), source }
+                })?;
+            for meta in listed {
+                let Some(relative) = meta.location.prefix_match(&prefix) else { continue };
+                let relative: Vec<String> = relative.map(|part| part.as_ref().to_owned()).collect();
+                let is_data = relative.first().is_some_and(|first| !first.starts_with('_'))
+                    && relative.last().is_some_and(|last| last.ends_with(".parquet"));
+                if is_data {
+                    found(relative.join("/"));
+                }
+            }
+        }
+    }
     out.sort();
     Ok(out)
 }

@@ -51,10 +51,10 @@ pub use vacuum::{VacuumOptions, VacuumReport};
 /// The tables an operation works on: one by name, or every table — the
 /// artifact lake's and the ingestion tables (`raw/`, `aggregate/`,
 /// `curated/`, the ledger) alike.
-pub(crate) fn select_tables(lake: &Lake, name: Option<&str>) -> Result<Vec<TableSpec>> {
+pub(crate) async fn select_tables(lake: &Lake, name: Option<&str>) -> Result<Vec<TableSpec>> {
     match name {
-        Some(name) => Ok(vec![lake.table_spec(name)?]),
-        None => Ok(lake.held_table_specs()),
+        Some(name) => Ok(vec![lake.table_spec(name).await?]),
+        None => lake.held_table_specs().await,
     }
 }
 
@@ -79,7 +79,7 @@ pub async fn checkpoint(
     progress: &Progress,
 ) -> Result<Vec<CheckpointReport>> {
     let _writer = lake.writer(crate::lake::writer::WriteKind::Checkpoint).begin().await?;
-    let specs = select_tables(lake, name)?;
+    let specs = select_tables(lake, name).await?;
     let mut out = Vec::new();
     for (done, spec) in specs.iter().enumerate() {
         progress.report(done, specs.len(), &spec.name);

@@ -80,15 +80,17 @@ pub(crate) async fn finish(lake: &Lake) -> Result<Finished> {
 /// rewrites the output of a compaction killed before undoing its race —
 /// which would leave that one impossible to undo.
 pub(crate) async fn finish_tables(lake: &Lake, table: Option<&str>) -> Result<Finished> {
-    let file = checked_file(lake.root());
-    let mut checked = read_checked(&file);
+    // The record of where the last scan ended saves work on a filesystem;
+    // a lake in a store scans its logs from the start.
+    let file = lake.root().local().map(checked_file);
+    let mut checked = file.as_deref().map(read_checked).unwrap_or_default();
     let index = layout::index_table();
     let mut done = Finished::default();
-    let has_index = table::is_table(&table::table_dir(lake.root(), &index));
+    let has_index = table::exists(lake.root(), &index).await?;
     // The index head first (see the module docs).
     let index_head = if has_index { table::latest_version(lake.root(), &index).await? } else { 0 };
     let mut index_tokens: Option<(u64, BTreeSet<String>)> = None;
-    for spec in super::select_tables(lake, table)? {
+    for spec in super::select_tables(lake, table).await? {
         let head = table::latest_version(lake.root(), &spec).await?;
         let since = checked.get(&spec.name).copied().filter(|c| c.at <= head);
         let handle = table::open_unloaded(lake.root(), &spec).await?;
@@ -134,7 +136,9 @@ pub(crate) async fn finish_tables(lake: &Lake, table: Option<&str>) -> Result<Fi
         }
         checked.insert(spec.name.clone(), Checked { at: head, index: index_head });
     }
-    write_checked(&file, &checked)?;
+    if let Some(file) = &file {
+        write_checked(file, &checked)?;
+    }
     Ok(done)
 }
 
@@ -234,9 +238,9 @@ mod tests {
         let (lake, _) = Lake::init(dir.path()).await.unwrap();
         metric(&lake, 1).await;
         finish(&lake).await.unwrap();
-        std::fs::remove_file(checked_file(lake.root())).unwrap();
+        std::fs::remove_file(checked_file(lake.root().local().unwrap())).unwrap();
         assert_eq!(finish(&lake).await.unwrap(), Finished::default());
-        assert!(checked_file(lake.root()).exists());
+        assert!(checked_file(lake.root().local().unwrap()).exists());
     }
 
     /// The data files a version added.
@@ -321,7 +325,7 @@ mod tests {
         assert_eq!(done.compactions_undone, vec![("metrics".to_owned(), version)]);
         assert_eq!(rows(&lake).await, "n\n2\n");
         // Undone once: a second look (with its record gone) finds the undo.
-        std::fs::remove_file(checked_file(lake.root())).unwrap();
+        std::fs::remove_file(checked_file(lake.root().local().unwrap())).unwrap();
         assert_eq!(finish(&lake).await.unwrap(), Finished::default());
         assert_eq!(rows(&lake).await, "n\n2\n");
     }
@@ -339,7 +343,7 @@ mod tests {
         assert_eq!(done.compactions_undone, vec![("metrics".to_owned(), killed)]);
         assert_eq!(rows(&lake).await, "n\n2\n");
         // Both undone, each once: a second look finds both undos.
-        std::fs::remove_file(checked_file(lake.root())).unwrap();
+        std::fs::remove_file(checked_file(lake.root().local().unwrap())).unwrap();
         assert_eq!(finish(&lake).await.unwrap(), Finished::default());
         let handle = table::open(lake.root(), &spec).await.unwrap();
         let head = handle.version().unwrap();
@@ -392,7 +396,7 @@ mod tests {
         let (spec, _, output) = killed_race_compacted_over(&lake).await;
         // Deleted by a vacuum that did not settle first (another version of
         // sluice): the later compaction's undo cannot bring them back.
-        let table_dir = table::table_dir(lake.root(), &spec);
+        let table_dir = table::table_dir(lake.root().local().unwrap(), &spec);
         for add in &output {
             std::fs::remove_file(table_dir.join(&add.path)).unwrap();
         }

@@ -87,7 +87,7 @@ pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport
         .map_err(|e| Error::InvalidInput(format!("retention: {e}")))?;
     let clock = std::time::Instant::now();
     let mut report = VacuumReport { dry_run: options.dry_run, ..VacuumReport::default() };
-    let specs = super::select_tables(lake, options.table.as_deref())?;
+    let specs = super::select_tables(lake, options.table.as_deref()).await?;
     for (done, spec) in specs.iter().enumerate() {
         options.progress.report(done, specs.len(), &spec.name);
         if !options.dry_run {
@@ -107,10 +107,7 @@ pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport
         };
         // The dry run lists the files while they can still be measured.
         let (handle, listed) = run(handle, true).await.map_err(|e| Error::delta(&spec.name, e))?;
-        let dir = table::table_dir(lake.root(), spec);
-        let size = |f: &String| std::fs::metadata(dir.join(f)).map_or(0, |m| m.len());
-        let sizes: std::collections::BTreeMap<String, u64> =
-            listed.files_deleted.iter().map(|f| (f.clone(), size(f))).collect();
+        let sizes = sizes(&handle, &listed.files_deleted).await;
         let mut files = if options.dry_run {
             listed.files_deleted
         } else {
@@ -127,6 +124,28 @@ pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport
     Ok(report)
 }
 
+/// The sizes of a table's `files` (relative to it) storage still has.
+async fn sizes(
+    handle: &deltalake::DeltaTable,
+    files: &[String],
+) -> std::collections::BTreeMap<String, u64> {
+    use futures::StreamExt;
+    let store = handle.object_store();
+    futures::stream::iter(files.iter().cloned())
+        .map(|file| {
+            let store = store.clone();
+            async move {
+                let location = object_store::path::Path::parse(&file).ok()?;
+                let meta = object_store::ObjectStoreExt::head(&store, &location).await.ok()?;
+                Some((file, meta.size))
+            }
+        })
+        .buffer_unordered(16)
+        .filter_map(|found| async move { found })
+        .collect()
+        .await
+}
+
 fn older_than(path: &std::path::Path, age: Duration) -> bool {
     std::fs::metadata(path)
         .and_then(|m| m.modified())
@@ -138,9 +157,12 @@ fn older_than(path: &std::path::Path, age: Duration) -> bool {
 /// Key filters (and key and result sets) whose files are all gone, SLURM task folders and empty staging
 /// shards, older than the retention; removed unless a dry run.
 async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> {
+    // All of them are a filesystem's: a lake in a store keeps no sidecars,
+    // SLURM folders or staging shards.
+    let Some(root) = lake.root().local() else { return Ok(Vec::new()) };
     let mut found = Vec::new();
-    for spec in super::select_tables(lake, options.table.as_deref())? {
-        let dir = table::table_dir(lake.root(), &spec);
+    for spec in super::select_tables(lake, options.table.as_deref()).await? {
+        let dir = table::table_dir(root, &spec);
         let keys = dir.join(key_filter::KEYS_DIR);
         let Ok(entries) = std::fs::read_dir(&keys) else { continue };
         let handle = table::open(lake.root(), &spec).await?;
@@ -185,14 +207,14 @@ async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> 
         }
     }
     if options.table.is_none() {
-        for entry in std::fs::read_dir(lake.root().join("_slurm")).into_iter().flatten().flatten() {
+        for entry in std::fs::read_dir(root.join("_slurm")).into_iter().flatten().flatten() {
             if older_than(&entry.path(), options.retention) {
                 found.push(entry.path());
             }
         }
     }
     let shards = match options.table {
-        None => empty_staging_shards(&lake.root().join(STAGING_DIR), options.retention),
+        None => empty_staging_shards(&root.join(STAGING_DIR), options.retention),
         Some(_) => Vec::new(),
     };
     let mut out = Vec::new();
@@ -201,7 +223,7 @@ async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> 
         if !options.dry_run && !remove_leftover(&path, shard)? {
             continue;
         }
-        out.push(path.strip_prefix(lake.root()).unwrap_or(&path).display().to_string());
+        out.push(path.strip_prefix(root).unwrap_or(&path).display().to_string());
     }
     out.sort();
     Ok(out)

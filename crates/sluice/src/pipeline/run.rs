@@ -138,7 +138,8 @@ impl RunBuilder<'_> {
     pub async fn execute(self) -> Result<RunReport> {
         let started = Instant::now();
         // Anything a crashed run left sealed is committed first.
-        let recovered = self.lake.recover().execute().await?;
+        // Boxed, as each step below: the run's future holds one at a time.
+        let recovered = Box::pin(self.lake.recover().execute()).await?;
         if recovered.runs_committed > 0 {
             tracing::info!(
                 runs = recovered.runs_committed,
@@ -185,7 +186,7 @@ impl RunBuilder<'_> {
             let upstream = format!("step {} ({name}) failed", index + 1);
             let planned = StepRun::plan(&context, index, &streams, &specs, &run_id);
             let executed = match planned {
-                Ok(step) => step.execute().await,
+                Ok(step) => Box::pin(step.execute()).await,
                 Err(e) => Err(e),
             };
             let (summary, outputs, spec) = match executed {

@@ -351,13 +351,14 @@ impl<'r, 'a> StepRun<'r, 'a> {
     ) -> Result<Dispatched> {
         let runner = self.runner;
         let lake = runner.lake();
-        let staging_root = staging::default_root(lake.root());
+        let lake_root = lake.filesystem("running a pipeline")?.to_path_buf();
+        let staging_root = staging::default_root(&lake_root);
         let writer = StagingWriter::new(&staging_root, lake.registry().clone(), SyncPolicy::Detect);
         let observer = runner.observer.clone();
         let number = self.number;
         let inline = self.op.inline();
         let dispatch = Dispatch {
-            lake_root: lake.root().to_path_buf(),
+            lake_root,
             worker_program: if inline { None } else { runner.worker_program.clone() },
             workers: runner.workers,
             stop: Arc::new(AtomicBool::new(false)),

@@ -281,7 +281,7 @@ fn parse_row(batch: &RecordBatch, row: usize, table: &str) -> Result<StepRecord>
 /// are not judged.
 pub async fn orphaned_running(lake: &Lake) -> Result<Vec<StepRecord>> {
     // A lake that only ingests has run no step.
-    if !table::is_table(&table::table_dir(lake.root(), &layout::steps_table())) {
+    if !table::exists(lake.root(), &layout::steps_table()).await? {
         return Ok(Vec::new());
     }
     let rows = read(lake, None).await?;

@@ -354,12 +354,12 @@ pub fn worker_id() -> String {
     id
 }
 
-fn staging_writer(lake: &Lake) -> StagingWriter {
-    StagingWriter::new(
-        crate::staging::default_root(lake.root()),
+fn staging_writer(lake: &Lake) -> Result<StagingWriter> {
+    Ok(StagingWriter::new(
+        crate::staging::default_root(lake.filesystem("staging a unit's results")?),
         lake.registry().clone(),
         crate::staging::SyncPolicy::Detect,
-    )
+    ))
 }
 
 /// Worker mode for the local backend: read [`UnitJob`] lines from stdin, run
@@ -367,7 +367,7 @@ fn staging_writer(lake: &Lake) -> StagingWriter {
 pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
     use std::io::{BufRead, Write};
     let lake = &lake.clone().with_snapshot_reads();
-    let writer = staging_writer(lake);
+    let writer = staging_writer(lake)?;
     let id = worker_id();
     // A worker never outlives its orchestrator (even when it is SIGKILLed
     // mid-unit): it would stage results nobody waits for.
@@ -414,7 +414,7 @@ pub async fn run_slice(
 ) -> Result<usize> {
     let text = std::fs::read_to_string(units_file).map_err(|e| Error::io(units_file, e))?;
     let lake = &lake.clone().with_snapshot_reads();
-    let writer = staging_writer(lake);
+    let writer = staging_writer(lake)?;
     let id = worker_id();
     let mut done = 0;
     for line in text.lines().skip(task * per_task).take(per_task.max(1)) {

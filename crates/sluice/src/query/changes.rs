@@ -52,7 +52,7 @@ impl Changes {
 /// after it), a time, or the table's own version (`metrics@5`: versions 6
 /// and later).
 pub async fn changes(lake: &Lake, table_name: &str, since: &AsOf) -> Result<Changes> {
-    let spec = lake.table_spec(table_name)?;
+    let spec = lake.table_spec(table_name).await?;
     let handle = table::open(lake.root(), &spec).await?;
     let snapshot = handle.snapshot().map_err(|e| Error::delta(&spec.name, e))?;
     let enabled = snapshot

@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::delta::table;
 use crate::lake::journal::snapshot::{self, LakeSnapshot};
-use crate::lake::layout::{self, TableKind, TableSpec};
+use crate::lake::layout::{TableKind, TableSpec};
 
 /// Spill files one merge pass of a memory-limited sort reads at once. Left
 /// unlimited, a sort's merge reserves a buffer for as many of its spill files
@@ -144,7 +144,7 @@ impl<'a> SqlBuilder<'a> {
             shows_tables || references.iter().any(|r| r.schema() == Some("information_schema"));
         let mut names: Vec<String> = references.iter().map(|r| r.table().to_owned()).collect();
         if catalog {
-            names.extend(self.lake.held_table_specs().into_iter().map(|s| s.name));
+            names.extend(self.lake.held_table_specs().await?.into_iter().map(|s| s.name));
         }
         let mut versions = BTreeMap::new();
         for name in &names {
@@ -179,18 +179,17 @@ impl<'a> SqlBuilder<'a> {
         if !crate::registry::is_plain_name(name) {
             return Ok(None);
         }
-        let root = self.lake.root();
-        let dir = match name {
-            "ingest_ledger" => root.join(layout::INGEST_LEDGER_DIR),
-            _ => match layout::ingestion_table_dir(root, name) {
-                Some(dir) => dir,
-                None => return Ok(None),
-            },
+        let Some(spec) = crate::lake::delta::held::ingestion_tables(self.lake.root())
+            .await?
+            .into_iter()
+            .find(|spec| spec.name == name)
+        else {
+            return Ok(None);
         };
-        if !table::is_table(&dir) {
+        if !table::exists(self.lake.root(), &spec).await? {
             return Ok(None);
         }
-        let mut handle = table::open_dir(&dir, name).await?;
+        let mut handle = table::open(self.lake.root(), &spec).await?;
         if let Some(AsOf::Tables(given)) = &self.as_of
             && let Some(version) = given.get(name)
         {
@@ -217,7 +216,7 @@ impl<'a> SqlBuilder<'a> {
 
     /// A statement naming a table the lake lacks: said as such, with the
     /// nearest names the lake has ([`Lake::table_spec`]).
-    fn no_such_table(&self, error: DataFusionError) -> Error {
+    async fn no_such_table(&self, error: DataFusionError) -> Error {
         let DataFusionError::Plan(message) = error.find_root() else { return error.into() };
         let Some(quoted) =
             message.strip_prefix("table '").and_then(|m| m.strip_suffix("' not found"))
@@ -225,7 +224,7 @@ impl<'a> SqlBuilder<'a> {
             return error.into();
         };
         let name = quoted.rsplit('.').next().unwrap_or(quoted);
-        match self.lake.table_spec(name) {
+        match self.lake.table_spec(name).await {
             Err(unknown) => unknown,
             Ok(_) => error.into(),
         }
@@ -238,8 +237,10 @@ impl<'a> SqlBuilder<'a> {
     pub async fn execute(self) -> Result<QueryResult> {
         let (ctx, table_versions, snapshot) = self.context_at().await?;
         let read_only = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false);
-        let df =
-            ctx.sql_with_options(&self.sql, read_only).await.map_err(|e| self.no_such_table(e))?;
+        let df = match ctx.sql_with_options(&self.sql, read_only).await {
+            Ok(df) => df,
+            Err(e) => return Err(self.no_such_table(e).await),
+        };
         let schema = df.schema().inner().clone();
         let mut batches = df.collect().await?;
         if batches.is_empty() {

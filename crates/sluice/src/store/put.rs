@@ -117,7 +117,7 @@ impl Lake {
     /// or the table checked against its spec (and created) first, then
     /// opened. Give it back with `handles().keep_tip`.
     pub(crate) async fn put_tip(&self, spec: &TableSpec) -> Result<Tip> {
-        if !self.handles().exists(self.root(), spec) {
+        if !self.handles().exists(self.root(), spec).await? {
             table::ensure(self.root(), spec).await?;
         }
         self.handles().take_tip(self.root(), spec).await
@@ -181,7 +181,7 @@ impl Lake {
         ids: impl Iterator<Item = ArtifactId>,
     ) -> Result<BTreeSet<ArtifactId>> {
         let wanted: BTreeSet<String> = ids.map(|id| id.to_hex()).collect();
-        if wanted.is_empty() || !table::is_table(&table::table_dir(self.root(), spec)) {
+        if wanted.is_empty() || !table::exists(self.root(), spec).await? {
             return Ok(BTreeSet::new());
         }
         let handle = table::open(self.root(), spec).await?;

@@ -22,7 +22,7 @@ fn executions(
 
 /// The sealed staging directories left in a lake's staging root.
 fn sealed(lake: &Lake) -> Vec<staging::RunDir> {
-    staging::scan(&staging::default_root(lake.root()), None).unwrap().sealed
+    staging::scan(&staging::default_root(lake.root().local().unwrap()), None).unwrap().sealed
 }
 
 /// Every committed key of the tables a commit writes, for comparing lakes.

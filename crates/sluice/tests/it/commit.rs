@@ -15,7 +15,7 @@ use sluice::staging::{self, SENTINEL, StagingWriter, SyncPolicy};
 
 pub fn writer(lake: &Lake) -> StagingWriter {
     StagingWriter::new(
-        staging::default_root(lake.root()),
+        staging::default_root(lake.root().local().unwrap()),
         lake.registry().clone(),
         SyncPolicy::Never,
     )
@@ -72,7 +72,7 @@ async fn commits_every_table_once_and_removes_staging() {
         SyntheticSpec { duplicate_fraction: 0.3, fail_fraction: 0.1, ..SyntheticSpec::default() };
     let staged = synthetic::stage_range(&writer(&lake), &spec, lake.registry(), 0..40).unwrap();
     let backup = tempfile::tempdir().unwrap();
-    copy_dir(&staging::default_root(lake.root()), backup.path());
+    copy_dir(&staging::default_root(lake.root().local().unwrap()), backup.path());
 
     let report = lake.commit().with_chunk_size(15).execute().await.unwrap();
     assert_eq!(report.runs_committed, 40, "{report:?}");
@@ -98,11 +98,16 @@ async fn commits_every_table_once_and_removes_staging() {
         report.rows_deduplicated["metrics"] > 0,
         "pooled content was de-duplicated: {report:?}"
     );
-    assert!(staging::scan(&staging::default_root(lake.root()), None).unwrap().sealed.is_empty());
+    assert!(
+        staging::scan(&staging::default_root(lake.root().local().unwrap()), None)
+            .unwrap()
+            .sealed
+            .is_empty()
+    );
     assert_eq!(scalar(&lake, "SELECT count(*) FROM commits WHERE phase = 'completed'").await, "3");
 
     // The same staging committed again adds zero rows to every table.
-    copy_dir(backup.path(), &staging::default_root(lake.root()));
+    copy_dir(backup.path(), &staging::default_root(lake.root().local().unwrap()));
     let again = lake.commit().execute().await.unwrap();
     assert_eq!(again.runs_committed, 40);
     assert!(again.rows_added.values().all(|n| *n == 0), "{again:?}");
@@ -137,7 +142,7 @@ async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
     let w = writer(&lake);
     let spec = SyntheticSpec { seed: 5, ..SyntheticSpec::default() };
     synthetic::stage_range(&w, &spec, lake.registry(), 0..8).unwrap();
-    let root = staging::default_root(lake.root());
+    let root = staging::default_root(lake.root().local().unwrap());
     let runs = staging::scan(&root, None).unwrap().sealed;
     assert_eq!(runs.len(), 8);
 
@@ -236,7 +241,7 @@ async fn the_execution_cache_finds_specs_through_key_filters_and_without_them() 
         lake.commit().execute().await.unwrap();
     }
     let table_dir = sluice::lake::delta::table::table_dir(
-        lake.root(),
+        lake.root().local().unwrap(),
         &sluice::lake::layout::executions_table(),
     );
     let keys = table_dir.join(sluice::lake::keys::key_filter::KEYS_DIR);

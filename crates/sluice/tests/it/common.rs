@@ -74,3 +74,13 @@ pub fn damage_part(
     bytes[at as usize] ^= 0x40;
     std::fs::write(&span.path, bytes).unwrap();
 }
+
+/// The metrics table's distinct artifact ids and rows, as CSV.
+pub async fn distinct_and_rows(lake: &Lake) -> String {
+    let n = lake
+        .sql("SELECT count(DISTINCT artifact_id) AS d, count(*) AS n FROM metrics")
+        .execute()
+        .await
+        .unwrap();
+    sluice::query::format::render(&n.batches, sluice::query::OutputFormat::Csv).unwrap()
+}

@@ -28,7 +28,7 @@ fn spec(seed: u64) -> SyntheticSpec {
 }
 
 fn staging_root(lake: &Lake) -> std::path::PathBuf {
-    staging::default_root(lake.root())
+    staging::default_root(lake.root().local().unwrap())
 }
 
 /// One staged execution of `artifacts`, written as synthetic run `index`.
@@ -58,7 +58,7 @@ async fn item1_a_lost_journal_is_refused_and_rebuilt_not_reused() {
 
     // The journal disappears (or is restored from an old copy); numbering
     // would restart at 1 while every table carries sequence 3.
-    std::fs::remove_dir_all(lake.root().join("orchestration/commits")).unwrap();
+    std::fs::remove_dir_all(lake.root().local().unwrap().join("orchestration/commits")).unwrap();
     synthetic::stage_range(&writer(&lake), &spec(2), lake.registry(), 0..20).unwrap();
     let err = lake.commit().execute().await.unwrap_err();
     assert!(matches!(err, Error::JournalBehind { journal: 0, tables: 3 }), "{err}");
@@ -90,7 +90,7 @@ async fn item1_a_reused_number_never_makes_a_table_skip() {
     // A rebuilt journal that knows less than the tables, repaired, then a
     // stale number handed to a new sequence would still not skip: prove it
     // by committing after a repair that rebuilt sequence 1.
-    std::fs::remove_dir_all(lake.root().join("orchestration/commits")).unwrap();
+    std::fs::remove_dir_all(lake.root().local().unwrap().join("orchestration/commits")).unwrap();
     sluice::commit::doctor::repair_journal(&lake).await.unwrap();
     synthetic::stage_range(&writer(&lake), &spec(4), lake.registry(), 0..10).unwrap();
     let report = lake.commit().execute().await.unwrap();
@@ -240,7 +240,7 @@ async fn item4_manifest_paths_cannot_reach_outside_staging() {
     manifest::write(&root, &evil, false).unwrap();
     lake.commit().execute().await.unwrap();
     assert!(
-        lake.root().join("artifacts/metrics/_delta_log").is_dir(),
+        lake.root().local().unwrap().join("artifacts/metrics/_delta_log").is_dir(),
         "nothing outside staging removed"
     );
     assert_eq!(scalar(&lake, "SELECT count(*) FROM metrics").await, "2");
@@ -539,8 +539,11 @@ async fn sandboxes_live_outside_the_lake() {
     lake.run(pipeline(text, &lake), Operations::linked().unwrap()).execute().await.unwrap();
     let listed = lake.list("metric", &sluice::store::ListFilter::default()).await.unwrap();
     let dir = listed[0].json_content().unwrap()["dir"].as_str().unwrap().to_owned();
-    assert!(!Path::new(&dir).starts_with(lake.root()), "sandbox {dir} is inside the lake");
-    assert!(!lake.root().join("_work").exists());
+    assert!(
+        !Path::new(&dir).starts_with(lake.root().local().unwrap()),
+        "sandbox {dir} is inside the lake"
+    );
+    assert!(!lake.root().local().unwrap().join("_work").exists());
 }
 
 #[tokio::test]
@@ -576,7 +579,7 @@ async fn direct_puts_race_without_the_lock_and_never_duplicate() {
     let mut tasks = tokio::task::JoinSet::new();
     for k in 0..6 {
         let part: Vec<Artifact> = all.iter().skip(k * 5).take(30).cloned().collect();
-        let (root, spec, schema) = (lake.root().to_path_buf(), spec.clone(), schema.clone());
+        let (root, spec, schema) = (lake.root().clone(), spec.clone(), schema.clone());
         tasks.spawn(async move {
             let refs: Vec<&Artifact> = part.iter().collect();
             let rows = sluice::store::content_rows(&spec.name, &schema, &refs).unwrap();
@@ -605,7 +608,7 @@ async fn writers_on_tips_race_handles_and_each_other_and_never_duplicate() {
     let schema = table::arrow_schema(&handle, &spec).unwrap();
     let mut tasks = tokio::task::JoinSet::new();
     for k in 0..8 {
-        let (root, spec, schema) = (lake.root().to_path_buf(), spec.clone(), schema.clone());
+        let (root, spec, schema) = (lake.root().clone(), spec.clone(), schema.clone());
         let all = all.clone();
         tasks.spawn(async move {
             let mut added = 0;
@@ -738,7 +741,7 @@ async fn an_append_on_a_tip_that_loses_its_version_checks_again_before_committin
     let other = Lake::open(dir.path()).await.unwrap();
     let all = metrics(&lake, 4, 12);
     let spec = TableSpec::content(lake.registry().descriptor("metric").unwrap());
-    let table_dir = table::table_dir(lake.root(), &spec);
+    let table_dir = table::table_dir(lake.root().local().unwrap(), &spec);
     let mut tip = Tip::open(lake.root(), &spec).await.unwrap();
     let schema = table::arrow_schema(tip.table(), &spec).unwrap();
     let rows = |part: &[Artifact]| {
@@ -774,7 +777,7 @@ async fn an_append_on_a_tip_that_loses_its_version_checks_again_before_committin
     assert_eq!(appended.present_keys.len(), 2);
     // A commit with our token got there first (a retry of ours): done.
     let since = tip.head();
-    let (root, spec2, first) = (lake.root().to_path_buf(), spec.clone(), rows(&all[10..]));
+    let (root, spec2, first) = (lake.root().clone(), spec.clone(), rows(&all[10..]));
     let ours_elsewhere = Gate::new(async move {
         Append::new(&root, &spec2, first).with_token("third", since).execute().await.unwrap();
         true

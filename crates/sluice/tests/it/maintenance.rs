@@ -96,7 +96,7 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
         "0"
     );
     let version = metrics_report.version.unwrap();
-    let metrics_dir = lake.root().join("artifacts/metrics");
+    let metrics_dir = lake.root().local().unwrap().join("artifacts/metrics");
     assert!(
         sidecar::locate(&metrics_dir, version, Part::Filter(None)).is_some(),
         "compaction wrote the key filter of its files"
@@ -115,7 +115,7 @@ async fn compaction_keeps_every_row_and_dedup_stays_exact() {
     let executions = reports.iter().find(|r| r.table == "executions").unwrap();
     let version = executions.version.unwrap();
     let executions_dir = sluice::lake::delta::table::table_dir(
-        lake.root(),
+        lake.root().local().unwrap(),
         &sluice::lake::layout::executions_table(),
     );
     assert!(sidecar::locate(&executions_dir, version, Part::Results).is_some(), "{executions:?}");
@@ -170,7 +170,7 @@ async fn vacuum_dry_run_lists_what_it_removes_and_keeps_time_travel_in_retention
     assert!(real.files.iter().any(|(t, f)| t == "metrics" && !f.is_empty()), "{real:?}");
     // Sidecars go with the files their filters name: those of
     // compacted-away files are removed, the compaction's stays.
-    let metrics_dir = lake.root().join("artifacts/metrics");
+    let metrics_dir = lake.root().local().unwrap().join("artifacts/metrics");
     let left = bundles(&metrics_dir);
     assert_eq!(left.len(), 1, "{left:?}");
     assert!(sidecar::locate(&metrics_dir, left[0].0, Part::KeySet).is_some());
@@ -181,7 +181,7 @@ async fn vacuum_dry_run_lists_what_it_removes_and_keeps_time_travel_in_retention
     // The executions were not compacted: their sidecars (and result sets),
     // whose files are live, all stay.
     let executions = sluice::lake::delta::table::table_dir(
-        lake.root(),
+        lake.root().local().unwrap(),
         &sluice::lake::layout::executions_table(),
     );
     let results = bundles(&executions)
@@ -204,7 +204,9 @@ async fn checkpoints_and_table_history() {
     let reports =
         maintenance::checkpoint(&lake, Some("metrics"), &Default::default()).await.unwrap();
     assert_eq!(reports.len(), 1);
-    assert!(lake.root().join("artifacts/metrics/_delta_log/_last_checkpoint").exists());
+    assert!(
+        lake.root().local().unwrap().join("artifacts/metrics/_delta_log/_last_checkpoint").exists()
+    );
     let history = maintenance::history::table_history(&lake, "metrics", Some(3)).await.unwrap();
     assert_eq!(history.len(), 3);
     assert!(history[0].version > history[2].version);
@@ -381,7 +383,7 @@ async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
 
     // Key sets lost (or a lake written before them): reported, not unclean,
     // and written again from the files by --repair.
-    let index_dir = table::table_dir(lake.root(), &layout::index_table());
+    let index_dir = table::table_dir(lake.root().local().unwrap(), &layout::index_table());
     let sets: Vec<_> = bundles(&index_dir)
         .into_iter()
         .map(|(v, _)| {
@@ -422,7 +424,8 @@ async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
     let specs = spec_ids(&lake).await;
     let cached = sluice::pipeline::cache::successful_runs(&lake, &specs).await.unwrap();
     assert!(!cached.is_empty());
-    let executions_dir = table::table_dir(lake.root(), &layout::executions_table());
+    let executions_dir =
+        table::table_dir(lake.root().local().unwrap(), &layout::executions_table());
     let results: Vec<_> = bundles(&executions_dir)
         .into_iter()
         .map(|(v, _)| {
@@ -448,7 +451,7 @@ async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
     let index = table::open(lake.root(), &layout::index_table()).await.unwrap();
     index.delete().with_predicate(format!("artifact_id = '{victim}'")).await.unwrap();
     // A stray file a crashed writer left in a table folder.
-    let executions = table::table_dir(lake.root(), &layout::executions_table());
+    let executions = table::table_dir(lake.root().local().unwrap(), &layout::executions_table());
     let handle = table::open(lake.root(), &layout::executions_table()).await.unwrap();
     let any = table::active_files(&handle, &layout::executions_table()).unwrap()[0].clone();
     let stray = std::path::Path::new(&any).with_file_name("part-stray.parquet");
@@ -474,10 +477,12 @@ async fn doctor_checks_find_each_fault_and_repair_only_what_is_safe() {
 
     // A data file lost from storage: reported, and --repair drops the
     // reference so the rest of the table reads again.
-    let metrics_dir = table::table_dir(lake.root(), &lake.table_spec("metrics").unwrap());
-    let handle = table::open(lake.root(), &lake.table_spec("metrics").unwrap()).await.unwrap();
-    let lost =
-        table::active_files(&handle, &lake.table_spec("metrics").unwrap()).unwrap()[0].clone();
+    let metrics_dir =
+        table::table_dir(lake.root().local().unwrap(), &lake.table_spec("metrics").await.unwrap());
+    let handle =
+        table::open(lake.root(), &lake.table_spec("metrics").await.unwrap()).await.unwrap();
+    let lost = table::active_files(&handle, &lake.table_spec("metrics").await.unwrap()).unwrap()[0]
+        .clone();
     std::fs::remove_file(metrics_dir.join(&lost)).unwrap();
     let found = integrity::check(&lake).await.unwrap();
     assert_eq!(found.missing_files["metrics"], vec![lost.clone()]);
@@ -530,7 +535,7 @@ async fn racing_journal_rewrites_never_duplicate_a_row() {
         .await
         .unwrap();
     }
-    let root = lake.root().to_path_buf();
+    let root = lake.root().clone();
     let racers: Vec<_> = (0..4)
         .map(|_| {
             let root = root.clone();
@@ -550,7 +555,7 @@ async fn racing_journal_rewrites_never_duplicate_a_row() {
     assert!(!journal::compact_if_fragmented(lake.root()).await.unwrap(), "now one file");
 }
 
-async fn journal_files(root: &std::path::Path) -> usize {
+async fn journal_files(root: &sluice::lake::LakeRoot) -> usize {
     let spec = sluice::lake::layout::commits_table();
     let handle = sluice::lake::delta::table::open(root, &spec).await.unwrap();
     sluice::lake::delta::table::active_files(&handle, &spec).unwrap().len()
@@ -595,7 +600,11 @@ async fn journal_rewrites_racing_keep_every_row_once() {
     .unwrap();
     let version = reports[0].version.expect("the journal was compacted");
     assert_eq!(reports[0].files_after, 1);
-    let entry = lake.root().join(format!("orchestration/commits/_delta_log/{version:020}.json"));
+    let entry = lake
+        .root()
+        .local()
+        .unwrap()
+        .join(format!("orchestration/commits/_delta_log/{version:020}.json"));
     let info: serde_json::Value = std::fs::read_to_string(entry)
         .unwrap()
         .lines()

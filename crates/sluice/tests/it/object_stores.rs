@@ -239,3 +239,66 @@ async fn on_azure_a_delta_table_lives_on_the_store() {
         a_delta_table_lives_on_the_store(&azurite("table").await).await;
     }
 }
+
+/// A whole lake at the store's prefix, opened by its URL: `init` makes
+/// every table there and nothing on the local disk; puts de-duplicate,
+/// a fresh process (a new `Lake`) reads them back by id and by SQL;
+/// compaction keeps every row once; vacuum (within retention) and the
+/// integrity check find the lake whole.
+async fn a_lake_lives_on_the_store(emulator: &Emulator) {
+    use sluice::lake::LakeRoot;
+    let url = Url::parse(&format!("{}/lakes/one", emulator.root)).unwrap();
+    let root = LakeRoot::store(url.clone(), emulator.options.clone()).unwrap();
+    let (lake, report) = sluice::Lake::init(&root).await.unwrap();
+    assert!(report.created.iter().any(|t| t == "commits"), "{report:?}");
+    let (_, again) = sluice::Lake::init(&root).await.unwrap();
+    assert!(again.created.is_empty(), "init is idempotent: {again:?}");
+    let store = storage::store_for(&url, &emulator.options).unwrap();
+    let journal = object_store::path::Path::from("lakes/one/orchestration/commits/_delta_log");
+    let listed = futures::TryStreamExt::try_collect::<Vec<_>>(store.list(Some(&journal)));
+    assert!(!listed.await.unwrap().is_empty(), "the journal is in the store");
+
+    let batch = crate::common::metrics(&lake, 1, 8);
+    let first = lake.put(&batch[..5]).await.unwrap();
+    assert_eq!(first.rows_added["metrics"], 5);
+    let second = lake.put(&batch).await.unwrap();
+    assert_eq!((second.rows_added["metrics"], second.already_present), (3, 5));
+
+    let fresh = sluice::Lake::open(&root).await.unwrap();
+    for artifact in &batch {
+        assert_eq!(&fresh.get(artifact.id).await.unwrap(), artifact);
+    }
+    assert_eq!(crate::common::distinct_and_rows(&fresh).await, "d,n\n8,8\n");
+    let tables = fresh.table_infos().await.unwrap();
+    let metrics = tables.iter().find(|t| t.name == "metrics").unwrap();
+    assert_eq!((metrics.rows, metrics.files), (8, 2));
+
+    let options =
+        sluice::maintenance::CompactOptions { table: Some("metrics".into()), ..Default::default() };
+    let compacted = sluice::maintenance::compact::compact(&fresh, &options).await.unwrap();
+    assert_eq!(compacted[0].files_after, 1, "{compacted:?}");
+    let reopened = sluice::Lake::open(&root).await.unwrap();
+    assert_eq!(crate::common::distinct_and_rows(&reopened).await, "d,n\n8,8\n");
+    let vacuumed =
+        sluice::maintenance::vacuum::vacuum(&reopened, &Default::default()).await.unwrap();
+    assert!(vacuumed.files.iter().all(|(_, files)| files.is_empty()), "within retention");
+    let integrity = sluice::maintenance::integrity::check(&reopened).await.unwrap();
+    assert!(integrity.is_clean(), "{integrity:?}");
+    let history =
+        sluice::maintenance::history::table_history(&reopened, "metrics", None).await.unwrap();
+    assert!(history.len() >= 4, "create, two puts, a compaction: {history:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_a_lake_lives_on_the_store() {
+    if moto_available() {
+        a_lake_lives_on_the_store(&moto("lake").await).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_azure_a_lake_lives_on_the_store() {
+    if azurite_available() {
+        a_lake_lives_on_the_store(&azurite("lake").await).await;
+    }
+}

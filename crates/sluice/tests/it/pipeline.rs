@@ -160,7 +160,7 @@ async fn snapshot_reads_keep_the_snapshot_a_worker_started_with() {
 
 /// Active data files of `data` in step 1's partition.
 async fn step_one_data_files(lake: &sluice::Lake) -> usize {
-    let spec = lake.table_spec("data").unwrap();
+    let spec = lake.table_spec("data").await.unwrap();
     let handle = sluice::lake::delta::table::open(lake.root(), &spec).await.unwrap();
     sluice::lake::delta::table::active_files(&handle, &spec)
         .unwrap()

@@ -1,6 +1,6 @@
 //! Putting and getting artifacts of the built-in types.
 
-use crate::common::{bundles, damage_part, lake, metrics};
+use crate::common::{bundles, damage_part, distinct_and_rows, lake, metrics};
 use serde_json::json;
 use sluice::lake::keys::sidecar::Part;
 use sluice::store::ListFilter;
@@ -20,16 +20,6 @@ async fn put_is_idempotent_and_dedups_within_a_call() {
     assert_eq!(second.rows_added["metrics"], 0);
     assert_eq!(second.already_present, 10);
     assert_eq!(distinct_and_rows(&lake).await, "d,n\n10,10\n");
-}
-
-/// The metrics table's distinct artifact ids and rows, as CSV.
-async fn distinct_and_rows(lake: &sluice::Lake) -> String {
-    let n = lake
-        .sql("SELECT count(DISTINCT artifact_id) AS d, count(*) AS n FROM metrics")
-        .execute()
-        .await
-        .unwrap();
-    sluice::query::format::render(&n.batches, sluice::query::OutputFormat::Csv).unwrap()
 }
 
 #[tokio::test]
@@ -227,7 +217,7 @@ async fn lookups_read_bloom_filtered_row_groups_and_fill_partition_values() {
     // The step-3 file: row groups of LOOKUP_ROW_GROUP_ROWS rows, each with a
     // bloom filter on artifact_id.
     let big_file = files.iter().find(|f| f.starts_with("origin_step_number=3")).unwrap();
-    let path = table::table_dir(lake.root(), &spec).join(big_file);
+    let path = table::table_dir(lake.root().local().unwrap(), &spec).join(big_file);
     let reader = SerializedFileReader::new(std::fs::File::open(&path).unwrap()).unwrap();
     let meta = reader.metadata();
     assert_eq!(meta.num_row_groups(), 20_000usize.div_ceil(table::LOOKUP_ROW_GROUP_ROWS));
@@ -318,7 +308,7 @@ async fn a_run_of_puts_checkpoints_every_hundred_versions() {
     // every 100 versions is written in the background, and `settle` waits
     // for it.
     let (_dir, lake) = lake().await;
-    let index = lake.root().join("artifacts/index/_delta_log");
+    let index = lake.root().local().unwrap().join("artifacts/index/_delta_log");
     let before = std::fs::read_dir(&index).unwrap().count();
     for (i, a) in metrics(&lake, 1, 120).into_iter().enumerate() {
         let report = lake.put(&[a]).await.unwrap();

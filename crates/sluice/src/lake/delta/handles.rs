@@ -28,6 +28,7 @@ use deltalake::DeltaTable;
 use crate::error::{Error, Result};
 use crate::lake::delta::table;
 use crate::lake::delta::tip::Tip;
+use crate::lake::io::location::LakeRoot;
 use crate::lake::layout::{TableKind, TableSpec};
 
 /// Versions a handle may move past its opening before it is reopened.
@@ -45,10 +46,11 @@ pub struct Leased {
 impl Leased {
     /// `kept` brought up to date, or — when there is none, or it has moved
     /// [`REOPEN_AFTER`] versions past its opening — the table `open` opens.
-    /// `dir` is the table's directory.
+    /// `dir` is the table's directory, in a lake on a filesystem (where a
+    /// `stat` says whether it moved; on a store, delta-rs asks the store).
     pub async fn latest(
         kept: Option<Leased>,
-        dir: &Path,
+        dir: Option<&Path>,
         name: &str,
         open: impl std::future::Future<Output = Result<DeltaTable>>,
     ) -> Result<Leased> {
@@ -57,7 +59,7 @@ impl Leased {
         if let Some(mut leased) = kept
             && leased.young()
         {
-            if table::may_have_moved(dir, version(&leased.table)) {
+            if dir.is_none_or(|dir| table::may_have_moved(dir, version(&leased.table))) {
                 leased.table.update_incremental(None).await.map_err(|e| Error::delta(name, e))?;
             }
             if leased.young() {
@@ -108,17 +110,18 @@ impl Handles {
 
     /// Whether the table exists: a handle, tip or head of it is kept, or its
     /// log holds a commit ([`table::is_table`], which reads the log folder).
-    pub fn exists(&self, root: &Path, spec: &TableSpec) -> bool {
-        self.has_handle(&spec.name)
+    pub async fn exists(&self, root: &LakeRoot, spec: &TableSpec) -> Result<bool> {
+        Ok(self.has_handle(&spec.name)
             || self.tips.lock().is_ok_and(|tips| tips.contains_key(&spec.name))
             || self.heads.lock().is_ok_and(|heads| heads.contains_key(&spec.name))
-            || table::is_table(&table::table_dir(root, spec))
+            || table::exists(root, spec).await?)
     }
 
     /// The table at its latest version.
-    pub async fn latest(&self, root: &Path, spec: &TableSpec) -> Result<Leased> {
-        let dir = table::table_dir(root, spec);
-        Leased::latest(self.get(&spec.name), &dir, &spec.name, table::open(root, spec)).await
+    pub async fn latest(&self, root: &LakeRoot, spec: &TableSpec) -> Result<Leased> {
+        let dir = root.local().map(|root| table::table_dir(root, spec));
+        Leased::latest(self.get(&spec.name), dir.as_deref(), &spec.name, table::open(root, spec))
+            .await
     }
 
     /// The table's latest version, `None` when there is no such table:
@@ -127,21 +130,24 @@ impl Handles {
     /// the lake does not load the others to learn their heads): from the
     /// head last learnt, a `stat` per version since ([`table::head_from`]);
     /// the first time, or far behind, from a listing of the log.
-    pub async fn head(&self, root: &Path, spec: &TableSpec) -> Result<Option<u64>> {
-        let dir = table::table_dir(root, spec);
+    pub async fn head(&self, root: &LakeRoot, spec: &TableSpec) -> Result<Option<u64>> {
+        let dir = root.local().map(|root| table::table_dir(root, spec));
         if let Some(kept) = self.get(&spec.name) {
             let leased =
-                Leased::latest(Some(kept), &dir, &spec.name, table::open(root, spec)).await?;
+                Leased::latest(Some(kept), dir.as_deref(), &spec.name, table::open(root, spec))
+                    .await?;
             let head = version(&leased.table);
             self.keep(spec, leased);
             return Ok(Some(head));
         }
         let learnt = self.heads.lock().ok().and_then(|heads| heads.get(&spec.name).copied());
-        if let Some(head) = learnt.and_then(|known| table::head_from(&dir, known)) {
+        if let Some(head) =
+            learnt.zip(dir.as_deref()).and_then(|(known, dir)| table::head_from(dir, known))
+        {
             self.learn_head(spec, head);
             return Ok(Some(head));
         }
-        if !self.exists(root, spec) {
+        if !self.exists(root, spec).await? {
             return Ok(None);
         }
         let head = table::latest_version(root, spec).await?;
@@ -156,7 +162,7 @@ impl Handles {
     }
 
     /// The table at `at` (not cached when older than the kept handle).
-    pub async fn at(&self, root: &Path, spec: &TableSpec, at: u64) -> Result<Leased> {
+    pub async fn at(&self, root: &LakeRoot, spec: &TableSpec, at: u64) -> Result<Leased> {
         if let Some(mut leased) = self.get(&spec.name)
             && version(&leased.table) <= at
             && at <= leased.opened_at + REOPEN_AFTER
@@ -174,7 +180,7 @@ impl Handles {
     /// over the kept handle brought up to date when there is one (the
     /// handle a lake's opening checked the schema with), so a process that
     /// opens the lake and then writes loads each table's log once.
-    pub async fn take_tip(&self, root: &Path, spec: &TableSpec) -> Result<Tip> {
+    pub async fn take_tip(&self, root: &LakeRoot, spec: &TableSpec) -> Result<Tip> {
         let kept = self.tips.lock().ok().and_then(|mut tips| tips.remove(&spec.name));
         if let Some(tip) = kept {
             return Ok(tip);
@@ -190,7 +196,7 @@ impl Handles {
 
     /// The kept tip of the table (or a new one), brought to the table's
     /// latest version. Give it back with [`Handles::keep_tip`].
-    pub async fn latest_tip(&self, root: &Path, spec: &TableSpec) -> Result<Tip> {
+    pub async fn latest_tip(&self, root: &LakeRoot, spec: &TableSpec) -> Result<Tip> {
         let mut tip = self.take_tip(root, spec).await?;
         tip.advance(root, spec).await?;
         Ok(tip)
@@ -202,14 +208,14 @@ impl Handles {
     /// of them records, and where.
     pub async fn tip_heads(
         &self,
-        root: &Path,
+        root: &LakeRoot,
         specs: &[TableSpec],
     ) -> Result<(BTreeMap<String, u64>, Option<(i64, String)>)> {
         self.open_tips(root, specs).await?;
         let mut heads = BTreeMap::new();
         let mut highest: Option<(i64, String)> = None;
         for spec in specs.iter().rev().filter(|s| s.kind != TableKind::Commits) {
-            if !self.exists(root, spec) {
+            if !self.exists(root, spec).await? {
                 continue;
             }
             let tip = self.latest_tip(root, spec).await?;
@@ -230,11 +236,11 @@ impl Handles {
     /// keys, 40 MB for each content table and the index), which one after
     /// the other took the sum of the tables' times. Their heads are read
     /// again, in order, by whoever takes them ([`Handles::latest_tip`]).
-    async fn open_tips(&self, root: &Path, specs: &[TableSpec]) -> Result<()> {
+    async fn open_tips(&self, root: &LakeRoot, specs: &[TableSpec]) -> Result<()> {
         let mut opening = Vec::new();
         for spec in specs.iter().filter(|s| s.kind != TableKind::Commits) {
             let kept = self.tips.lock().map(|tips| tips.contains_key(&spec.name)).unwrap_or(true);
-            if kept || !self.exists(root, spec) {
+            if kept || !self.exists(root, spec).await? {
                 continue;
             }
             let table = match self.has_handle(&spec.name) {
@@ -342,7 +348,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
         let spec = layout::index_table();
-        let table_dir = table::table_dir(lake.root(), &spec);
+        let table_dir = table::table_dir(lake.root().local().unwrap(), &spec);
         let handles = Handles::default();
         let v0 = handles.head(lake.root(), &spec).await.unwrap().unwrap();
         assert_eq!(handles.heads.lock().unwrap().get(&spec.name), Some(&v0), "learnt");
@@ -364,7 +370,7 @@ mod tests {
         assert_eq!(table::head_from(&table_dir, far), None);
         // No such table: no head, and none learnt.
         let missing = layout::executions_table();
-        std::fs::remove_dir_all(table::table_dir(lake.root(), &missing)).unwrap();
+        std::fs::remove_dir_all(table::table_dir(lake.root().local().unwrap(), &missing)).unwrap();
         assert_eq!(handles.head(lake.root(), &missing).await.unwrap(), None);
         assert!(!handles.heads.lock().unwrap().contains_key(&missing.name));
     }
@@ -393,12 +399,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
         let spec = layout::index_table();
-        let table_dir = table::table_dir(lake.root(), &spec);
+        let table_dir = table::table_dir(lake.root().local().unwrap(), &spec);
         let opened = table::open(lake.root(), &spec).await.unwrap();
         let must_not_open = async { Err(Error::Internal("reopened".into())) };
         // Young and unmoved: the same handle back, after one `stat`.
         let young = Leased { opened_at: version(&opened), table: opened.clone() };
-        let back = Leased::latest(Some(young), &table_dir, &spec.name, must_not_open).await;
+        let back = Leased::latest(Some(young), Some(&table_dir), &spec.name, must_not_open).await;
         assert_eq!(version(&back.unwrap().table), version(&opened));
         // Moved REOPEN_AFTER + 1 versions past its opening (as by this
         // process's own commits), then nothing moved: reopened all the same.
@@ -408,10 +414,14 @@ mod tests {
         moved.update_incremental(None).await.unwrap();
         let aged = Leased { opened_at: version(&opened), table: moved };
         assert!(!aged.young());
-        let fresh =
-            Leased::latest(Some(aged), &table_dir, &spec.name, table::open(lake.root(), &spec))
-                .await
-                .unwrap();
+        let fresh = Leased::latest(
+            Some(aged),
+            Some(&table_dir),
+            &spec.name,
+            table::open(lake.root(), &spec),
+        )
+        .await
+        .unwrap();
         assert_eq!(fresh.opened_at, version(&fresh.table), "opened anew");
         assert_eq!(version(&fresh.table), version(&opened) + REOPEN_AFTER + 1);
     }

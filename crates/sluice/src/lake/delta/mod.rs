@@ -1,12 +1,14 @@
 //! One Delta table at a time: creating, checking and opening it
 //! ([`table`]), a writer's view of it between commits that commits exactly
 //! its next version ([`tip`]), the handles a lake keeps between calls
-//! ([`handles`]), and filtered scans ([`scan`]).
+//! ([`handles`]), filtered scans ([`scan`]), and which ingestion tables a
+//! lake holds ([`held`]).
 //!
 //! Nothing here knows of artifacts, sequences or the journal: this layer
 //! speaks tables and versions, on top of the I/O seam ([`super::io`]).
 
 pub(crate) mod handles;
+pub mod held;
 pub mod scan;
 pub mod table;
 pub mod tip;

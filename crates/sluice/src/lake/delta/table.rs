@@ -17,6 +17,7 @@ use deltalake::{DeltaTable, TableProperty};
 use url::Url;
 
 use crate::error::{Error, Result};
+use crate::lake::io::location::LakeRoot;
 use crate::lake::layout::TableSpec;
 
 /// The zstd level of every Parquet file sluice writes.
@@ -119,9 +120,54 @@ pub fn compress_where_it_pays(
     builder.build()
 }
 
-/// Absolute directory of a table.
+/// Absolute directory of a table, in a lake on a filesystem.
 pub fn table_dir(root: &Path, spec: &TableSpec) -> PathBuf {
     root.join(&spec.path)
+}
+
+/// Where a table is, as messages show it.
+pub(crate) fn shown(root: &LakeRoot, spec: &TableSpec) -> PathBuf {
+    root.shown(&spec.path)
+}
+
+/// Whether the lake holds the table (see [`is_table`]; on a store, the
+/// same objects are looked for with a request each, the log listed last).
+pub async fn exists(root: &LakeRoot, spec: &TableSpec) -> Result<bool> {
+    exists_at(root, &spec.path).await
+}
+
+/// [`exists`] for the table at `relative` in the lake.
+pub async fn exists_at(root: &LakeRoot, relative: &str) -> Result<bool> {
+    match root {
+        LakeRoot::Local(path) => Ok(is_table(&path.join(relative))),
+        // Boxed: every caller's future would otherwise carry the requests'.
+        LakeRoot::Store(store) => Box::pin(exists_in_store(store, relative)).await,
+    }
+}
+
+async fn exists_in_store(
+    store: &crate::lake::io::location::StoreRoot,
+    relative: &str,
+) -> Result<bool> {
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    let log = store.object(&format!("{relative}/_delta_log"));
+    let failed = |what: &str, source| Error::Store {
+        what: format!("{what} {store}{relative}/_delta_log"),
+        source,
+    };
+    for first in [format!("{:020}.json", 0), "_last_checkpoint".to_owned()] {
+        match store.store().head(&log.clone().join(first.as_str())).await {
+            Ok(_) => return Ok(true),
+            Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(failed("looking for a table at", e)),
+        }
+    }
+    let listed: Vec<object_store::ObjectMeta> =
+        store.store().list(Some(&log)).try_collect().await.map_err(|e| failed("listing", e))?;
+    Ok(listed
+        .iter()
+        .any(|meta| meta.location.extension().is_some_and(|ext| ext == "json" || ext == "parquet")))
 }
 
 /// Whether a directory holds a Delta table: its log holds a commit or a
@@ -145,6 +191,23 @@ pub fn is_table(dir: &Path) -> bool {
     })
 }
 
+/// The builder of the table at `relative` in the lake, with the lake's
+/// store options.
+fn builder(root: &LakeRoot, relative: &str, name: &str) -> Result<deltalake::DeltaTableBuilder> {
+    let url = root.url_of(relative)?;
+    let builder = deltalake::DeltaTableBuilder::from_url(url).map_err(|e| Error::delta(name, e))?;
+    Ok(match root.store_root() {
+        Some(store) => builder.with_storage_options(store.options().clone()),
+        None => builder,
+    })
+}
+
+/// The table at `relative`, not loaded (delta-rs's handle, no I/O yet).
+fn unloaded(root: &LakeRoot, relative: &str, name: &str) -> Result<DeltaTable> {
+    crate::lake::io::storage::register();
+    builder(root, relative, name)?.build().map_err(|e| Error::delta(name, e))
+}
+
 fn table_url(dir: &Path) -> Result<Url> {
     let absolute = std::path::absolute(dir).map_err(|e| Error::io(dir, e))?;
     Url::from_directory_path(&absolute).map_err(|()| {
@@ -166,18 +229,17 @@ pub enum EnsureOutcome {
 /// Create the table if it does not exist; otherwise check its schema and add
 /// any missing columns (as nullable). A column whose type conflicts, or a
 /// partitioning that differs, is an error naming the table and column.
-pub async fn ensure(root: &Path, spec: &TableSpec) -> Result<EnsureOutcome> {
+pub async fn ensure(root: &LakeRoot, spec: &TableSpec) -> Result<EnsureOutcome> {
     ensure_opened(root, spec).await.map(|(outcome, _)| outcome)
 }
 
 /// [`ensure`], with the handle it opened to check an unchanged table's
 /// schema (loaded at the version checked), for the caller to keep.
 pub async fn ensure_opened(
-    root: &Path,
+    root: &LakeRoot,
     spec: &TableSpec,
 ) -> Result<(EnsureOutcome, Option<DeltaTable>)> {
-    let dir = table_dir(root, spec);
-    if is_table(&dir) {
+    if exists(root, spec).await? {
         let table = open(root, spec).await?;
         let missing = check_schema(&table, spec)?;
         if missing.is_empty() {
@@ -187,11 +249,11 @@ pub async fn ensure_opened(
         table.add_columns().with_fields(missing).await.map_err(|e| Error::delta(&spec.name, e))?;
         return Ok((EnsureOutcome::Evolved(names), None));
     }
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-    let table = DeltaTable::try_from_url(table_url(&dir)?)
-        .await
-        .map_err(|e| Error::delta(&spec.name, e))?;
-    table
+    if let Some(root) = root.local() {
+        let dir = table_dir(root, spec);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    }
+    unloaded(root, &spec.path, &spec.name)?
         .create()
         .with_table_name(&spec.name)
         .with_columns(spec.columns.iter().map(|c| c.delta_field()))
@@ -301,8 +363,15 @@ fn check_schema(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<StructField>
 }
 
 /// Open a table at its latest version.
-pub async fn open(root: &Path, spec: &TableSpec) -> Result<DeltaTable> {
-    open_dir(&table_dir(root, spec), &spec.name).await
+pub async fn open(root: &LakeRoot, spec: &TableSpec) -> Result<DeltaTable> {
+    match root {
+        LakeRoot::Local(path) => open_dir(&table_dir(path, spec), &spec.name).await,
+        LakeRoot::Store(_) => {
+            let mut table = open_unloaded(root, spec).await?;
+            table.load().await.map_err(|e| Error::delta(&spec.name, e))?;
+            Ok(table)
+        }
+    }
 }
 
 /// Open the table in `dir` at its latest version; `name` is for messages.
@@ -317,24 +386,24 @@ pub async fn open_dir(dir: &Path, name: &str) -> Result<DeltaTable> {
 }
 
 /// Open a table without loading its state (for time travel).
-pub async fn open_unloaded(root: &Path, spec: &TableSpec) -> Result<DeltaTable> {
-    let dir = table_dir(root, spec);
-    if !is_table(&dir) {
-        return Err(Error::NotInitialized { what: format!("table `{}`", spec.name), path: dir });
+pub async fn open_unloaded(root: &LakeRoot, spec: &TableSpec) -> Result<DeltaTable> {
+    if !exists(root, spec).await? {
+        return Err(Error::NotInitialized {
+            what: format!("table `{}`", spec.name),
+            path: shown(root, spec),
+        });
     }
-    let url = table_url(&dir)?;
-    deltalake::DeltaTableBuilder::from_url(url)
-        .and_then(|b| b.build())
-        .map_err(|e| Error::delta(&spec.name, e))
+    unloaded(root, &spec.path, &spec.name)
 }
 
 /// A table's latest version, no state loaded: searched for by `stat`s from
 /// its last checkpoint (see [`head_from`]), else from a listing of its log.
 /// A log of thousands of entries takes tens of milliseconds to list; the
 /// search takes a few `stat`s.
-pub async fn latest_version(root: &Path, spec: &TableSpec) -> Result<u64> {
-    let dir = table_dir(root, spec);
-    if let Some(head) = reached_version(&dir).and_then(|known| head_from(&dir, known)) {
+pub async fn latest_version(root: &LakeRoot, spec: &TableSpec) -> Result<u64> {
+    if let Some(dir) = root.local().map(|root| table_dir(root, spec))
+        && let Some(head) = reached_version(&dir).and_then(|known| head_from(&dir, known))
+    {
         return Ok(head);
     }
     let table = open_unloaded(root, spec).await?;
@@ -351,7 +420,7 @@ pub async fn latest_version(root: &Path, spec: &TableSpec) -> Result<u64> {
 /// to Delta's own search when an entry in the way has expired or records
 /// no time.
 pub async fn version_at(
-    root: &Path,
+    root: &LakeRoot,
     spec: &TableSpec,
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<Option<u64>> {
@@ -406,7 +475,7 @@ async fn version_at_by_delta(
 }
 
 /// Open a table at a version.
-pub async fn open_at(root: &Path, spec: &TableSpec, version: u64) -> Result<DeltaTable> {
+pub async fn open_at(root: &LakeRoot, spec: &TableSpec, version: u64) -> Result<DeltaTable> {
     let mut handle = open_unloaded(root, spec).await?;
     load_version(&mut handle, &spec.name, version).await?;
     Ok(handle)
@@ -499,12 +568,15 @@ pub(crate) async fn retained_actions(
 /// (see [`sidecar`](crate::lake::keys::sidecar)). Failure only costs lookup speed, so it
 /// is logged, not returned.
 pub async fn record_keys(
-    root: &Path,
+    root: &LakeRoot,
     table: &DeltaTable,
     spec: &TableSpec,
     version: u64,
     ids: &[crate::artifact::ArtifactId],
 ) {
+    // Key filters are a fast path of a lake on a filesystem; on a store,
+    // look-ups plan with the Delta statistics alone.
+    let Some(root) = root.local() else { return };
     if ids.is_empty() {
         return;
     }
@@ -828,21 +900,21 @@ mod tests {
             bare(v);
         }
         assert_eq!(reached_version(&table_dir), Some(0));
-        assert_eq!(latest_version(dir.path(), &spec).await.unwrap(), 40);
+        assert_eq!(latest_version(&dir.path().into(), &spec).await.unwrap(), 40);
         let table = open_dir(&table_dir, "t").await.unwrap();
         deltalake::checkpoints::create_checkpoint(&table, None).await.unwrap();
         for v in 41..=140 {
             bare(v);
         }
         assert_eq!(reached_version(&table_dir), Some(40));
-        assert_eq!(latest_version(dir.path(), &spec).await.unwrap(), 140);
+        assert_eq!(latest_version(&dir.path().into(), &spec).await.unwrap(), 140);
         // A hint naming a version that is not there, or no hint at all.
         let hint = log.join("_last_checkpoint");
         let good = std::fs::read(&hint).unwrap();
         for bad in [r#"{"version":5000,"size":1}"#, "{not json", r#"{"size":1}"#] {
             std::fs::write(&hint, bad).unwrap();
             assert_eq!(reached_version(&table_dir), None, "{bad}");
-            assert_eq!(latest_version(dir.path(), &spec).await.unwrap(), 140, "{bad}");
+            assert_eq!(latest_version(&dir.path().into(), &spec).await.unwrap(), 140, "{bad}");
         }
         std::fs::write(&hint, good).unwrap();
         // The entries before the checkpoint cleaned up, its own too.
@@ -851,7 +923,7 @@ mod tests {
         }
         assert_eq!(reached_version(&table_dir), Some(40), "confirmed by the checkpoint file");
         bare(141);
-        assert_eq!(latest_version(dir.path(), &spec).await.unwrap(), 141);
+        assert_eq!(latest_version(&dir.path().into(), &spec).await.unwrap(), 141);
         drop(table);
     }
 }

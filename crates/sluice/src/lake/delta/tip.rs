@@ -32,7 +32,7 @@
 //! `delta.checkpointInterval`-th commit.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +45,7 @@ use deltalake::writer::RecordBatchWriter;
 
 use crate::error::{Error, Result};
 use crate::lake::delta::table;
+use crate::lake::io::location::LakeRoot;
 use crate::lake::io::log_entry;
 use crate::lake::keys::coverage::Coverage;
 use crate::lake::keys::key_filter::{self, Key, KeyFilter};
@@ -66,7 +67,10 @@ pub enum Advanced {
 #[derive(Debug)]
 pub struct Tip {
     name: String,
-    dir: PathBuf,
+    /// The table's folder, for a lake on a filesystem: its `stat`s and key
+    /// filters are fast paths a store does without (there a tip reads the
+    /// next entry, and looks keys up in the table).
+    dir: Option<PathBuf>,
     /// Opened once: its protocol, metadata and log store hold for every
     /// version up to the head (a version that changes them reopens the tip).
     table: DeltaTable,
@@ -106,18 +110,18 @@ pub struct Tip {
 
 impl Tip {
     /// Open the table of `spec` and read its live files and key filters.
-    pub async fn open(root: &Path, spec: &TableSpec) -> Result<Tip> {
+    pub async fn open(root: &LakeRoot, spec: &TableSpec) -> Result<Tip> {
         Tip::from_table(root, spec, table::open(root, spec).await?).await
     }
 
     /// A tip over `table`, a handle of the table of `spec` loaded at its
     /// latest version (as [`table::open`] loads it): its live files, and
     /// their key filters read.
-    pub async fn from_table(root: &Path, spec: &TableSpec, table: DeltaTable) -> Result<Tip> {
+    pub async fn from_table(root: &LakeRoot, spec: &TableSpec, table: DeltaTable) -> Result<Tip> {
         let head = table.version().unwrap_or_default();
         let live = table::active_files(&table, spec)?;
-        let dir = table::table_dir(root, spec);
-        let hint = last_checkpoint(&dir);
+        let dir = root.local().map(|root| table::table_dir(root, spec));
+        let hint = Box::pin(last_checkpoint(&table)).await;
         // A checkpoint holds the live files, and the last one's actions
         // (tombstones among them) when more.
         let checkpointed = hint.as_ref().and_then(|h| h.size).unwrap_or(0);
@@ -127,8 +131,10 @@ impl Tip {
             .await
             .map_err(|e| Error::delta(&spec.name, e))?;
         let clock = std::time::Instant::now();
-        let filters = (!spec.indexed_columns().is_empty())
-            .then(|| key_filter::read_live(&dir, &live.iter().map(String::as_str).collect()));
+        let filters = (!spec.indexed_columns().is_empty()).then(|| match &dir {
+            Some(dir) => key_filter::read_live(dir, &live.iter().map(String::as_str).collect()),
+            None => BTreeMap::new(),
+        });
         tracing::debug!(
             table = %spec.name, head, files = live.len(),
             filters = filters.as_ref().map_or(0, |f| f.len()),
@@ -202,7 +208,7 @@ impl Tip {
     }
 
     /// Bring the tip to the table's latest version.
-    pub async fn advance(&mut self, root: &Path, spec: &TableSpec) -> Result<()> {
+    pub async fn advance(&mut self, root: &LakeRoot, spec: &TableSpec) -> Result<()> {
         self.advance_with(root, spec, |_, _| {}).await.map(drop)
     }
 
@@ -211,7 +217,7 @@ impl Tip {
     /// the log instead (versions it skipped were not shown).
     pub async fn advance_with(
         &mut self,
-        root: &Path,
+        root: &LakeRoot,
         spec: &TableSpec,
         mut each: impl FnMut(u64, &[Action]),
     ) -> Result<Advanced> {
@@ -221,15 +227,15 @@ impl Tip {
         }
         // The head's own entry must still be there: a table made again at
         // the same path (or a log cleaned past the head) starts over.
-        let own = log_entry::entry_path(&self.dir, self.head);
-        if !own.exists() {
+        if !Box::pin(self.own_entry_present()).await? {
             *self = Tip::open(root, spec).await?;
             return Ok(Advanced::Reopened);
         }
         let store = self.table.log_store();
-        // Most calls find nothing new: one `stat` says so (a commit file
-        // appears whole), cheaper than a read through the log store.
-        while table::may_have_moved(&self.dir, self.head) {
+        // Most calls find nothing new: on a filesystem one `stat` says so
+        // (a commit file appears whole), cheaper than a read through the
+        // log store; on a store the read of the next entry says it.
+        while self.dir.as_ref().is_none_or(|dir| table::may_have_moved(dir, self.head)) {
             let read = store.read_commit_entry(self.head + 1).await;
             let Some(bytes) = read.map_err(|e| Error::delta(&self.name, e))? else { break };
             let version = self.head + 1;
@@ -245,6 +251,25 @@ impl Tip {
         }
         self.retry_pending();
         Ok(Advanced::Moved)
+    }
+
+    /// Whether the head's own log entry is still there (a `stat` on a
+    /// filesystem, a `HEAD` on a store).
+    async fn own_entry_present(&self) -> Result<bool> {
+        if let Some(dir) = &self.dir {
+            return Ok(log_entry::entry_path(dir, self.head).exists());
+        }
+        let store = self.table.log_store().object_store(None);
+        match object_store::ObjectStoreExt::head(&store, &log_entry::entry_location(self.head))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(source) => Err(Error::Store {
+                what: format!("looking for version {} of table `{}`", self.head, self.name),
+                source,
+            }),
+        }
     }
 
     /// Whether the table certainly holds none of `keys` in its key column:
@@ -278,7 +303,8 @@ impl Tip {
             return;
         }
         let Some(key) = &self.key else { return };
-        let filters = key_filter::read_column(&self.dir, column);
+        let filters = self.dir.as_ref().map(|dir| key_filter::read_column(dir, column));
+        let filters = filters.unwrap_or_default();
         self.columns.insert(column, Coverage::new(key.live_files().cloned(), filters));
     }
 
@@ -318,8 +344,8 @@ impl Tip {
         let bytes = data.get_bytes().map_err(|e| Error::delta(&self.name, e.into()))?;
         // Put-if-absent: where the commit runs on a file system, a
         // conditional put settled by reading on a store (see [`log_entry`]).
-        let created = if self.table.table_url().scheme() == "file" {
-            log_entry::write_if_absent(&self.dir, version, &bytes)?
+        let created = if let Some(dir) = &self.dir {
+            log_entry::write_if_absent(dir, version, &bytes)?
         } else {
             let store = self.table.log_store().object_store(None);
             log_entry::put_if_absent(store.as_ref(), &log_entry::entry_location(version), &bytes)
@@ -369,7 +395,7 @@ impl Tip {
 
     /// Read the sidecars that had not appeared yet.
     fn retry_pending(&mut self) {
-        let dir = &self.dir;
+        let Some(dir) = &self.dir else { return };
         if let Some(coverage) = &mut self.key {
             coverage.retry_pending(|v| key_filter::read_one(dir, v, None));
         }
@@ -506,8 +532,11 @@ struct CheckpointHint {
     size: Option<u64>,
 }
 
-fn last_checkpoint(table_dir: &Path) -> Option<CheckpointHint> {
-    let text = std::fs::read(table_dir.join("_delta_log").join("_last_checkpoint")).ok()?;
+async fn last_checkpoint(table: &DeltaTable) -> Option<CheckpointHint> {
+    let store = table.log_store().object_store(None);
+    let location = object_store::path::Path::from("_delta_log/_last_checkpoint");
+    let got = object_store::ObjectStoreExt::get(&store, &location).await.ok()?;
+    let text = got.bytes().await.ok()?;
     let hint: serde_json::Value = serde_json::from_slice(&text).ok()?;
     let version = hint.get("version")?.as_u64()?;
     Some(CheckpointHint { version, size: hint.get("size").and_then(serde_json::Value::as_u64) })
@@ -680,7 +709,7 @@ mod tests {
         let (_dir, lake) = lake_of_puts(30).await;
         let spec = crate::lake::layout::index_table();
         let tip = Tip::open(lake.root(), &spec).await.unwrap();
-        let log = tip.dir.join("_delta_log");
+        let log = tip.dir.as_ref().unwrap().join("_delta_log");
         assert!(log.join(format!("{:020}.json", 0)).exists());
         // On a thread of its own, as a tip runs it (it makes a runtime).
         let (log_store, head) = (tip.table.log_store(), tip.head());
@@ -747,7 +776,7 @@ mod tests {
         let (dir, tip) = tip_of_a_new_table().await;
         assert_eq!(tip.commits_directly(), Ok(()), "sluice's tables: writer version 4");
         let spec = crate::lake::layout::index_table();
-        let log = tip.dir.join("_delta_log");
+        let log = tip.dir.as_ref().unwrap().join("_delta_log");
         let upgrade = |version: u64, features: &[&str]| {
             let protocol = serde_json::json!({"protocol": {
                 "minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": features}});
@@ -761,10 +790,10 @@ mod tests {
         let plain = ["appendOnly", "invariants", "checkConstraints", "changeDataFeed"];
         upgrade(tip.head() + 1, &plain);
         let root = dir.path();
-        assert_eq!(Tip::open(root, &spec).await.unwrap().commits_directly(), Ok(()));
+        assert_eq!(Tip::open(&root.into(), &spec).await.unwrap().commits_directly(), Ok(()));
         let more = [&plain[..], &["domainMetadata"]].concat();
         upgrade(tip.head() + 2, &more);
-        let reopened = Tip::open(root, &spec).await.unwrap();
+        let reopened = Tip::open(&root.into(), &spec).await.unwrap();
         assert_eq!(reopened.commits_directly(), Err("domainMetadata"));
     }
 

@@ -2,26 +2,217 @@
 //! `lake = "…"` in a config.
 //!
 //! A lake is a folder on a local or shared filesystem, given as a path or a
-//! `file://` URL. Any other URL (`s3://`, `az://`, `abfss://`, `gs://`,
-//! `https://`) is refused with a message: taken for a path, `s3://bucket/x`
-//! silently became a local folder named `s3:` and the user's results went
-//! there instead of to their bucket.
+//! `file://` URL, or a prefix in an object store ([`LakeRoot::Store`]:
+//! `s3://`, `az://`, `abfss://` and their spellings, see
+//! [`storage`](super::storage)). Any other URL (`gs://`, `https://`) is
+//! refused with a message: taken for a path, `s3://bucket/x` once silently
+//! became a local folder named `s3:` and the user's results went there
+//! instead of to their bucket.
+//!
+//! Google Cloud Storage is refused rather than compiled in untested: no
+//! emulator honours its conditional writes reliably enough to prove the
+//! commit protocol against, and a lake whose guarantees were never tested
+//! on its store is not one sluice offers.
 
+use std::collections::HashMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use url::Url;
 
 use crate::error::{Error, Result};
+
+/// Where a lake lives.
+#[derive(Clone)]
+pub enum LakeRoot {
+    /// A folder on a local or shared filesystem (absolute).
+    Local(PathBuf),
+    /// A prefix in an object store.
+    Store(Arc<StoreRoot>),
+}
+
+/// A lake's prefix in an object store, and the store.
+pub struct StoreRoot {
+    /// The lake's URL, ending in `/`.
+    url: Url,
+    /// Options for the store, as object_store and delta-rs spell them (on
+    /// top of what the environment gives).
+    options: HashMap<String, String>,
+    /// The bucket or container.
+    store: Arc<dyn ObjectStore>,
+    /// The lake's prefix in it.
+    prefix: object_store::path::Path,
+}
+
+impl LakeRoot {
+    /// The lake `text` names; a relative path is made absolute.
+    pub fn parse(text: &str) -> Result<LakeRoot> {
+        Self::parse_with(text, HashMap::new())
+    }
+
+    /// [`LakeRoot::parse`], with store options (unused for a folder).
+    pub fn parse_with(text: &str, options: HashMap<String, String>) -> Result<LakeRoot> {
+        match scheme_of(text) {
+            Some(scheme) if super::storage::is_store_scheme(&scheme) => {
+                let url = Url::parse(text)
+                    .map_err(|e| Error::InvalidInput(format!("{scheme}:// lake URL: {e}")))?;
+                Self::store(url, options)
+            }
+            _ => {
+                let path = local_root(text)?;
+                let absolute = std::path::absolute(&path).map_err(|e| Error::io(&path, e))?;
+                Ok(LakeRoot::Local(absolute))
+            }
+        }
+    }
+
+    /// A lake at `url` in an object store.
+    pub fn store(mut url: Url, options: HashMap<String, String>) -> Result<LakeRoot> {
+        if !url.path().ends_with('/') {
+            url.set_path(&format!("{}/", url.path()));
+        }
+        let store = super::storage::store_for(&url, &options)?;
+        let prefix = object_store::path::Path::from_url_path(url.path()).map_err(|e| {
+            Error::InvalidInput(format!("{}: {e}", super::storage::without_secrets(&url)))
+        })?;
+        Ok(LakeRoot::Store(Arc::new(StoreRoot { url, options, store, prefix })))
+    }
+
+    /// The folder, for a lake on a filesystem.
+    pub fn local(&self) -> Option<&Path> {
+        match self {
+            LakeRoot::Local(path) => Some(path),
+            LakeRoot::Store(_) => None,
+        }
+    }
+
+    /// The folder, or an error saying that `what` needs one.
+    pub fn filesystem(&self, what: &str) -> Result<&Path> {
+        self.local()
+            .ok_or_else(|| Error::NeedsFilesystem { what: what.to_owned(), lake: self.to_string() })
+    }
+
+    /// The store, for a lake in one.
+    pub fn store_root(&self) -> Option<&StoreRoot> {
+        match self {
+            LakeRoot::Local(_) => None,
+            LakeRoot::Store(store) => Some(store),
+        }
+    }
+
+    /// The URL of the folder at `relative` (`/`-separated) in the lake.
+    pub fn url_of(&self, relative: &str) -> Result<Url> {
+        match self {
+            LakeRoot::Local(root) => {
+                let dir = root.join(relative);
+                Url::from_directory_path(&dir).map_err(|()| {
+                    Error::InvalidInput(format!(
+                        "{}: cannot be used as a table location",
+                        dir.display()
+                    ))
+                })
+            }
+            LakeRoot::Store(store) => store
+                .url
+                .join(&format!("{}/", relative.trim_matches('/')))
+                .map_err(|e| Error::InvalidInput(format!("{store}{relative}: {e}"))),
+        }
+    }
+
+    /// Where `relative` is, as messages show it.
+    pub fn shown(&self, relative: &str) -> PathBuf {
+        match self {
+            LakeRoot::Local(root) => root.join(relative),
+            LakeRoot::Store(store) => PathBuf::from(format!("{store}{relative}")),
+        }
+    }
+}
+
+impl StoreRoot {
+    /// The bucket or container.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The options the store was built with.
+    pub fn options(&self) -> &HashMap<String, String> {
+        &self.options
+    }
+
+    /// The object at `relative` (`/`-separated) in the lake.
+    pub fn object(&self, relative: &str) -> object_store::path::Path {
+        relative
+            .split('/')
+            .filter(|part| !part.is_empty())
+            .fold(self.prefix.clone(), |path, part| path.join(part))
+    }
+}
+
+impl fmt::Display for StoreRoot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&super::storage::without_secrets(&self.url))
+    }
+}
+
+impl fmt::Display for LakeRoot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LakeRoot::Local(path) => write!(f, "{}", path.display()),
+            LakeRoot::Store(store) => store.fmt(f),
+        }
+    }
+}
+
+/// Shown without the store's options, which hold credentials.
+impl fmt::Debug for LakeRoot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LakeRoot::Local(path) => f.debug_tuple("Local").field(path).finish(),
+            LakeRoot::Store(store) => f.debug_tuple("Store").field(&store.to_string()).finish(),
+        }
+    }
+}
+
+impl From<&Path> for LakeRoot {
+    fn from(path: &Path) -> LakeRoot {
+        LakeRoot::Local(path.to_path_buf())
+    }
+}
+
+impl From<PathBuf> for LakeRoot {
+    fn from(path: PathBuf) -> LakeRoot {
+        LakeRoot::Local(path)
+    }
+}
+
+impl From<&PathBuf> for LakeRoot {
+    fn from(path: &PathBuf) -> LakeRoot {
+        LakeRoot::Local(path.clone())
+    }
+}
+
+impl From<&LakeRoot> for LakeRoot {
+    fn from(root: &LakeRoot) -> LakeRoot {
+        root.clone()
+    }
+}
+
+/// The URL scheme `text` starts with, lowercase, if it is a URL.
+fn scheme_of(text: &str) -> Option<String> {
+    let (scheme, _) = text.split_once("://")?;
+    let is_scheme = scheme.len() > 1
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c));
+    is_scheme.then(|| scheme.to_ascii_lowercase())
+}
 
 /// The lake folder `text` names. The error says why, not `text` (the
 /// caller names it: clap, or the config that holds it).
 pub fn local_root(text: &str) -> Result<PathBuf> {
-    let Some((scheme, _)) = text.split_once("://") else { return Ok(PathBuf::from(text)) };
-    let is_scheme = scheme.len() > 1
-        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+.-".contains(c));
-    if !is_scheme {
-        return Ok(PathBuf::from(text));
-    }
-    match scheme.to_ascii_lowercase().as_str() {
+    let Some(scheme) = scheme_of(text) else { return Ok(PathBuf::from(text)) };
+    match scheme.as_str() {
         "file" => {
             url::Url::parse(text).ok().and_then(|url| url.to_file_path().ok()).ok_or_else(|| {
                 Error::InvalidInput(
@@ -29,12 +220,18 @@ pub fn local_root(text: &str) -> Result<PathBuf> {
                 )
             })
         }
-        "s3" | "s3a" | "az" | "azure" | "abfs" | "abfss" | "adl" | "gs" => {
+        "s3" | "s3a" | "az" | "azure" | "abfs" | "abfss" | "adl" => {
             Err(Error::InvalidInput(format!(
-                "{scheme}:// is an object store: sluice cannot keep a lake there yet; \
-                 give a folder on a local or shared filesystem (a path or file:///…)"
+                "{scheme}:// is an object store: this needs a folder on a local or \
+                 shared filesystem (a path or file:///…)"
             )))
         }
+        "gs" => Err(Error::InvalidInput(
+            "gs:// (Google Cloud Storage) is not supported: its conditional writes cannot be \
+             tested here, and sluice offers no store whose guarantees it has not tested; \
+             use s3://, az://, abfss:// or a folder"
+                .into(),
+        )),
         _ => Err(Error::InvalidInput(format!(
             "{scheme}:// is no place sluice can keep a lake; give a folder \
              on a local or shared filesystem (a path or file:///…)"

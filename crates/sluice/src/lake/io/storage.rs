@@ -42,6 +42,11 @@ const S3: [&str; 2] = ["s3", "s3a"];
 /// URL schemes of Azure Blob Storage and ADLS Gen2.
 const AZURE: [&str; 5] = ["az", "azure", "abfs", "abfss", "adl"];
 
+/// Whether `scheme` (lowercase) names a store sluice keeps lakes in.
+pub(crate) fn is_store_scheme(scheme: &str) -> bool {
+    S3.contains(&scheme) || AZURE.contains(&scheme)
+}
+
 /// Make delta-rs open `s3://…` and Azure tables through sluice's stores.
 /// Idempotent; every entry that opens a table by URL calls it first.
 pub fn register() {
@@ -93,7 +98,7 @@ fn build(
 
 /// `url` as it may be shown: without a user, password or query (a SAS
 /// token travels in the query).
-fn without_secrets(url: &Url) -> String {
+pub(crate) fn without_secrets(url: &Url) -> String {
     let mut shown = url.clone();
     let _ = shown.set_username("");
     let _ = shown.set_password(None);

@@ -27,7 +27,6 @@ pub mod snapshot;
 pub mod tip;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::Path;
 
 use deltalake::arrow::record_batch::RecordBatch;
 use serde::{Deserialize, Serialize};
@@ -39,6 +38,7 @@ use crate::lake::append::{self, TOKEN_KEY};
 use crate::lake::delta::handles::Handles;
 use crate::lake::delta::scan::{self, Select};
 use crate::lake::delta::table;
+use crate::lake::io::location::LakeRoot;
 use crate::lake::layout::{self, TableKind, TableSpec};
 
 pub use crate::lake::layout::{SEQ_KEY, TXN_APP_ID};
@@ -241,9 +241,9 @@ impl Journal {
 }
 
 /// Read the journal at its latest version (or the given one).
-pub async fn read(root: &Path, at: Option<u64>) -> Result<Journal> {
+pub async fn read(root: &LakeRoot, at: Option<u64>) -> Result<Journal> {
     let spec = layout::commits_table();
-    if !table::is_table(&table::table_dir(root, &spec)) {
+    if !table::exists(root, &spec).await? {
         return Ok(Journal::default());
     }
     let handle = match at {
@@ -351,7 +351,7 @@ pub const MAX_JOURNAL_FILES: usize = 128;
 /// first, it gives up and the next commit tries again. (Delta's OPTIMIZE
 /// retries on top of concurrent commits, and two of them racing were seen
 /// to keep both rewritten copies.)
-pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
+pub async fn compact_if_fragmented(root: &LakeRoot) -> Result<bool> {
     rewrite_if_more_files_than(root, MAX_JOURNAL_FILES).await.map(|v| v.is_some())
 }
 
@@ -361,9 +361,9 @@ pub async fn compact_if_fragmented(root: &Path) -> Result<bool> {
 /// `sluice compact` uses it too, never Delta's OPTIMIZE. The version
 /// committed, if any (`None`: too few files, or another writer committed
 /// first).
-pub async fn rewrite_if_more_files_than(root: &Path, limit: usize) -> Result<Option<u64>> {
+pub async fn rewrite_if_more_files_than(root: &LakeRoot, limit: usize) -> Result<Option<u64>> {
     let spec = layout::commits_table();
-    if !table::is_table(&table::table_dir(root, &spec)) {
+    if !table::exists(root, &spec).await? {
         return Ok(None);
     }
     let mut handle = table::open(root, &spec).await?;
@@ -435,7 +435,7 @@ pub(in crate::lake) fn rewrite_actions(
 
 /// again and `make` asked again.
 pub async fn append(
-    root: &Path,
+    root: &LakeRoot,
     mut make: impl FnMut(&Journal) -> Result<Option<JournalEntry>>,
 ) -> Result<Option<JournalEntry>> {
     let spec = layout::commits_table();
@@ -498,13 +498,13 @@ pub(in crate::lake) fn row_batch(
 /// none): how a settle tells which tables a sequence, or its roll-back,
 /// has reached.
 pub async fn any_table_holds(
-    root: &Path,
+    root: &LakeRoot,
     specs: &[&TableSpec],
     started: &JournalEntry,
     token: &str,
 ) -> Result<bool> {
     for &spec in specs {
-        if !table::is_table(&table::table_dir(root, spec)) {
+        if !table::exists(root, spec).await? {
             continue;
         }
         let since = started.table_versions.get(&spec.name).copied().unwrap_or(0);
@@ -527,14 +527,14 @@ pub fn sequence_tables(specs: &[TableSpec]) -> Vec<&TableSpec> {
 /// the forward order, so a row seen in a later table always has what it
 /// depends on in the earlier tables (an index row its content, an execution
 /// its edges), whatever commits while the versions are read.
-pub async fn versions(root: &Path, specs: &[TableSpec]) -> Result<BTreeMap<String, u64>> {
+pub async fn versions(root: &LakeRoot, specs: &[TableSpec]) -> Result<BTreeMap<String, u64>> {
     heads(root, specs, &Handles::default()).await
 }
 
 /// [`versions`], read through `handles`: a table it keeps is brought up to
 /// date from its kept version, any other is probed without being loaded.
 pub async fn heads(
-    root: &Path,
+    root: &LakeRoot,
     specs: &[TableSpec],
     handles: &Handles,
 ) -> Result<BTreeMap<String, u64>> {
@@ -549,10 +549,13 @@ pub async fn heads(
 
 /// The highest sequence number any table's commits record (its
 /// `sluice-commit` application transaction), and which table.
-pub async fn highest_table_seq(root: &Path, specs: &[TableSpec]) -> Result<Option<(i64, String)>> {
+pub async fn highest_table_seq(
+    root: &LakeRoot,
+    specs: &[TableSpec],
+) -> Result<Option<(i64, String)>> {
     let mut best: Option<(i64, String)> = None;
     for spec in sequence_tables(specs) {
-        if !table::is_table(&table::table_dir(root, spec)) {
+        if !table::exists(root, spec).await? {
             continue;
         }
         let handle = table::open(root, spec).await?;
@@ -588,7 +591,7 @@ pub struct TableSequenceCommit {
 /// Every sequence commit a table's log still holds (for rebuilding the
 /// journal): each version's `sluice_commit_seq` and token metadata.
 pub async fn table_sequence_commits(
-    root: &Path,
+    root: &LakeRoot,
     spec: &TableSpec,
 ) -> Result<Vec<TableSequenceCommit>> {
     let handle = table::open(root, spec).await?;

@@ -37,7 +37,6 @@
 //! restoring to the lake version before it.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use deltalake::DeltaTable;
 use deltalake::kernel::Transaction;
@@ -47,6 +46,7 @@ use serde::Serialize;
 use crate::error::{Error, Result};
 use crate::lake::append::{self, TOKEN_KEY};
 use crate::lake::delta::table;
+use crate::lake::io::location::LakeRoot;
 use crate::lake::journal::snapshot::{self, LakePoint};
 use crate::lake::journal::{self, JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
 use crate::lake::layout::{TableKind, TableSpec};
@@ -92,7 +92,7 @@ fn restorable(specs: &[TableSpec]) -> impl Iterator<Item = &TableSpec> {
 
 /// Plan a restore of every table to `point`. Tables created after the point
 /// return to their creation (version 0, empty).
-pub async fn plan(root: &Path, specs: &[TableSpec], point: &LakePoint) -> Result<RestorePlan> {
+pub async fn plan(root: &LakeRoot, specs: &[TableSpec], point: &LakePoint) -> Result<RestorePlan> {
     let target = snapshot::resolve(root, specs, point).await?;
     let now = journal::versions(root, specs).await?;
     let mut tables = Vec::new();
@@ -131,7 +131,7 @@ pub struct RestoreHooks {
 /// Record the restore in the journal, then carry it out (see
 /// [`RestoreHooks`] for `hooks`).
 pub async fn execute(
-    root: &Path,
+    root: &LakeRoot,
     specs: &[TableSpec],
     plan: &RestorePlan,
     hooks: &RestoreHooks,
@@ -175,7 +175,11 @@ pub async fn execute(
 /// still in its log and every data file it would re-add is in storage. A
 /// restore is refused here, before it is journaled, rather than left
 /// half done.
-pub async fn check_available(root: &Path, specs: &[TableSpec], plan: &RestorePlan) -> Result<()> {
+pub async fn check_available(
+    root: &LakeRoot,
+    specs: &[TableSpec],
+    plan: &RestorePlan,
+) -> Result<()> {
     for step in &plan.tables {
         let Some(spec) = specs.iter().find(|s| s.name == step.table) else { continue };
         let unavailable = |reason: String| Error::RestoreUnavailable {
@@ -224,7 +228,7 @@ pub enum Settled {
 /// finished, roll it back (see the module's documentation). Only an
 /// injected failure (a simulated crash) leaves it unfinished.
 pub async fn settle(
-    root: &Path,
+    root: &LakeRoot,
     specs: &[TableSpec],
     started: &JournalEntry,
     progress: &Progress,
@@ -248,7 +252,11 @@ pub fn rollback_token(token: &str) -> String {
 }
 
 /// Whether some table already holds a roll-back commit of this restore.
-async fn rollback_began(root: &Path, specs: &[TableSpec], started: &JournalEntry) -> Result<bool> {
+async fn rollback_began(
+    root: &LakeRoot,
+    specs: &[TableSpec],
+    started: &JournalEntry,
+) -> Result<bool> {
     let tables: Vec<&TableSpec> =
         restorable(specs).filter(|s| started.restore_to.contains_key(&s.name)).collect();
     journal::any_table_holds(root, &tables, started, &rollback_token(&started.token)).await
@@ -258,7 +266,7 @@ async fn rollback_began(root: &Path, specs: &[TableSpec], started: &JournalEntry
 /// the restore (skipping tables already returned), then record the
 /// sequence `abandoned` with `reason`.
 async fn roll_back(
-    root: &Path,
+    root: &LakeRoot,
     specs: &[TableSpec],
     started: &JournalEntry,
     reason: &str,
@@ -307,7 +315,7 @@ async fn roll_back(
 /// every table that holds no commit with its token yet, write key filters,
 /// record the completion.
 pub async fn finish(
-    root: &Path,
+    root: &LakeRoot,
     specs: &[TableSpec],
     started: &JournalEntry,
     hooks: &RestoreHooks,
@@ -352,7 +360,7 @@ pub async fn finish(
 /// commit is exactly the version after the head it was planned on; one
 /// that loses it reads the table again.
 async fn restore_table(
-    root: &Path,
+    root: &LakeRoot,
     spec: &TableSpec,
     to: u64,
     since: u64,

@@ -27,12 +27,12 @@
 //! completion or at an instant, gives time travel for the whole lake.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use chrono::{DateTime, Utc};
 
 use crate::error::{Error, Result};
 use crate::lake::delta::table;
+use crate::lake::io::location::LakeRoot;
 use crate::lake::journal::{self, Journal, JournalEntry, Phase};
 use crate::lake::layout::{self, TableSpec};
 
@@ -72,7 +72,11 @@ impl LakeSnapshot {
 }
 
 /// Resolve a point of the lake at `root` with these tables.
-pub async fn resolve(root: &Path, specs: &[TableSpec], point: &LakePoint) -> Result<LakeSnapshot> {
+pub async fn resolve(
+    root: &LakeRoot,
+    specs: &[TableSpec],
+    point: &LakePoint,
+) -> Result<LakeSnapshot> {
     let (heads, journal, historical) = match point {
         LakePoint::Latest => {
             let heads = journal::versions(root, specs).await?;
@@ -126,7 +130,7 @@ pub async fn resolve(root: &Path, specs: &[TableSpec], point: &LakePoint) -> Res
 /// visible or wholly invisible. `historical`: the journal is a past one, so
 /// every unfinished sequence in it caps the tables.
 pub fn settle(
-    root: &Path,
+    root: &LakeRoot,
     heads: BTreeMap<String, u64>,
     journal: &Journal,
     historical: bool,
@@ -157,9 +161,9 @@ pub fn settle(
 /// alive. A sequence whose committer is certainly dead and whose manifest is
 /// gone can never finish; readers do not wait for it (`recover` records it
 /// as abandoned).
-fn pins_readers(root: &Path, open: &JournalEntry) -> bool {
+fn pins_readers(root: &LakeRoot, open: &JournalEntry) -> bool {
     open.is_restore()
-        || layout::manifest_path(root, open.seq).exists()
+        || root.local().is_some_and(|root| layout::manifest_path(root, open.seq).exists())
         || !crate::host::owner_is_dead(&open.owner)
 }
 
@@ -222,13 +226,13 @@ fn last_completed(journal: &Journal) -> Option<i64> {
 
 /// Every table's version at an instant (tables created later are absent).
 async fn versions_at(
-    root: &Path,
+    root: &LakeRoot,
     specs: &[TableSpec],
     at: DateTime<Utc>,
 ) -> Result<BTreeMap<String, u64>> {
     let mut out = BTreeMap::new();
     for spec in specs.iter().rev().filter(|s| s.kind != layout::TableKind::Commits) {
-        if !table::is_table(&table::table_dir(root, spec)) {
+        if !table::exists(root, spec).await? {
             continue;
         }
         if let Some(version) = table::version_at(root, spec, at).await? {
@@ -239,9 +243,9 @@ async fn versions_at(
 }
 
 /// The journal as it was at an instant.
-async fn journal_at(root: &Path, at: DateTime<Utc>) -> Result<Journal> {
+async fn journal_at(root: &LakeRoot, at: DateTime<Utc>) -> Result<Journal> {
     let spec = layout::commits_table();
-    if !table::is_table(&table::table_dir(root, &spec)) {
+    if !table::exists(root, &spec).await? {
         return Ok(Journal::default());
     }
     match table::version_at(root, &spec, at).await? {

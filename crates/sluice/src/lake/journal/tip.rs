@@ -25,7 +25,6 @@
 //! wrote or read them (a row's `position` is the version that appended it).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::kernel::Action;
@@ -37,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::lake::append;
 use crate::lake::delta::table;
 use crate::lake::delta::tip::{Advanced, Tip};
+use crate::lake::io::location::LakeRoot;
 use crate::lake::journal::{self, Journal, JournalEntry};
 use crate::lake::layout::{self, TableSpec};
 
@@ -58,7 +58,7 @@ const FAN_IN: usize = 16;
 
 impl JournalTip {
     /// Open the journal table and read every row.
-    pub async fn open(root: &Path) -> Result<JournalTip> {
+    pub async fn open(root: &LakeRoot) -> Result<JournalTip> {
         let spec = layout::commits_table();
         let tip = Tip::open(root, &spec).await?;
         let journal = journal::read_table(tip.table(), &spec).await?;
@@ -82,7 +82,7 @@ impl JournalTip {
     }
 
     /// Bring the rows to the journal's latest version.
-    pub async fn advance(&mut self, root: &Path) -> Result<&Journal> {
+    pub async fn advance(&mut self, root: &LakeRoot) -> Result<&Journal> {
         let spec = layout::commits_table();
         let (mut added, mut rewritten) = (Vec::new(), false);
         let (live, positions) = (&mut self.live, &mut self.positions);
@@ -145,7 +145,7 @@ impl JournalTip {
     /// version, or `make` decides again on top of whoever took it.
     pub async fn append(
         &mut self,
-        root: &Path,
+        root: &LakeRoot,
         mut make: impl FnMut(&Journal) -> Result<Option<JournalEntry>>,
     ) -> Result<Option<JournalEntry>> {
         let spec = layout::commits_table();
@@ -192,7 +192,7 @@ impl JournalTip {
     /// them into one file (the same rows: a rewrite without data change),
     /// committed through the tip. Best effort: losing the version to
     /// another writer leaves the files as they were. Whether it merged.
-    pub async fn merge_small_files(&mut self, root: &Path) -> Result<bool> {
+    pub async fn merge_small_files(&mut self, root: &LakeRoot) -> Result<bool> {
         let spec = layout::commits_table();
         if self.tip.commits_directly().is_err() {
             return Ok(false);

@@ -32,6 +32,7 @@ use crate::artifact::ArtifactId;
 use crate::error::Result;
 use crate::lake::Lake;
 use crate::lake::delta::table;
+use crate::lake::io::location::LakeRoot;
 use crate::lake::keys::key_filter::{self, Candidates, Key, LookupPlan, Planner};
 use crate::lake::layout::TableSpec;
 use crate::lake::read::lookup::FileIndex;
@@ -66,18 +67,21 @@ impl IdFiles {
     /// index are taken whole when it is of the same version (only its
     /// sidecars changed), else the sources of files it indexed.
     fn read(
-        root: &Path,
+        root: &LakeRoot,
         handle: &DeltaTable,
         spec: &TableSpec,
         column: Option<&str>,
         previous: Option<&IdFiles>,
     ) -> Result<Self> {
-        let dir = table::table_dir(root, spec);
+        // Sidecars are kept on a filesystem only: on a store every file is
+        // uncovered (planned by the Delta statistics alone).
+        let dir = root.local().map(|root| table::table_dir(root, spec));
         // Stamped before the listing: a sidecar written after it moves it.
-        let sidecars_seen = settled_stamp(&dir);
-        let filters = match column {
-            Some(column) => key_filter::read_column(&dir, column),
-            None => key_filter::read_all(&dir),
+        let sidecars_seen = dir.as_deref().and_then(settled_stamp);
+        let filters = match (&dir, column) {
+            (None, _) => Default::default(),
+            (Some(dir), Some(column)) => key_filter::read_column(dir, column),
+            (Some(dir), None) => key_filter::read_all(dir),
         };
         let version = handle.version();
         let (active, index) = match previous.filter(|p| p.version == version) {
@@ -103,10 +107,11 @@ impl IdFiles {
 
     /// Whether this still plans `version` of the table in `dir` as well as
     /// reading it again would.
-    fn serves(&self, dir: &Path, version: Option<u64>) -> bool {
+    fn serves(&self, dir: Option<&Path>, version: Option<u64>) -> bool {
         self.version == version
             && (self.planner.uncovered().is_empty()
-                || self.sidecars_seen.is_some_and(|seen| folder_stamp(dir) == Some(seen)))
+                || dir.is_none()
+                || self.sidecars_seen.is_some_and(|seen| dir.and_then(folder_stamp) == Some(seen)))
     }
 
     /// The files no filter covers (read for every id) and those whose
@@ -155,9 +160,9 @@ impl Lake {
     ) -> Result<Arc<IdFiles>> {
         let key = (spec.name.clone(), column.map(str::to_owned));
         let kept = self.id_files.0.lock().ok().and_then(|kept| kept.get(&key).cloned());
-        let dir = table::table_dir(self.root(), spec);
+        let dir = self.root().local().map(|root| table::table_dir(root, spec));
         if let Some(kept) = &kept
-            && kept.serves(&dir, handle.version())
+            && kept.serves(dir.as_deref(), handle.version())
         {
             return Ok(kept.clone());
         }
@@ -253,7 +258,10 @@ mod tests {
         let second = put_metrics(&lake, "second", 2).await;
         let handle = index_handle(&lake).await;
         let version = handle.version().expect("a version");
-        let keys = crate::lake::keys::sidecar::keys_dir(&table::table_dir(lake.root(), &spec));
+        let keys = crate::lake::keys::sidecar::keys_dir(&table::table_dir(
+            lake.root().local().unwrap(),
+            &spec,
+        ));
         let sidecar = keys.join(format!("{version:020}.side"));
         let bytes = std::fs::read(&sidecar).expect("the last version's sidecar");
         // The sidecar not written yet; the folder changed just now, too

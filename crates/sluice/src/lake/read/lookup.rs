@@ -665,7 +665,7 @@ mod tests {
                 .collect();
             lake.put(&artifacts).await.expect("a put");
         }
-        let spec = lake.table_spec("metrics").expect("the metrics spec");
+        let spec = lake.table_spec("metrics").await.expect("the metrics spec");
         let handle = table::open(lake.root(), &spec).await.expect("the metrics table");
         let active = table::active_files(&handle, &spec).expect("its files");
         assert_eq!(active.len(), 4);

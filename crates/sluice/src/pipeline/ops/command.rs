@@ -304,7 +304,8 @@ fn output_draft(ctx: &UnitContext, type_key: &str, file: &Path) -> Result<Draft>
         }
         crate::artifact::FILE_REF => {
             // The sandbox is removed: keep the file under the lake.
-            let dir = ctx.lake.root().join("files").join(&ctx.run_id);
+            let dir =
+                ctx.lake.filesystem("a command's file output")?.join("files").join(&ctx.run_id);
             mkdir(&dir)?;
             let kept = dir.join(&name);
             std::fs::rename(file, &kept)

@@ -1,0 +1,206 @@
+//! The CLI on a lake in an object store: the moto S3 server and Azurite
+//! (both started by `.ci/run`; `bash scripts/moto.sh up`,
+//! `bash scripts/azurite.sh up` here), credentials from the environment as
+//! users give them. Without an emulator these tests fail in CI and are
+//! skipped with a note elsewhere.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A lake URL and the environment that reaches its store.
+struct StoreLake {
+    url: String,
+    env: Vec<(&'static str, String)>,
+    cwd: tempfile::TempDir,
+}
+
+impl StoreLake {
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        command.current_dir(self.cwd.path()).arg("--lake").arg(&self.url).args(args);
+        command.env_remove("SLUICE_LAKE").envs(self.env.iter().map(|(k, v)| (k, v)));
+        command
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "sluice --lake {} {args:?} failed:\n{}",
+            self.url,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+}
+
+/// Send one plain HTTP request to an emulator; the status code.
+fn http(address: &str, request: &str) -> Option<u16> {
+    let mut stream =
+        TcpStream::connect_timeout(&address.parse().ok()?, Duration::from_secs(2)).ok()?;
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    answer.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn unique(name: &str) -> String {
+    format!("{name}-{}-{}", std::process::id(), chrono_free_nanos())
+}
+
+fn chrono_free_nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+}
+
+fn skip_or_fail(what: &str, start: &str) -> Option<StoreLake> {
+    assert!(std::env::var_os("CI").is_none(), "CI must run the {what} tests: {start}");
+    eprintln!("{what} is not running here; skipping ({start} starts it)");
+    None
+}
+
+/// A new bucket on moto, and the `AWS_*` variables a user would set.
+fn moto_lake() -> Option<StoreLake> {
+    let port = std::env::var("SLUICE_MOTO_PORT").unwrap_or_else(|_| "5555".into());
+    let address = format!("127.0.0.1:{port}");
+    let bucket = unique("cli");
+    let request = format!(
+        "PUT /{bucket} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    match http(&address, &request) {
+        Some(200) => {}
+        Some(status) => panic!("creating bucket {bucket} on moto: HTTP {status}"),
+        None => return skip_or_fail("moto", "bash scripts/moto.sh up"),
+    }
+    let env = vec![
+        ("AWS_ENDPOINT_URL", format!("http://{address}")),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "sluice".into()),
+        ("AWS_SECRET_ACCESS_KEY", "sluice-secret-key".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ];
+    let cwd = tempfile::tempdir().unwrap();
+    Some(StoreLake { url: format!("s3://{bucket}/lakes/cli"), env, cwd })
+}
+
+/// A new container on Azurite, and the `AZURE_STORAGE_*` variables.
+fn azurite_lake() -> Option<StoreLake> {
+    use sluice::ingest::queue::{Credential, EMULATOR_ACCOUNT, EMULATOR_KEY, create_container};
+    let address = "127.0.0.1:10000";
+    if TcpStream::connect_timeout(&address.parse().unwrap(), Duration::from_secs(2)).is_err() {
+        return skip_or_fail("Azurite", "bash scripts/azurite.sh up");
+    }
+    let container = unique("cli");
+    let key = Credential::key(EMULATOR_KEY).unwrap();
+    let endpoint = format!("http://{address}/{EMULATOR_ACCOUNT}");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(create_container(&endpoint, EMULATOR_ACCOUNT, &key, &container)).unwrap();
+    let env = vec![("AZURE_STORAGE_USE_EMULATOR", "true".into())];
+    let cwd = tempfile::tempdir().unwrap();
+    Some(StoreLake { url: format!("az://{container}/lakes/cli"), env, cwd })
+}
+
+/// The lake-level commands, one after the other, as a user runs them on a
+/// lake in a store: nothing lands on the local disk, every read sees every
+/// write, maintenance keeps every row once, doctor finds it clean, and
+/// what needs a filesystem (a pipeline's staging) says so.
+fn lake_commands_work_on_the_store(lake: &StoreLake) {
+    let init = lake.ok(&["init"]);
+    assert!(init.contains("created   metrics") && init.contains(&lake.url), "{init}");
+    assert!(!lake.ok(&["init"]).contains("created"), "init is idempotent");
+
+    let ids = lake.ok(&["put", "--type", "metric", "--step", "2", r#"{"loss": 0.5}"#]);
+    let more = lake.ok(&["put", "--type", "metric", "--step", "2", r#"{"loss": 0.25}"#]);
+    let again = lake.ok(&["put", "--type", "metric", "--step", "2", r#"{"loss": 0.5}"#]);
+    assert_eq!(ids, again, "the same content is the same artifact");
+    let csv = lake.ok(&["sql", "--format", "csv", "SELECT count(*) AS n FROM metrics"]);
+    assert_eq!(csv, "n\n2\n");
+    let shown = lake.ok(&["show", more.trim()]);
+    assert!(shown.contains("type      metric") && shown.contains("0.25"), "{shown}");
+    let got = lake.ok(&["get", ids.trim()]);
+    assert!(got.contains("0.5"), "{got}");
+
+    let tables: Value = serde_json::from_str(&lake.ok(&["tables", "--json"])).unwrap();
+    let metrics = tables.as_array().unwrap().iter().find(|t| t["name"] == "metrics").unwrap();
+    assert_eq!((metrics["rows"].as_u64(), metrics["files"].as_u64()), (Some(2), Some(2)));
+    let history = lake.ok(&["history", "--table", "metrics"]);
+    assert!(history.lines().count() >= 3, "{history}");
+
+    let compacted: Value =
+        serde_json::from_str(&lake.ok(&["compact", "--table", "metrics", "--json"])).unwrap();
+    assert_eq!(compacted[0]["files_after"], 1, "{compacted}");
+    assert_eq!(lake.ok(&["sql", "--format", "csv", "SELECT count(*) AS n FROM metrics"]), csv);
+    lake.ok(&["vacuum"]);
+    lake.ok(&["checkpoint"]);
+    lake.ok(&["recover"]);
+    let doctor: Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    assert_eq!(doctor["clean"], true, "{doctor}");
+    assert!(doctor["location"]["path"].as_str().unwrap().starts_with(&lake.url), "{doctor}");
+    assert_eq!(lake.ok(&["sql", "--format", "csv", "SELECT count(*) AS n FROM metrics"]), csv);
+
+    // What needs a filesystem says so, naming the lake.
+    let pipeline = lake.cwd.path().join("p.toml");
+    std::fs::write(
+        &pipeline,
+        "name = \"p\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\n\
+         params = { tables = 1, rows = 2, seed = 1 }\n",
+    )
+    .unwrap();
+    let out = lake.run(&["run", pipeline.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("needs a lake on a filesystem") && stderr.contains(&lake.url),
+        "{stderr}"
+    );
+    let local: Vec<_> = std::fs::read_dir(lake.cwd.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|name| name != "p.toml")
+        .collect();
+    assert!(local.is_empty(), "nothing lands on the local disk: {local:?}");
+}
+
+#[test]
+fn on_s3_the_lake_commands_work() {
+    if let Some(lake) = moto_lake() {
+        lake_commands_work_on_the_store(&lake);
+    }
+}
+
+#[test]
+fn on_azure_the_lake_commands_work() {
+    if let Some(lake) = azurite_lake() {
+        lake_commands_work_on_the_store(&lake);
+    }
+}
+
+/// Secrets given in the environment never appear in what sluice prints,
+/// even when a request fails.
+#[test]
+fn a_secret_never_appears_in_output_or_errors() {
+    let Some(lake) = moto_lake() else { return };
+    lake.ok(&["init"]);
+    let secret = "sluice-secret-key";
+    for args in [&["doctor", "--json"][..], &["tables", "--json"], &["sql", "SELECT * FROM nope"]] {
+        let out = lake.run(args);
+        let all = [out.stdout, out.stderr].concat();
+        assert!(!String::from_utf8_lossy(&all).contains(secret), "{args:?}");
+    }
+    let wrong = StoreLake {
+        url: lake.url.replace("s3://", "s3://no-such-bucket-"),
+        env: lake.env.clone(),
+        cwd: tempfile::tempdir().unwrap(),
+    };
+    let out = wrong.run(&["tables"]);
+    assert!(!out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(secret));
+}
