@@ -204,3 +204,131 @@ fn a_secret_never_appears_in_output_or_errors() {
     assert!(!out.status.success());
     assert!(!String::from_utf8_lossy(&out.stderr).contains(secret));
 }
+
+/// Two writers racing on a store, where there is no lock at all: each
+/// round two `sluice put` processes start together, each with a value the
+/// other also puts and one of its own. Every value is stored exactly once,
+/// with its index row, whatever the interleaving: the only arbiter is the
+/// conditional put of each table's next log entry.
+fn racing_puts_lose_and_duplicate_nothing(lake: &StoreLake) {
+    lake.ok(&["init"]);
+    let rounds = crate::depth("SLUICE_STORE_RACE_ROUNDS", 100, 12);
+    for round in 0..rounds {
+        let racers: Vec<_> = ["a", "b"]
+            .iter()
+            .map(|who| {
+                let shared = format!(r#"{{"round": {round}, "shared": true}}"#);
+                let own = format!(r#"{{"round": {round}, "by": "{who}"}}"#);
+                lake.command(&["put", "--type", "metric", "--step", "1", &shared, &own])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for racer in racers {
+            let out = racer.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "round {round}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+    let csv = |sql: &str| lake.ok(&["sql", "--format", "csv", sql]);
+    let expected = 3 * rounds;
+    assert_eq!(
+        csv("SELECT count(*) AS n, count(DISTINCT artifact_id) AS d FROM metrics"),
+        format!("n,d\n{expected},{expected}\n"),
+        "each value once"
+    );
+    assert_eq!(
+        csv("SELECT count(*) AS n, count(DISTINCT artifact_id) AS d FROM \"index\""),
+        format!("n,d\n{expected},{expected}\n"),
+        "each index row once"
+    );
+    let doctor: Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    assert_eq!(doctor["clean"], true, "{doctor}");
+}
+
+#[test]
+fn on_s3_racing_puts_lose_and_duplicate_nothing() {
+    if let Some(lake) = moto_lake() {
+        racing_puts_lose_and_duplicate_nothing(&lake);
+    }
+}
+
+#[test]
+fn on_azure_racing_puts_lose_and_duplicate_nothing() {
+    if let Some(lake) = azurite_lake() {
+        racing_puts_lose_and_duplicate_nothing(&lake);
+    }
+}
+
+/// `put`s SIGKILLed at random moments on a store, then `recover`: every
+/// put that finished is there whole, a killed one is there whole or not at
+/// all (its content and index commits are finished together), nothing is
+/// twice, and the lake takes the next put.
+fn killed_puts_recover_exactly(lake: &StoreLake) {
+    lake.ok(&["init"]);
+    let trials = crate::depth("SLUICE_STORE_KILL_TRIALS", 20, 5);
+    let values = |trial: u64| -> Vec<String> {
+        (0..20).map(|i| format!(r#"{{"trial": {trial}, "i": {i}}}"#)).collect()
+    };
+    let mut finished = Vec::new();
+    for trial in 0..trials {
+        let values = values(trial);
+        let mut args = vec!["put", "--type", "metric", "--step", "1"];
+        args.extend(values.iter().map(String::as_str));
+        // Spread over a put's life here (about 0.5 s) and past it, so that
+        // some are killed before, between and after their commits.
+        let at = (trial as f64 + crate::crash::fraction(trial)) / trials as f64;
+        let delay = Duration::from_millis((at * 1200.0) as u64);
+        if !crate::crash::kill_command_after(lake.command(&args), delay) {
+            finished.push(trial);
+        }
+    }
+    lake.ok(&["recover"]);
+    let csv = |sql: &str| lake.ok(&["sql", "--format", "csv", sql]);
+    let mut killed_but_whole = 0;
+    for trial in 0..trials {
+        let n = csv(&format!(
+            "SELECT count(*) AS n FROM metrics m JOIN \"index\" i ON i.artifact_id = m.artifact_id \
+             WHERE m.content LIKE '{{\"i\":%,\"trial\":{trial}}}'"
+        ));
+        let n: u64 = n.lines().nth(1).unwrap().parse().unwrap();
+        assert!(n == 0 || n == 20, "trial {trial}: {n} of 20 indexed");
+        assert!(n == 20 || !finished.contains(&trial), "trial {trial} finished but is missing");
+        killed_but_whole += u64::from(n == 20 && !finished.contains(&trial));
+    }
+    let mut args = vec!["put", "--type", "metric", "--step", "1"];
+    let all: Vec<String> = (0..trials).flat_map(values).collect();
+    args.extend(all.iter().map(String::as_str));
+    lake.ok(&args);
+    let total = 20 * trials;
+    for table in ["metrics", "\"index\""] {
+        assert_eq!(
+            csv(&format!("SELECT count(*) AS n, count(DISTINCT artifact_id) AS d FROM {table}")),
+            format!("n,d\n{total},{total}\n"),
+            "{table}: every value once"
+        );
+    }
+    let killed = trials - finished.len() as u64;
+    eprintln!(
+        "{killed} of {trials} puts were killed, {killed_but_whole} of them after their content commit"
+    );
+}
+
+#[test]
+fn on_s3_killed_puts_recover_exactly() {
+    if let Some(lake) = moto_lake() {
+        killed_puts_recover_exactly(&lake);
+    }
+}
+
+#[test]
+fn on_azure_killed_puts_recover_exactly() {
+    if let Some(lake) = azurite_lake() {
+        killed_puts_recover_exactly(&lake);
+    }
+}
