@@ -5,7 +5,8 @@
 //! object unless it exists ([`log_entry`]: a hard link on a file system, a
 //! conditional put settled by reading on a store). The stores themselves
 //! ([`storage`]), the lake's location ([`location`]), the courtesy lock
-//! ([`lock`]) and the reader of one Parquet file ([`file_reader`]) live
+//! ([`lock`]), the count of store requests ([`requests`]) and the reader
+//! of one Parquet file ([`file_reader`]) live
 //! here too, so that what sits above them names no file system call.
 
 #[cfg(test)]
@@ -14,4 +15,5 @@ pub(in crate::lake) mod file_reader;
 pub mod location;
 pub(in crate::lake) mod lock;
 pub mod log_entry;
+pub mod requests;
 pub mod storage;

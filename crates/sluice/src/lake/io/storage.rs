@@ -35,6 +35,7 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::path::Path;
 use url::Url;
 
+use super::requests::Counted;
 use crate::error::{Error, Result};
 
 /// URL schemes of S3.
@@ -81,14 +82,14 @@ fn build(
         for (key, value) in options {
             builder = builder.with_config(key.parse::<AmazonS3ConfigKey>()?, value);
         }
-        Ok(Arc::new(builder.build()?))
+        Ok(Arc::new(Counted::new(url, Arc::new(builder.build()?))))
     } else if AZURE.contains(&scheme) {
         let mut builder =
             MicrosoftAzureBuilder::from_env().with_url(url.as_str()).with_retry(retry);
         for (key, value) in options {
             builder = builder.with_config(key.parse::<AzureConfigKey>()?, value);
         }
-        Ok(Arc::new(builder.build()?))
+        Ok(Arc::new(Counted::new(url, Arc::new(builder.build()?))))
     } else {
         Err(object_store::Error::NotSupported {
             source: format!("sluice keeps no tables at {scheme}://").into(),
