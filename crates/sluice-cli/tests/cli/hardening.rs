@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{Lake, json_lines, types_at};
+use super::{Lake, json_lines, types_at, wait_all_succeed};
 
 fn count(lake: &Lake, sql: &str) -> i64 {
     let rows = json_lines(&lake.ok(&["sql", "--format", "ndjson", sql]));
@@ -58,13 +58,6 @@ fn unlocked_commit(lake: &Lake, chunk: &str) -> Child {
 }
 
 /// Wait for processes of one round; each must succeed.
-fn wait_all_succeed<const N: usize>(children: [Child; N], round: u64) {
-    for child in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-}
-
 #[test]
 fn two_committers_without_a_lock_lose_and_duplicate_nothing() {
     let lake = Lake::new();

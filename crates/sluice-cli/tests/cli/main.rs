@@ -33,6 +33,17 @@ pub(crate) fn types_at(root: &Path) -> sluice::registry::TypeRegistry {
     runtime.block_on(sluice::Lake::types_at(root)).unwrap()
 }
 
+/// Wait for racing processes; each must have succeeded in `round`.
+pub(crate) fn wait_all_succeed(
+    children: impl IntoIterator<Item = std::process::Child>,
+    round: u64,
+) {
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 pub(crate) fn depth(var: &str, full: u64, quick: u64) -> u64 {
     if let Some(n) = std::env::var(var).ok().and_then(|v| v.parse().ok()) {
         return n;

@@ -398,14 +398,7 @@ fn two_compactions_without_a_lock_never_duplicate_rows() {
                     .unwrap()
             })
             .collect();
-        for racer in racers {
-            let out = racer.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "round {round}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        crate::wait_all_succeed(racers, round);
         let (_, duplicates) = dump(&lake.root);
         assert_eq!(duplicates, 0, "round {round}: duplicate keys after racing compactions");
         crate::crash::check_journal(&lake.root, round);

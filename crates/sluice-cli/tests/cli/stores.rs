@@ -226,14 +226,7 @@ fn racing_puts_lose_and_duplicate_nothing(lake: &StoreLake) {
                     .unwrap()
             })
             .collect();
-        for racer in racers {
-            let out = racer.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "round {round}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        crate::wait_all_succeed(racers, round);
     }
     let csv = |sql: &str| lake.ok(&["sql", "--format", "csv", sql]);
     let expected = 3 * rounds;

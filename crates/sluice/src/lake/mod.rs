@@ -340,14 +340,20 @@ impl Lake {
     /// tables that exist (a lake that only ingests has none), then its
     /// ingestion tables and ledger.
     pub async fn held_table_specs(&self) -> Result<Vec<TableSpec>> {
-        let mut held = Vec::new();
-        for spec in self.table_specs() {
-            if table::exists(&self.root, &spec).await? {
-                held.push(spec);
-            }
-        }
+        let mut held = self.existing_table_specs().await?;
         held.extend(delta::held::ingestion_tables(&self.root).await?);
         Ok(held)
+    }
+
+    /// The artifact and orchestration tables that exist, in commit order.
+    pub(crate) async fn existing_table_specs(&self) -> Result<Vec<TableSpec>> {
+        let mut existing = Vec::new();
+        for spec in self.table_specs() {
+            if table::exists(&self.root, &spec).await? {
+                existing.push(spec);
+            }
+        }
+        Ok(existing)
     }
 
     /// One table's spec by short name: a lake table or an ingestion table

@@ -316,13 +316,9 @@ fn without_key_sets(
 }
 
 pub(crate) async fn content_tables(lake: &Lake) -> Result<Vec<(TableSpec, String)>> {
-    let mut held = Vec::new();
-    for spec in lake.table_specs() {
-        if table::exists(lake.root(), &spec).await? {
-            held.push(spec);
-        }
-    }
-    Ok(held
+    Ok(lake
+        .existing_table_specs()
+        .await?
         .into_iter()
         .filter_map(|s| match &s.kind {
             TableKind::Content(key) => {

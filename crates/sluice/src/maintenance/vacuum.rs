@@ -107,7 +107,13 @@ pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport
         };
         // The dry run lists the files while they can still be measured.
         let (handle, listed) = run(handle, true).await.map_err(|e| Error::delta(&spec.name, e))?;
-        let sizes = sizes(&handle, &listed.files_deleted).await;
+        // Measured as storage answers; a file it cannot measure counts 0.
+        let sizes: std::collections::BTreeMap<String, u64> =
+            table::file_sizes(&handle, &listed.files_deleted)
+                .await
+                .into_iter()
+                .filter_map(|(file, size)| Some((file, size.ok()?)))
+                .collect();
         let mut files = if options.dry_run {
             listed.files_deleted
         } else {
@@ -122,28 +128,6 @@ pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport
     report.leftovers = leftovers(lake, options).await?;
     report.seconds = clock.elapsed().as_secs_f64();
     Ok(report)
-}
-
-/// The sizes of a table's `files` (relative to it) storage still has.
-async fn sizes(
-    handle: &deltalake::DeltaTable,
-    files: &[String],
-) -> std::collections::BTreeMap<String, u64> {
-    use futures::StreamExt;
-    let store = handle.object_store();
-    futures::stream::iter(files.iter().cloned())
-        .map(|file| {
-            let store = store.clone();
-            async move {
-                let location = object_store::path::Path::parse(&file).ok()?;
-                let meta = object_store::ObjectStoreExt::head(&store, &location).await.ok()?;
-                Some((file, meta.size))
-            }
-        })
-        .buffer_unordered(16)
-        .filter_map(|found| async move { found })
-        .collect()
-        .await
 }
 
 fn older_than(path: &std::path::Path, age: Duration) -> bool {

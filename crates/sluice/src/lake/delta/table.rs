@@ -133,15 +133,10 @@ pub(crate) fn shown(root: &LakeRoot, spec: &TableSpec) -> PathBuf {
 /// Whether the lake holds the table (see [`is_table`]; on a store, the
 /// same objects are looked for with a request each, the log listed last).
 pub async fn exists(root: &LakeRoot, spec: &TableSpec) -> Result<bool> {
-    exists_at(root, &spec.path).await
-}
-
-/// [`exists`] for the table at `relative` in the lake.
-pub async fn exists_at(root: &LakeRoot, relative: &str) -> Result<bool> {
     match root {
-        LakeRoot::Local(path) => Ok(is_table(&path.join(relative))),
+        LakeRoot::Local(path) => Ok(is_table(&table_dir(path, spec))),
         // Boxed: every caller's future would otherwise carry the requests'.
-        LakeRoot::Store(store) => Box::pin(exists_in_store(store, relative)).await,
+        LakeRoot::Store(store) => Box::pin(exists_in_store(store, &spec.path)).await,
     }
 }
 
@@ -150,17 +145,18 @@ async fn exists_in_store(
     relative: &str,
 ) -> Result<bool> {
     use futures::TryStreamExt;
-    use object_store::ObjectStoreExt;
     let log = store.object(&format!("{relative}/_delta_log"));
     let failed = |what: &str, source| Error::Store {
         what: format!("{what} {store}{relative}/_delta_log"),
         source,
     };
     for first in [format!("{:020}.json", 0), "_last_checkpoint".to_owned()] {
-        match store.store().head(&log.clone().join(first.as_str())).await {
-            Ok(_) => return Ok(true),
-            Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(failed("looking for a table at", e)),
+        let location = log.clone().join(first.as_str());
+        if is_present(store.store().as_ref(), &location)
+            .await
+            .map_err(|e| failed("looking for a table at", e))?
+        {
+            return Ok(true);
         }
     }
     let listed: Vec<object_store::ObjectMeta> =
@@ -364,14 +360,9 @@ fn check_schema(table: &DeltaTable, spec: &TableSpec) -> Result<Vec<StructField>
 
 /// Open a table at its latest version.
 pub async fn open(root: &LakeRoot, spec: &TableSpec) -> Result<DeltaTable> {
-    match root {
-        LakeRoot::Local(path) => open_dir(&table_dir(path, spec), &spec.name).await,
-        LakeRoot::Store(_) => {
-            let mut table = open_unloaded(root, spec).await?;
-            table.load().await.map_err(|e| Error::delta(&spec.name, e))?;
-            Ok(table)
-        }
-    }
+    let mut table = open_unloaded(root, spec).await?;
+    table.load().await.map_err(|e| Error::delta(&spec.name, e))?;
+    Ok(table)
 }
 
 /// Open the table in `dir` at its latest version; `name` is for messages.
@@ -684,6 +675,45 @@ pub(crate) fn path_as_logged(file: &deltalake::kernel::LogicalFileView) -> Optio
     }
 }
 
+/// Whether storage holds the object at `location` (a `HEAD`; "not
+/// found" is `false`, any other failure an error).
+pub(crate) async fn is_present(
+    store: &dyn object_store::ObjectStore,
+    location: &object_store::path::Path,
+) -> object_store::Result<bool> {
+    match object_store::ObjectStoreExt::head(store, location).await {
+        Ok(_) => Ok(true),
+        Err(object_store::Error::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// What storage says of each of a table's files `paths` (as the log
+/// writes them), by a `HEAD` each, 16 at a time: its size, or why not.
+pub(crate) async fn file_sizes(
+    table: &DeltaTable,
+    paths: &[String],
+) -> Vec<(String, object_store::Result<u64>)> {
+    use futures::StreamExt;
+    let store = table.object_store();
+    futures::stream::iter(paths.iter().cloned())
+        .map(|path: String| {
+            let store = store.clone();
+            async move {
+                let size = match object_store::path::Path::parse(&path) {
+                    Ok(location) => object_store::ObjectStoreExt::head(&store, &location)
+                        .await
+                        .map(|meta| meta.size),
+                    Err(e) => Err(e.into()),
+                };
+                (path, size)
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await
+}
+
 /// The first of `paths` (as the log writes them) storage lacks, and how
 /// many it lacks: files a restore or an undo would bring back must still
 /// be there (vacuum deletes them after the retention).
@@ -692,26 +722,14 @@ pub(crate) async fn missing_files(
     name: &str,
     paths: &[String],
 ) -> Result<Option<(String, usize)>> {
-    use futures::{StreamExt, TryStreamExt};
-    let store = table.object_store();
-    let missing: Vec<String> = futures::stream::iter(paths.iter().cloned())
-        .map(|path: String| {
-            let store = store.clone();
-            async move {
-                let location = object_store::path::Path::parse(&path).map_err(|e| {
-                    Error::Internal(format!("table `{name}`: file path {path}: {e}"))
-                })?;
-                match object_store::ObjectStoreExt::head(&store, &location).await {
-                    Ok(_) => Ok(None),
-                    Err(object_store::Error::NotFound { .. }) => Ok(Some(path)),
-                    Err(e) => Err(Error::delta(name, e.into())),
-                }
-            }
-        })
-        .buffer_unordered(16)
-        .try_filter_map(|found| async move { Ok(found) })
-        .try_collect()
-        .await?;
+    let mut missing = Vec::new();
+    for (path, size) in file_sizes(table, paths).await {
+        match size {
+            Ok(_) => {}
+            Err(object_store::Error::NotFound { .. }) => missing.push(path),
+            Err(e) => return Err(Error::delta(name, e.into())),
+        }
+    }
     Ok(missing.iter().min().map(|first| (first.clone(), missing.len())))
 }
 

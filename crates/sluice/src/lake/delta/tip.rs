@@ -260,16 +260,11 @@ impl Tip {
             return Ok(log_entry::entry_path(dir, self.head).exists());
         }
         let store = self.table.log_store().object_store(None);
-        match object_store::ObjectStoreExt::head(&store, &log_entry::entry_location(self.head))
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(source) => Err(Error::Store {
-                what: format!("looking for version {} of table `{}`", self.head, self.name),
-                source,
-            }),
-        }
+        let location = log_entry::entry_location(self.head);
+        table::is_present(store.as_ref(), &location).await.map_err(|source| Error::Store {
+            what: format!("looking for version {} of table `{}`", self.head, self.name),
+            source,
+        })
     }
 
     /// Whether the table certainly holds none of `keys` in its key column:

@@ -48,17 +48,13 @@ pub struct StoreRoot {
 
 impl LakeRoot {
     /// The lake `text` names; a relative path is made absolute.
+    /// A store lake's options come from the environment.
     pub fn parse(text: &str) -> Result<LakeRoot> {
-        Self::parse_with(text, HashMap::new())
-    }
-
-    /// [`LakeRoot::parse`], with store options (unused for a folder).
-    pub fn parse_with(text: &str, options: HashMap<String, String>) -> Result<LakeRoot> {
         match scheme_of(text) {
             Some(scheme) if super::storage::is_store_scheme(&scheme) => {
                 let url = Url::parse(text)
                     .map_err(|e| Error::InvalidInput(format!("{scheme}:// lake URL: {e}")))?;
-                Self::store(url, options)
+                Self::store(url, HashMap::new())
             }
             _ => {
                 let path = local_root(text)?;

@@ -18,7 +18,7 @@ use object_store::{
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
-/// Requests this process made to object stores, by kind.
+/// Requests this process made to a bucket or container, by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Requests {
     /// Reads of an object or of ranges of it.
@@ -105,18 +105,6 @@ fn store_key(url: &url::Url) -> String {
 pub fn counted_at(url: &url::Url) -> Requests {
     let counts = by_store().lock().ok().and_then(|m| m.get(&store_key(url)).cloned());
     counts.map_or_else(Requests::default, |c| c.read())
-}
-
-/// The requests this process has made to every store so far.
-pub fn counted() -> Requests {
-    let all = by_store().lock().map(|m| m.values().map(|c| c.read()).collect::<Vec<_>>());
-    all.unwrap_or_default().iter().fold(Requests::default(), |sum, r| Requests {
-        get: sum.get + r.get,
-        head: sum.head + r.head,
-        put: sum.put + r.put,
-        list: sum.list + r.list,
-        other: sum.other + r.other,
-    })
 }
 
 fn count(kind: &AtomicU64) {
