@@ -325,3 +325,59 @@ fn on_azure_killed_puts_recover_exactly() {
         killed_puts_recover_exactly(&lake);
     }
 }
+
+/// The requests one `sluice` process made to the store (each is traced at
+/// `sluice::requests`), and its stdout.
+fn requests_of(lake: &StoreLake, args: &[&str]) -> (usize, String) {
+    let out = lake.command(args).env("SLUICE_LOG", "sluice::requests=trace").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "sluice {args:?} failed:\n{stderr}");
+    let count = stderr.lines().filter(|l| l.contains("request=")).count();
+    (count, String::from_utf8(out.stdout).unwrap())
+}
+
+/// A fresh process's `put` and `get` make about as many requests on a
+/// lake of 40 puts as on one of 10: what grows with the lake (log entries,
+/// key filters) is read from checkpoints and packs. The difference allowed
+/// is a pack's worth of key-filter bundles (read until the next pack).
+fn fresh_processes_requests_stay_flat(lake: &StoreLake) {
+    lake.ok(&["init"]);
+    let put = |i: usize| {
+        let value = format!(r#"{{"loss": {i}}}"#);
+        lake.ok(&["put", "--type", "metric", "--step", &(i % 3).to_string(), &value])
+    };
+    let measure = |i: usize| {
+        let value = format!(r#"{{"loss": {i}}}"#);
+        let step = (i % 3).to_string();
+        let (put, id) = requests_of(lake, &["put", "--type", "metric", "--step", &step, &value]);
+        let (get, got) = requests_of(lake, &["get", id.trim()]);
+        assert!(got.contains(&i.to_string()), "{got}");
+        (put, get)
+    };
+    (0..10).for_each(|i| drop(put(i)));
+    let (early_put, early_get) = measure(1000);
+    (10..40).for_each(|i| drop(put(i)));
+    let (late_put, late_get) = measure(2000);
+    eprintln!(
+        "{}: a fresh put {early_put} then {late_put} requests, a fresh get {early_get} then {late_get}",
+        lake.url
+    );
+    let pack = 8;
+    assert!(late_put <= early_put + pack, "put: {early_put} then {late_put}");
+    assert!(late_get <= early_get + pack, "get: {early_get} then {late_get}");
+    assert!(late_put <= 64 && late_get <= 64, "put {late_put}, get {late_get}");
+}
+
+#[test]
+fn on_s3_a_fresh_process_s_requests_stay_flat_as_the_lake_grows() {
+    if let Some(lake) = moto_lake() {
+        fresh_processes_requests_stay_flat(&lake);
+    }
+}
+
+#[test]
+fn on_azure_a_fresh_process_s_requests_stay_flat_as_the_lake_grows() {
+    if let Some(lake) = azurite_lake() {
+        fresh_processes_requests_stay_flat(&lake);
+    }
+}

@@ -46,6 +46,7 @@ use deltalake::writer::{DeltaWriter, RecordBatchWriter};
 use super::delta::scan::{self, Select};
 use super::delta::table;
 use super::delta::tip::Tip;
+use super::keys::in_store::StoreKeys;
 use super::keys::key_filter::{self, Key, KeyFilter};
 use super::keys::key_set;
 use super::keys::sidecar::{Bundle, Part};
@@ -394,7 +395,8 @@ impl<'a> Append<'a> {
             match self.commit_new_adds(&mut table, &adds, dedup, &batches).await? {
                 Some(version) => {
                     let keys = batch_keys(&batches, dedup, &spec.name)?;
-                    self.record_key_filters(version, &adds, &batches, &keys)?;
+                    let live = || table::active_files(&table, spec);
+                    self.record_key_filters(version, &adds, &batches, &keys, live).await?;
                     return Ok((Appended::new_commit(version, rows, staged, skipped), table));
                 }
                 None => {
@@ -552,9 +554,10 @@ impl Append<'_> {
             let (metadata, txns) = self.commit.parts();
             match tip.commit(actions, operation, metadata, txns).await {
                 Ok(Some(version)) => {
-                    for (column, filter) in
-                        self.record_key_filters(version, &adds, &batches, &keys)?
-                    {
+                    let live = || Ok(tip.live_files());
+                    let recorded =
+                        self.record_key_filters(version, &adds, &batches, &keys, live).await?;
+                    for (column, filter) in recorded {
                         tip.learn(version, column, filter);
                     }
                     let mut appended = Appended::new_commit(version, rows, staged, skipped);
@@ -648,12 +651,15 @@ impl Append<'_> {
     /// come back, by column (`None`: the key column). A bundle that could
     /// not be written is logged and none come back: its files count as
     /// uncovered, which only costs look-up speed.
-    fn record_key_filters(
+    /// `live` gives the files live at `version`, for a lake in a store
+    /// (whose writers pack filters, see [`StoreKeys::pack_if_due`]).
+    async fn record_key_filters(
         &self,
         version: u64,
         adds: &[Add],
         batches: &[RecordBatch],
         keys: &[Key],
+        live: impl FnOnce() -> Result<Vec<String>>,
     ) -> Result<Vec<(Option<&'static str>, Arc<KeyFilter>)>> {
         let spec = self.spec;
         let files: Vec<String> = adds.iter().map(|a| a.path.clone()).collect();
@@ -681,8 +687,21 @@ impl Append<'_> {
                 }
             }
         }
-        let Some(root) = self.root.local() else { return Ok(Vec::new()) };
-        match bundle.write(&table::table_dir(root, spec), version) {
+        let written = match self.root {
+            LakeRoot::Local(root) => bundle.write(&table::table_dir(root, spec), version),
+            LakeRoot::Store(store) => {
+                let keys = StoreKeys::of(store, spec);
+                match keys.put(version, &bundle).await {
+                    Ok(()) => {
+                        let live = live()?;
+                        keys.pack_if_due(version, &live.iter().map(String::as_str).collect()).await;
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match written {
             Ok(()) => Ok(recorded),
             Err(e) => {
                 tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
@@ -1073,12 +1092,13 @@ pub async fn present_keys(
     if active.is_empty() || wanted.is_empty() {
         return Ok(BTreeSet::new());
     }
-    let filters = match root.local() {
-        Some(root) => key_filter::read_live(
-            &table::table_dir(root, spec),
-            &active.iter().map(String::as_str).collect(),
-        ),
-        None => BTreeMap::new(),
+    let live: HashSet<&str> = active.iter().map(String::as_str).collect();
+    let filters = match root {
+        LakeRoot::Local(root) => key_filter::read_live(&table::table_dir(root, spec), &live),
+        LakeRoot::Store(store) => {
+            let head = table.version().unwrap_or_default();
+            StoreKeys::of(store, spec).filters(head, &live, None).await
+        }
     };
     present_in(root, spec, dedup, wanted, &active, &filters, At::Table(table)).await
 }
@@ -1335,15 +1355,11 @@ pub async fn write_key_filters(
     spec: &TableSpec,
     version: u64,
 ) -> Result<()> {
-    // Key filters are a fast path of a lake on a filesystem (see
-    // [`table::record_keys`]).
-    let Some(root) = root.local() else { return Ok(()) };
     let dedup = Dedup::of(&spec.kind);
     let added = key_filter::added_files(&table::commit_actions(handle, &spec.name, version).await?);
     if added.is_empty() {
         return Ok(());
     }
-    let dir = table::table_dir(root, spec);
     let columns: Vec<(Option<&str>, &str)> = dedup
         .column()
         .map(|c| (None, c))
@@ -1361,7 +1377,10 @@ pub async fn write_key_filters(
     if spec.kind == TableKind::Executions {
         add_results(&mut bundle, &added, &results_of_files(handle, spec, &added).await?);
     }
-    bundle.write(&dir, version)
+    match root {
+        LakeRoot::Local(root) => bundle.write(&table::table_dir(root, spec), version),
+        LakeRoot::Store(store) => StoreKeys::of(store, spec).put(version, &bundle).await,
+    }
 }
 
 /// Write the key set of a version whose key filter names `files` (a lake

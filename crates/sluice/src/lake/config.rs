@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::error::{Error, Result};
-use crate::lake::io::location::{LakeRoot, StoreRoot};
+use crate::lake::io::location::LakeRoot;
 use crate::registry::declared::DeclaredTypeSpec;
 
 /// File name of the lake config, at the lake root.
@@ -59,28 +59,9 @@ impl LakeConfig {
     /// Read the config of a lake; a missing file is an empty config.
     pub async fn load(lake_root: &LakeRoot) -> Result<Self> {
         let path = lake_root.shown(CONFIG_FILE);
-        let store = match lake_root {
-            LakeRoot::Local(root) => {
-                return match std::fs::read_to_string(root.join(CONFIG_FILE)) {
-                    Ok(text) => Self::parse(&text, &path),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(LakeConfig::default()),
-                    Err(e) => Err(Error::io(path, e)),
-                };
-            }
-            LakeRoot::Store(store) => store,
+        let Some(bytes) = Box::pin(lake_root.read_file(CONFIG_FILE)).await? else {
+            return Ok(LakeConfig::default());
         };
-        Box::pin(Self::load_from_store(store, path)).await
-    }
-
-    async fn load_from_store(store: &StoreRoot, path: PathBuf) -> Result<Self> {
-        let failed = |source| Error::Store { what: format!("reading {}", path.display()), source };
-        let object = store.object(CONFIG_FILE);
-        let got = match object_store::ObjectStoreExt::get(&**store.store(), &object).await {
-            Ok(got) => got,
-            Err(object_store::Error::NotFound { .. }) => return Ok(LakeConfig::default()),
-            Err(e) => return Err(failed(e)),
-        };
-        let bytes = got.bytes().await.map_err(failed)?;
         let text = String::from_utf8(bytes.to_vec()).map_err(|e| Error::Config {
             path: path.clone(),
             message: format!("not UTF-8: {e}"),

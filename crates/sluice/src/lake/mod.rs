@@ -160,9 +160,17 @@ impl Lake {
         })
     }
 
+    /// Bring the tables to the schemas this build expects: every one, on
+    /// `init` (`create`); on an open, only when the lake's mark says they
+    /// were not brought to exactly these (see [`delta::reconciled`]).
     async fn reconcile(&self, create: bool) -> Result<InitReport> {
         let mut report = InitReport::default();
-        for spec in self.table_specs() {
+        let specs = self.table_specs();
+        let fingerprint = delta::reconciled::fingerprint(&specs);
+        if !create && delta::reconciled::matches(&self.root, &fingerprint).await {
+            return Ok(report);
+        }
+        for spec in specs {
             if !create && !table::exists(&self.root, &spec).await? {
                 continue;
             }
@@ -182,6 +190,7 @@ impl Lake {
                 }
             }
         }
+        delta::reconciled::record(&self.root, &fingerprint).await;
         Ok(report)
     }
 

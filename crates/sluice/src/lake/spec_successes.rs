@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::io::location::LakeRoot;
+use super::keys::in_store::StoreKeys;
 use super::keys::key_filter::{self, Key};
 use super::read::lookup::Lookup;
 use super::read::result_set::{self, SpecResult};
@@ -34,9 +36,13 @@ pub async fn successful_runs(
     let column = "execution_spec_id";
     let clock = std::time::Instant::now();
     let active = table::active_files(&handle, &spec)?;
-    let filters = match lake.root().local() {
-        Some(root) => key_filter::read_column(&table::table_dir(root, &spec), column),
-        None => Default::default(),
+    let filters = match lake.root() {
+        LakeRoot::Local(root) => key_filter::read_column(&table::table_dir(root, &spec), column),
+        LakeRoot::Store(store) => {
+            let live = active.iter().map(String::as_str).collect();
+            let head = handle.version().unwrap_or_default();
+            StoreKeys::of(store, &spec).filters(head, &live, Some(column)).await
+        }
     };
     let filters_ms = clock.elapsed().as_millis() as u64;
     let wanted: Vec<String> = specs.iter().cloned().collect();

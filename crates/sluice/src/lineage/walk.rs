@@ -79,7 +79,7 @@ async fn edges_touching(
 ) -> Result<Vec<LineageEdge>> {
     let column = if up { "target_artifact_id" } else { "source_artifact_id" };
     let ids: Vec<ArtifactId> = ids.iter().copied().collect();
-    let planner = lake.id_files(handle, spec, Some(column))?;
+    let planner = lake.id_files(handle, spec, Some(column)).await?;
     let mut out = Vec::new();
     for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
         let Some(plan) = planner.plan(chunk) else { continue };
@@ -156,7 +156,7 @@ async fn producers(
     let spec = layout::execution_edges_table();
     let Some(handle) = lake.read_table(&spec, point).await? else { return Ok(BTreeMap::new()) };
     let mut runs: BTreeMap<ArtifactId, Vec<String>> = BTreeMap::new();
-    let planner = lake.id_files(&handle, &spec, Some("artifact_id"))?;
+    let planner = lake.id_files(&handle, &spec, Some("artifact_id")).await?;
     for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
         let Some(plan) = planner.plan(chunk) else { continue };
         let batches = Lookup::new("artifact_id", chunk.iter().map(ArtifactId::to_hex))

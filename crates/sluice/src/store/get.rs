@@ -48,7 +48,7 @@ impl Lake {
     ) -> Result<BTreeMap<ArtifactId, IndexEntry>> {
         let spec = layout::index_table();
         let Some(handle) = self.read_table(&spec, point).await? else { return Ok(BTreeMap::new()) };
-        let id_files = self.id_files(&handle, &spec, None)?;
+        let id_files = self.id_files(&handle, &spec, None).await?;
         let mut out = BTreeMap::new();
         for chunk in ids.chunks(scan::IN_LIST_CHUNK) {
             let Some(plan) = id_files.plan(chunk) else { continue };
@@ -124,7 +124,7 @@ impl Lake {
         for (type_key, wanted) in by_type {
             let spec = TableSpec::content(self.registry().descriptor(type_key)?);
             let Some(handle) = self.read_table(&spec, point).await? else { continue };
-            let id_files = self.id_files(&handle, &spec, None)?;
+            let id_files = self.id_files(&handle, &spec, None).await?;
             for chunk in wanted.chunks(scan::IN_LIST_CHUNK) {
                 let chunk_ids: Vec<ArtifactId> = chunk.iter().map(|(id, _)| *id).collect();
                 let Some(plan) = id_files.plan(&chunk_ids) else { continue };

@@ -379,6 +379,13 @@ mod tests {
     async fn a_lake_opened_keeps_the_handles_that_checked_its_schemas_and_follows_them() {
         let dir = tempfile::tempdir().unwrap();
         crate::Lake::init(dir.path()).await.unwrap();
+        // The schemas are marked as checked: an open opens no table.
+        let marked = crate::Lake::open(dir.path()).await.unwrap();
+        for spec in marked.table_specs() {
+            assert!(marked.handles().get(&spec.name).is_none(), "{} opened", spec.name);
+        }
+        // Without the mark, every table is checked, and its handle kept.
+        std::fs::remove_file(dir.path().join(super::super::reconciled::MARK)).unwrap();
         let lake = crate::Lake::open(dir.path()).await.unwrap();
         for spec in lake.table_specs() {
             assert!(lake.handles().get(&spec.name).is_some(), "{} kept", spec.name);

@@ -18,7 +18,16 @@ use url::Url;
 
 use crate::error::{Error, Result};
 use crate::lake::io::location::LakeRoot;
+use crate::lake::keys::in_store::StoreKeys;
+use crate::lake::keys::key_filter;
+use crate::lake::keys::key_set;
+use crate::lake::keys::sidecar::{Bundle, Part};
 use crate::lake::layout::TableSpec;
+
+/// Versions between checkpoints of a table sluice creates in an object
+/// store: a process opening the table replays at most this many log
+/// entries, one request each, after reading the checkpoint.
+pub const STORE_CHECKPOINT_INTERVAL: u64 = 10;
 
 /// The zstd level of every Parquet file sluice writes.
 pub const ZSTD_LEVEL: i32 = 3;
@@ -249,7 +258,7 @@ pub async fn ensure_opened(
         let dir = table_dir(root, spec);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
     }
-    unloaded(root, &spec.path, &spec.name)?
+    let mut create = unloaded(root, &spec.path, &spec.name)?
         .create()
         .with_table_name(&spec.name)
         .with_columns(spec.columns.iter().map(|c| c.delta_field()))
@@ -259,9 +268,16 @@ pub async fn ensure_opened(
             TableProperty::DataSkippingStatsColumns,
             Some(spec.stats_columns.join(",")),
         )
-        .with_save_mode(SaveMode::ErrorIfExists)
-        .await
-        .map_err(|e| Error::delta(&spec.name, e))?;
+        .with_save_mode(SaveMode::ErrorIfExists);
+    // On a store every log entry a reader replays is a request: a table
+    // there is checkpointed more often than Delta's default of every 100.
+    if root.store_root().is_some() {
+        create = create.with_configuration_property(
+            TableProperty::CheckpointInterval,
+            Some(STORE_CHECKPOINT_INTERVAL.to_string()),
+        );
+    }
+    create.await.map_err(|e| Error::delta(&spec.name, e))?;
     Ok((EnsureOutcome::Created, None))
 }
 
@@ -565,26 +581,29 @@ pub async fn record_keys(
     version: u64,
     ids: &[crate::artifact::ArtifactId],
 ) {
-    // Key filters are a fast path of a lake on a filesystem; on a store,
-    // look-ups plan with the Delta statistics alone.
-    let Some(root) = root.local() else { return };
     if ids.is_empty() {
         return;
     }
-    let dir = table_dir(root, spec);
-    let result = commit_actions(table, &spec.name, version).await.and_then(|actions| {
-        let files = crate::lake::keys::key_filter::added_files(&actions);
-        let keys: Vec<crate::lake::keys::key_filter::Key> = ids.iter().map(Into::into).collect();
-        let filter = crate::lake::keys::key_filter::KeyFilter::new(files.clone(), ids);
-        crate::lake::keys::sidecar::Bundle::new()
-            .part(
-                crate::lake::keys::sidecar::Part::KeySet,
-                crate::lake::keys::key_set::encode(&files, &keys),
-            )
-            .part(crate::lake::keys::sidecar::Part::Filter(None), filter.encode())
-            .write(&dir, version)
-    });
-    if let Err(e) = result {
+    let result = async {
+        let files = key_filter::added_files(&commit_actions(table, &spec.name, version).await?);
+        let keys: Vec<key_filter::Key> = ids.iter().map(Into::into).collect();
+        let filter = key_filter::KeyFilter::new(files.clone(), ids);
+        let mut bundle = Bundle::new();
+        bundle
+            .part(Part::KeySet, key_set::encode(&files, &keys))
+            .part(Part::Filter(None), filter.encode());
+        match root {
+            LakeRoot::Local(root) => bundle.write(&table_dir(root, spec), version),
+            LakeRoot::Store(store) => {
+                let keys = StoreKeys::of(store, spec);
+                keys.put(version, &bundle).await?;
+                let live = active_files(table, spec)?;
+                keys.pack_if_due(version, &live.iter().map(String::as_str).collect()).await;
+                Ok(())
+            }
+        }
+    };
+    if let Err(e) = result.await {
         tracing::warn!(table = %spec.name, version, error = %e, "could not record a key filter");
     }
 }

@@ -31,7 +31,7 @@
 //! Checkpoints are written as Delta would, after every
 //! `delta.checkpointInterval`-th commit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +48,7 @@ use crate::lake::delta::table;
 use crate::lake::io::location::LakeRoot;
 use crate::lake::io::log_entry;
 use crate::lake::keys::coverage::Coverage;
+use crate::lake::keys::in_store::StoreKeys;
 use crate::lake::keys::key_filter::{self, Key, KeyFilter};
 use crate::lake::layout::{TXN_APP_ID, TableSpec};
 
@@ -71,6 +72,8 @@ pub struct Tip {
     /// filters are fast paths a store does without (there a tip reads the
     /// next entry, and looks keys up in the table).
     dir: Option<PathBuf>,
+    /// The table's key filters, for a lake in a store.
+    keys: Option<StoreKeys>,
     /// Opened once: its protocol, metadata and log store hold for every
     /// version up to the head (a version that changes them reopens the tip).
     table: DeltaTable,
@@ -131,10 +134,17 @@ impl Tip {
             .await
             .map_err(|e| Error::delta(&spec.name, e))?;
         let clock = std::time::Instant::now();
-        let filters = (!spec.indexed_columns().is_empty()).then(|| match &dir {
-            Some(dir) => key_filter::read_live(dir, &live.iter().map(String::as_str).collect()),
-            None => BTreeMap::new(),
-        });
+        let keys = root.store_root().map(|store| StoreKeys::of(store, spec));
+        let filters = if spec.indexed_columns().is_empty() {
+            None
+        } else {
+            let live: HashSet<&str> = live.iter().map(String::as_str).collect();
+            Some(match (&dir, &keys) {
+                (Some(dir), _) => key_filter::read_live(dir, &live),
+                (None, Some(keys)) => keys.filters(head, &live, None).await,
+                (None, None) => BTreeMap::new(),
+            })
+        };
         tracing::debug!(
             table = %spec.name, head, files = live.len(),
             filters = filters.as_ref().map_or(0, |f| f.len()),
@@ -156,6 +166,7 @@ impl Tip {
             checkpointing: None,
             writer: std::sync::Mutex::new(None),
             dir,
+            keys,
         })
     }
 
@@ -249,6 +260,9 @@ impl Tip {
             each(version, &actions);
             self.head = version;
         }
+        if let Some(keys) = &self.keys {
+            keys.look(self.head).await;
+        }
         self.retry_pending();
         Ok(Advanced::Moved)
     }
@@ -298,8 +312,13 @@ impl Tip {
             return;
         }
         let Some(key) = &self.key else { return };
-        let filters = self.dir.as_ref().map(|dir| key_filter::read_column(dir, column));
-        let filters = filters.unwrap_or_default();
+        // In a store, what the key column's look read holds the lookup
+        // columns' filters too (a version's bundle carries them all).
+        let filters = match (&self.dir, &self.keys) {
+            (Some(dir), _) => key_filter::read_column(dir, column),
+            (None, Some(keys)) => keys.held(self.head, None, Some(column)),
+            (None, None) => BTreeMap::new(),
+        };
         self.columns.insert(column, Coverage::new(key.live_files().cloned(), filters));
     }
 
@@ -388,15 +407,26 @@ impl Tip {
         }
     }
 
-    /// Read the sidecars that had not appeared yet.
+    /// Read the sidecars that had not appeared yet (in a store, take
+    /// those the last look read).
     fn retry_pending(&mut self) {
-        let Some(dir) = &self.dir else { return };
+        let read = |v: u64, column: Option<&str>| match (&self.dir, &self.keys) {
+            (Some(dir), _) => key_filter::read_one(dir, v, column),
+            (None, Some(keys)) => keys.held_filter(v, column),
+            (None, None) => None,
+        };
         if let Some(coverage) = &mut self.key {
-            coverage.retry_pending(|v| key_filter::read_one(dir, v, None));
+            coverage.retry_pending(|v| read(v, None));
         }
         for (column, coverage) in &mut self.columns {
-            coverage.retry_pending(|v| key_filter::read_one(dir, v, Some(column)));
+            coverage.retry_pending(|v| read(v, Some(column)));
         }
+    }
+
+    /// The data files live at the head (none for a table without a key
+    /// column, which keeps no key filters).
+    pub(crate) fn live_files(&self) -> Vec<String> {
+        self.key.as_ref().map(|c| c.live_files().cloned().collect()).unwrap_or_default()
     }
 
     /// How long the head may go without a listing: [`RELIST_AFTER`], or
@@ -468,7 +498,14 @@ impl Tip {
     /// dozen live files beside thousands of tombstones, and every 100 of
     /// its versions rewrote all of them. Delta readers accept any spacing;
     /// the interval stays the floor.
+    ///
+    /// In an object store the interval is kept: there every entry a reader
+    /// replays is a request (tens of milliseconds), while a checkpoint is
+    /// one request however many entries it rewrites.
     fn spacing(&self, interval: u64) -> u64 {
+        if self.dir.is_none() {
+            return interval;
+        }
         interval.max(self.entries.saturating_mul(interval).isqrt())
     }
 
@@ -563,6 +600,20 @@ fn write_checkpoint(
         .enable_all()
         .build()
         .map_err(|e| format!("a runtime for the checkpoint: {e}"))?;
+    // A table in a store gets a store of its own here: a store's HTTP
+    // client keeps connections whose tasks live on the runtime that opened
+    // them, and this runtime ends with the checkpoint, so connections it
+    // left in a shared client's pool fail the next request made through
+    // that client ("runtime dropped the dispatch task").
+    let own;
+    let log_store = if log_store.root_url().scheme() == "file" {
+        log_store
+    } else {
+        let config = log_store.config();
+        own = deltalake::logstore::logstore_for(config.location(), config.options().clone())
+            .map_err(|e| format!("a store for the checkpoint: {e}"))?;
+        &own
+    };
     // Made inside the runtime (the engine asks for the current one), used
     // outside it: its blocking calls must not run on a runtime's thread.
     let engine = {

@@ -6,6 +6,10 @@
 //! for as long as the file exists: look-ups that come back to the same files
 //! (every lookup of a hot table does) skip those reads and their parsing.
 //! Both caches are bounded and keyed by the file's full location.
+//!
+//! A small file (most of a lake of small commits) is read whole with its
+//! footer, in one request, and its bloom filters and pages are then cut
+//! from those bytes: on an object store, three requests become one.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -28,6 +32,10 @@ const CACHED_FOOTERS: usize = 4096;
 /// Bytes read from the end of a file for its footer: most footers fit, so
 /// one read usually fetches it.
 const FOOTER_PREFETCH: usize = 64 << 10;
+
+/// Files up to this size are read whole with their footer (one read
+/// instead of footer, bloom filters and pages apart).
+const READ_WHOLE_UP_TO: u64 = FOOTER_PREFETCH as u64;
 
 /// Bytes of bloom filters kept; the cache is emptied when it would grow
 /// beyond this. A filter of a row group of 8192 ids is 16 KiB: this keeps
@@ -60,6 +68,8 @@ pub(crate) struct FileReader {
     size: u64,
     /// The key of the footer cache: table location + relative path.
     key: String,
+    /// The whole file, when it was read whole (see [`READ_WHOLE_UP_TO`]).
+    whole: Option<Bytes>,
 }
 
 impl FileReader {
@@ -71,6 +81,7 @@ impl FileReader {
             path: deltalake::Path::from(path),
             size,
             key: format!("{}/{path}", table_uri.trim_end_matches('/')),
+            whole: None,
         }
     }
 }
@@ -133,12 +144,22 @@ impl FileReader {
     }
 }
 
+/// `range` of the file read whole, if it was.
+fn cut(whole: Option<&Bytes>, range: &Range<u64>) -> Option<Bytes> {
+    let whole = whole?;
+    let (start, end) = (usize::try_from(range.start).ok()?, usize::try_from(range.end).ok()?);
+    (start <= end && end <= whole.len()).then(|| whole.slice(start..end))
+}
+
 fn external(e: deltalake::ObjectStoreError) -> ParquetError {
     ParquetError::External(Box::new(e))
 }
 
 impl AsyncFileReader for FileReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        if let Some(bytes) = cut(self.whole.as_ref(), &range) {
+            return async move { Ok(bytes) }.boxed();
+        }
         async move { self.store.get_range(&self.path, range).await.map_err(external) }.boxed()
     }
 
@@ -146,6 +167,10 @@ impl AsyncFileReader for FileReader {
         &mut self,
         ranges: Vec<Range<u64>>,
     ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        let cut: Option<Vec<Bytes>> = ranges.iter().map(|r| cut(self.whole.as_ref(), r)).collect();
+        if let Some(cut) = cut {
+            return async move { Ok(cut) }.boxed();
+        }
         async move { self.store.get_ranges(&self.path, &ranges).await.map_err(external) }.boxed()
     }
 
@@ -161,6 +186,10 @@ impl AsyncFileReader for FileReader {
                 return Ok(metadata);
             }
             let size = self.size;
+            if size <= READ_WHOLE_UP_TO {
+                let got = self.store.get(&self.path).await.map_err(external)?;
+                self.whole = Some(got.bytes().await.map_err(external)?);
+            }
             let metadata = Arc::new(
                 ParquetMetaDataReader::new()
                     .with_page_index_policy(PageIndexPolicy::Skip)
@@ -245,6 +274,49 @@ mod tests {
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                 _ => false,
             }));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_small_file_is_read_in_one_request_a_large_one_in_ranges() {
+        use crate::lake::io::requests::{Counted, counted_at};
+        let dir = tempfile::tempdir().unwrap();
+        let url = url::Url::parse("memory://file-reader-whole/").unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(Counted::new(
+            &url,
+            Arc::new(deltalake::logstore::object_store::memory::InMemory::new()),
+        ));
+        let size = write(dir.path(), "large.parquet", BloomFilterPosition::End);
+        assert!(size > READ_WHOLE_UP_TO, "{size}");
+        let small = {
+            let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Utf8, false)]));
+            let keys = StringArray::from((0..10).map(key).collect::<Vec<_>>());
+            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
+            let props = WriterProperties::builder().set_bloom_filter_enabled(true).build();
+            let mut bytes = Vec::new();
+            let mut writer = ArrowWriter::try_new(&mut bytes, schema, Some(props)).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            bytes
+        };
+        let large = std::fs::read(dir.path().join("large.parquet")).unwrap();
+        let small_size = small.len() as u64;
+        for (name, bytes) in [("small.parquet", small), ("large.parquet", large)] {
+            store.put(&deltalake::Path::from(name), bytes.into()).await.unwrap();
+        }
+        let uri = url.to_string();
+        for (name, size, expected) in [("small.parquet", small_size, 1), ("large.parquet", size, 3)]
+        {
+            let before = counted_at(&url);
+            let mut reader = FileReader::new(store.clone(), &uri, name, size);
+            let metadata = reader.get_metadata(None).await.unwrap();
+            let filters = reader.bloom_filters(&metadata, 0).await.unwrap();
+            assert!(filters.iter().all(Option::is_some), "{name}");
+            let column = metadata.row_group(0).column(0);
+            let (start, len) = column.byte_range();
+            let page = reader.get_bytes(start..start + len).await.unwrap();
+            assert_eq!(page.len() as u64, len);
+            assert_eq!(counted_at(&url).since(&before).get, expected, "{name}");
         }
     }
 }

@@ -117,6 +117,75 @@ impl LakeRoot {
         }
     }
 
+    /// The bytes of the small file at `relative` in the lake (`None` when
+    /// there is none): a setting or a mark of the lake's own, not a table.
+    pub async fn read_file(&self, relative: &str) -> Result<Option<bytes::Bytes>> {
+        match self {
+            LakeRoot::Local(root) => match std::fs::read(root.join(relative)) {
+                Ok(bytes) => Ok(Some(bytes.into())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(Error::io(root.join(relative), e)),
+            },
+            LakeRoot::Store(store) => {
+                let failed = |source| Error::Store {
+                    what: format!("reading {}", self.shown(relative).display()),
+                    source,
+                };
+                let object = store.object(relative);
+                match object_store::ObjectStoreExt::get(&**store.store(), &object).await {
+                    Ok(got) => got.bytes().await.map(Some).map_err(failed),
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    Err(e) => Err(failed(e)),
+                }
+            }
+        }
+    }
+
+    /// Write the small file at `relative` whole (a reader never sees part
+    /// of it: a rename on a filesystem, one PUT on a store).
+    pub async fn write_file(&self, relative: &str, bytes: Vec<u8>) -> Result<()> {
+        match self {
+            LakeRoot::Local(root) => {
+                let path = root.join(relative);
+                let tmp = root.join(format!(".{relative}.tmp-{}", std::process::id()));
+                std::fs::write(&tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+                std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
+            }
+            LakeRoot::Store(store) => {
+                let object = store.object(relative);
+                object_store::ObjectStoreExt::put(&**store.store(), &object, bytes.into())
+                    .await
+                    .map(drop)
+                    .map_err(|source| Error::Store {
+                        what: format!("writing {}", self.shown(relative).display()),
+                        source,
+                    })
+            }
+        }
+    }
+
+    /// Remove the small file at `relative`, if it is there.
+    pub async fn remove_file(&self, relative: &str) -> Result<()> {
+        match self {
+            LakeRoot::Local(root) => match std::fs::remove_file(root.join(relative)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(Error::io(root.join(relative), e))
+                }
+                _ => Ok(()),
+            },
+            LakeRoot::Store(store) => {
+                let object = store.object(relative);
+                match object_store::ObjectStoreExt::delete(&**store.store(), &object).await {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                    Err(source) => Err(Error::Store {
+                        what: format!("removing {}", self.shown(relative).display()),
+                        source,
+                    }),
+                }
+            }
+        }
+    }
+
     /// Where `relative` is, as messages show it.
     pub fn shown(&self, relative: &str) -> PathBuf {
         match self {
@@ -127,6 +196,16 @@ impl LakeRoot {
 }
 
 impl StoreRoot {
+    /// A lake at `url` in a store held in memory, its requests counted
+    /// with `url`'s (for unit tests of what a store changes).
+    #[cfg(test)]
+    pub(crate) fn in_memory(url: Url) -> Arc<StoreRoot> {
+        let inner: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let store: Arc<dyn ObjectStore> = Arc::new(super::requests::Counted::new(&url, inner));
+        let prefix = object_store::path::Path::from_url_path(url.path()).expect("a URL's path");
+        Arc::new(StoreRoot { url, options: HashMap::new(), store, prefix })
+    }
+
     /// The bucket or container.
     pub fn store(&self) -> &Arc<dyn ObjectStore> {
         &self.store

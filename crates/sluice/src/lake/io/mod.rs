@@ -5,8 +5,9 @@
 //! object unless it exists ([`log_entry`]: a hard link on a file system, a
 //! conditional put settled by reading on a store). The stores themselves
 //! ([`storage`]), the lake's location ([`location`]), the courtesy lock
-//! ([`lock`]), the count of store requests ([`requests`]) and the reader
-//! of one Parquet file ([`file_reader`]) live
+//! ([`lock`]), the count of store requests ([`requests`]), the Delta log
+//! entries a process keeps once read from a store ([`log_cache`]) and the
+//! reader of one Parquet file ([`file_reader`]) live
 //! here too, so that what sits above them names no file system call.
 
 #[cfg(test)]
@@ -14,6 +15,7 @@ pub(in crate::lake) mod faulty_store;
 pub(in crate::lake) mod file_reader;
 pub mod location;
 pub(in crate::lake) mod lock;
+pub(in crate::lake) mod log_cache;
 pub mod log_entry;
 pub mod requests;
 pub mod storage;

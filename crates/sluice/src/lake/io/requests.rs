@@ -96,7 +96,7 @@ fn by_store() -> &'static ByStore {
 }
 
 /// The bucket or container of `url`, as counts are kept: `s3://bucket`.
-fn store_key(url: &url::Url) -> String {
+pub(super) fn store_key(url: &url::Url) -> String {
     format!("{}://{}", url.scheme(), url.host_str().unwrap_or_default())
 }
 
@@ -107,8 +107,11 @@ pub fn counted_at(url: &url::Url) -> Requests {
     counts.map_or_else(Requests::default, |c| c.read())
 }
 
-fn count(kind: &AtomicU64) {
+/// Count one request of `kind` to `location` (traced at `trace` level
+/// under `sluice::requests`, to see where a budget goes).
+fn count(kind: &AtomicU64, name: &str, location: Option<&Path>) {
     kind.fetch_add(1, Ordering::Relaxed);
+    tracing::trace!(target: "sluice::requests", request = name, location = location.map_or("", Path::as_ref));
 }
 
 /// A store whose requests are counted, with the others of its bucket or
@@ -144,7 +147,7 @@ impl ObjectStore for Counted {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        count(&self.counts.put);
+        count(&self.counts.put, "PUT", Some(location));
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -153,12 +156,14 @@ impl ObjectStore for Counted {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> Result<Box<dyn MultipartUpload>> {
-        count(&self.counts.put);
+        count(&self.counts.put, "PUT", Some(location));
         self.inner.put_multipart_opts(location, opts).await
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        count(if options.head { &self.counts.head } else { &self.counts.get });
+        let (kind, name) =
+            if options.head { (&self.counts.head, "HEAD") } else { (&self.counts.get, "GET") };
+        count(kind, name, Some(location));
         self.inner.get_opts(location, options).await
     }
 
@@ -166,12 +171,12 @@ impl ObjectStore for Counted {
         &self,
         locations: BoxStream<'static, Result<Path>>,
     ) -> BoxStream<'static, Result<Path>> {
-        count(&self.counts.other);
+        count(&self.counts.other, "DELETE", None);
         self.inner.delete_stream(locations)
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        count(&self.counts.list);
+        count(&self.counts.list, "LIST", prefix);
         self.inner.list(prefix)
     }
 
@@ -180,17 +185,17 @@ impl ObjectStore for Counted {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        count(&self.counts.list);
+        count(&self.counts.list, "LIST", prefix);
         self.inner.list_with_offset(prefix, offset)
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        count(&self.counts.list);
+        count(&self.counts.list, "LIST", prefix);
         self.inner.list_with_delimiter(prefix).await
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        count(&self.counts.other);
+        count(&self.counts.other, "COPY", Some(from));
         self.inner.copy_opts(from, to, options).await
     }
 }

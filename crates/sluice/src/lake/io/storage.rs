@@ -35,6 +35,7 @@ use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::path::Path;
 use url::Url;
 
+use super::log_cache::LogCached;
 use super::requests::Counted;
 use crate::error::{Error, Result};
 
@@ -82,19 +83,27 @@ fn build(
         for (key, value) in options {
             builder = builder.with_config(key.parse::<AmazonS3ConfigKey>()?, value);
         }
-        Ok(Arc::new(Counted::new(url, Arc::new(builder.build()?))))
+        Ok(seamed(url, Arc::new(builder.build()?)))
     } else if AZURE.contains(&scheme) {
         let mut builder =
             MicrosoftAzureBuilder::from_env().with_url(url.as_str()).with_retry(retry);
         for (key, value) in options {
             builder = builder.with_config(key.parse::<AzureConfigKey>()?, value);
         }
-        Ok(Arc::new(Counted::new(url, Arc::new(builder.build()?))))
+        Ok(seamed(url, Arc::new(builder.build()?)))
     } else {
         Err(object_store::Error::NotSupported {
             source: format!("sluice keeps no tables at {scheme}://").into(),
         })
     }
+}
+
+/// The store of `url`'s bucket or container as the lake uses it: its
+/// requests counted ([`requests`](super::requests)), its log entries kept
+/// once read ([`log_cache`](super::log_cache)).
+fn seamed(url: &Url, store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+    let counted = Arc::new(Counted::new(url, store));
+    Arc::new(LogCached::new(super::requests::store_key(url), counted))
 }
 
 /// `url` as it may be shown: without a user, password or query (a SAS

@@ -321,6 +321,9 @@ pub async fn finish(
     hooks: &RestoreHooks,
     progress: &Progress,
 ) -> Result<RestoreOutcome> {
+    // A table restored to before a column was added loses the column: the
+    // next open must check the schemas again.
+    crate::lake::delta::reconciled::forget(root).await?;
     let mut table_commits = BTreeMap::new();
     let tables: Vec<(&TableSpec, u64)> = restorable(specs)
         .filter_map(|spec| started.restore_to.get(&spec.name).map(|&to| (spec, to)))

@@ -112,13 +112,13 @@ pub(in crate::lake) fn file_id(meta: &std::fs::Metadata) -> FileId {
 }
 
 /// The file name of a version's bundle.
-fn name(version: u64) -> String {
+pub(in crate::lake) fn bundle_name(version: u64) -> String {
     format!("{version:020}.side")
 }
 
 /// The path of a version's bundle.
 pub(in crate::lake) fn path(table_dir: &Path, version: u64) -> PathBuf {
-    keys_dir(table_dir).join(name(version))
+    keys_dir(table_dir).join(bundle_name(version))
 }
 
 /// The version a bundle's file name stands for (`None`: not a bundle).
@@ -155,7 +155,7 @@ impl Bundle {
 
     /// The bundle's bytes; `None` when a column name is too long for the
     /// directory (255 bytes).
-    fn encode(&self) -> Option<Vec<u8>> {
+    pub(in crate::lake) fn encode(&self) -> Option<Vec<u8>> {
         let body: usize = self.parts.iter().map(|(_, _, b)| b.len()).sum();
         let mut out = Vec::with_capacity(body + self.parts.len() * 40 + TAIL);
         let mut at = Vec::with_capacity(self.parts.len());
@@ -190,7 +190,7 @@ impl Bundle {
             tracing::warn!(version, "a column name is too long for a sidecar; none written");
             return Ok(());
         };
-        write_file(&keys_dir(table_dir), &name(version), &bytes)
+        write_file(&keys_dir(table_dir), &bundle_name(version), &bytes)
     }
 }
 
@@ -318,9 +318,15 @@ fn directory(path: &Path, id: FileId, size: u64, open: Option<&File>) -> Option<
 
 /// Read and check the tail and directory of a bundle of `size` bytes.
 fn read_directory(file: &File, size: u64) -> Option<Directory> {
+    directory_with(size, |at, buf| file.read_exact_at(buf, at).ok())
+}
+
+/// Check the tail and directory of a bundle of `size` bytes, reading its
+/// ranges through `read` (offset, buffer to fill).
+fn directory_with(size: u64, read: impl Fn(u64, &mut [u8]) -> Option<()>) -> Option<Directory> {
     let tail_at = size.checked_sub(TAIL as u64)?;
     let mut tail = [0u8; TAIL];
-    file.read_exact_at(&mut tail, tail_at).ok()?;
+    read(tail_at, &mut tail)?;
     let directory_len = u32::from_le_bytes(tail[..4].try_into().ok()?) as u64;
     let parts = u16::from_le_bytes(tail[4..6].try_into().ok()?) as usize;
     if &tail[6..14] != MAGIC {
@@ -328,7 +334,7 @@ fn read_directory(file: &File, size: u64) -> Option<Directory> {
     }
     let directory_at = tail_at.checked_sub(directory_len)?;
     let mut checked = vec![0u8; usize::try_from(directory_len).ok()? + TAIL - CHECKSUM_LEN];
-    file.read_exact_at(&mut checked, directory_at).ok()?;
+    read(directory_at, &mut checked)?;
     if blake3::hash(&checked).as_bytes()[..CHECKSUM_LEN] != tail[TAIL - CHECKSUM_LEN..] {
         return None;
     }
@@ -348,6 +354,38 @@ fn read_directory(file: &File, size: u64) -> Option<Directory> {
         entries = &entries[ENTRY_FIXED + column_len..];
     }
     entries.is_empty().then_some(out)
+}
+
+/// The key filters of a bundle held in memory (a store's bundles are read
+/// whole), by column (`""`: the table's key column), each as the range of
+/// `bytes` it lies in; `None` when the bundle is unreadable.
+pub(in crate::lake) fn filters_in(bytes: &[u8]) -> Option<Vec<(String, std::ops::Range<usize>)>> {
+    let directory = directory_with(bytes.len() as u64, |at, buf| {
+        let at = usize::try_from(at).ok()?;
+        buf.copy_from_slice(bytes.get(at..at.checked_add(buf.len())?)?);
+        Some(())
+    })?;
+    let mut filters: Vec<(String, std::ops::Range<usize>)> = directory
+        .into_iter()
+        .filter(|((kind, _), _)| *kind == Part::Filter(None).kind())
+        .map(|((_, column), (offset, len))| {
+            let at = usize::try_from(offset).ok()?;
+            Some((column, at..at + usize::try_from(len).ok()?))
+        })
+        .collect::<Option<_>>()?;
+    filters.sort_by(|a, b| a.0.cmp(&b.0));
+    Some(filters)
+}
+
+/// A bundle of only the key filters of the bundle `bytes` (what a pack
+/// keeps of each version); `None` when it is unreadable or holds none.
+pub(in crate::lake) fn filters_only(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut bundle = Bundle::new();
+    for (column, range) in filters_in(bytes)? {
+        let part = Part::Filter((!column.is_empty()).then_some(column.as_str()));
+        bundle.part(part, bytes[range].to_vec());
+    }
+    if bundle.is_empty() { None } else { bundle.encode() }
 }
 
 /// The first filter of the bundle at `path`, by column (`None` when it is

@@ -33,6 +33,7 @@ use crate::error::Result;
 use crate::lake::Lake;
 use crate::lake::delta::table;
 use crate::lake::io::location::LakeRoot;
+use crate::lake::keys::in_store::StoreKeys;
 use crate::lake::keys::key_filter::{self, Candidates, Key, LookupPlan, Planner};
 use crate::lake::layout::TableSpec;
 use crate::lake::read::lookup::FileIndex;
@@ -66,24 +67,30 @@ impl IdFiles {
     /// `previous` (kept for this table and column), the active files and
     /// index are taken whole when it is of the same version (only its
     /// sidecars changed), else the sources of files it indexed.
-    fn read(
+    async fn read(
         root: &LakeRoot,
         handle: &DeltaTable,
         spec: &TableSpec,
         column: Option<&str>,
         previous: Option<&IdFiles>,
     ) -> Result<Self> {
-        // Sidecars are kept on a filesystem only: on a store every file is
-        // uncovered (planned by the Delta statistics alone).
         let dir = root.local().map(|root| table::table_dir(root, spec));
         // Stamped before the listing: a sidecar written after it moves it.
         let sidecars_seen = dir.as_deref().and_then(settled_stamp);
-        let filters = match (&dir, column) {
-            (None, _) => Default::default(),
-            (Some(dir), Some(column)) => key_filter::read_column(dir, column),
-            (Some(dir), None) => key_filter::read_all(dir),
-        };
         let version = handle.version();
+        let filters = match (root, &dir, column) {
+            (_, Some(dir), Some(column)) => key_filter::read_column(dir, column),
+            (_, Some(dir), None) => key_filter::read_all(dir),
+            (LakeRoot::Store(store), None, column) => {
+                // The planner leaves out filters whose files are not all
+                // active, as on a filesystem.
+                let keys = StoreKeys::of(store, spec);
+                let head = version.unwrap_or_default();
+                keys.look(head).await;
+                keys.held(head, None, column)
+            }
+            (LakeRoot::Local(_), None, _) => Default::default(),
+        };
         let (active, index) = match previous.filter(|p| p.version == version) {
             Some(same) => (same.active.clone(), same.index.clone()),
             None => {
@@ -152,7 +159,7 @@ impl Lake {
     /// The [`IdFiles`] of `handle`'s version for look-ups by `column` (the
     /// table's de-duplication key when `None`): the one kept, if it serves
     /// that version, else read now and kept.
-    pub(crate) fn id_files(
+    pub(crate) async fn id_files(
         &self,
         handle: &DeltaTable,
         spec: &TableSpec,
@@ -166,7 +173,8 @@ impl Lake {
         {
             return Ok(kept.clone());
         }
-        let fresh = Arc::new(IdFiles::read(self.root(), handle, spec, column, kept.as_deref())?);
+        let read = IdFiles::read(self.root(), handle, spec, column, kept.as_deref());
+        let fresh = Arc::new(Box::pin(read).await?);
         if let Ok(mut kept) = self.id_files.0.lock() {
             // An older version's look-ups (time travel, a pinned point)
             // never displace a newer version's.
@@ -228,14 +236,14 @@ mod tests {
         let first = put_metrics(&lake, "first", 3).await;
         let spec = layout::index_table();
         let handle = index_handle(&lake).await;
-        let kept = lake.id_files(&handle, &spec, None).expect("planned");
-        assert!(Arc::ptr_eq(&kept, &lake.id_files(&handle, &spec, None).expect("again")));
+        let kept = lake.id_files(&handle, &spec, None).await.expect("planned");
+        assert!(Arc::ptr_eq(&kept, &lake.id_files(&handle, &spec, None).await.expect("again")));
         assert!(kept.planner.uncovered().is_empty(), "every file has its sidecar");
         // Another lake object commits: the next look-up plans the new version.
         let other = crate::Lake::open(dir.path()).await.expect("the lake again");
         let second = put_metrics(&other, "second", 2).await;
         let moved = index_handle(&lake).await;
-        let planned = lake.id_files(&moved, &spec, None).expect("planned");
+        let planned = lake.id_files(&moved, &spec, None).await.expect("planned");
         assert!(!Arc::ptr_eq(&kept, &planned));
         assert_eq!(planned.version, moved.version());
         for artifact in first.iter().chain(&second) {
@@ -243,9 +251,9 @@ mod tests {
         }
         // The older version's plan is still made right, but not kept in
         // place of the newer one.
-        let old = lake.id_files(&handle, &spec, None).expect("the old version");
+        let old = lake.id_files(&handle, &spec, None).await.expect("the old version");
         assert_eq!(old.version, handle.version());
-        let kept = lake.id_files(&moved, &spec, None).expect("the new version");
+        let kept = lake.id_files(&moved, &spec, None).await.expect("the new version");
         assert!(Arc::ptr_eq(&kept, &planned));
     }
 
@@ -268,26 +276,26 @@ mod tests {
         // recently to tell a later change from it: read again each time.
         std::fs::remove_file(&sidecar).expect("removed");
         let lake = crate::Lake::open(dir.path()).await.expect("a fresh lake object");
-        let recent = lake.id_files(&handle, &spec, None).expect("planned");
+        let recent = lake.id_files(&handle, &spec, None).await.expect("planned");
         assert_eq!(recent.planner.uncovered().len(), 1, "the last commit's file");
         assert_eq!(recent.sidecars_seen, None);
-        let next = lake.id_files(&handle, &spec, None).expect("planned");
+        let next = lake.id_files(&handle, &spec, None).await.expect("planned");
         assert!(!Arc::ptr_eq(&recent, &next), "not kept while the folder is unsettled");
         assert!(Arc::ptr_eq(&recent.active, &next.active), "the version's files not read again");
         let (Some(a), Some(b)) = (&recent.index, &next.index) else { panic!("indexed") };
         assert!(Arc::ptr_eq(a, b));
         // The folder's last change long past: kept while nothing changes.
         age(&keys, Duration::from_secs(3600));
-        let uncovered = lake.id_files(&handle, &spec, None).expect("planned");
+        let uncovered = lake.id_files(&handle, &spec, None).await.expect("planned");
         assert!(uncovered.sidecars_seen.is_some());
         for artifact in first.iter().chain(&second) {
             assert_eq!(lake.get(artifact.id).await.expect("found").id, artifact.id);
         }
-        let again = lake.id_files(&handle, &spec, None).expect("again");
+        let again = lake.id_files(&handle, &spec, None).await.expect("again");
         assert!(Arc::ptr_eq(&uncovered, &again), "nothing changed: kept");
         // The sidecar lands: the next look-up reads the sidecars again.
         std::fs::write(&sidecar, bytes).expect("written back");
-        let covered = lake.id_files(&handle, &spec, None).expect("planned again");
+        let covered = lake.id_files(&handle, &spec, None).await.expect("planned again");
         assert!(covered.planner.uncovered().is_empty());
         for artifact in first.iter().chain(&second) {
             assert_eq!(lake.get(artifact.id).await.expect("found").id, artifact.id);
@@ -295,7 +303,7 @@ mod tests {
         // A plan with every file covered stands: its filters describe files
         // that never change, whatever becomes of the sidecars.
         std::fs::remove_file(&sidecar).expect("removed again");
-        let kept = lake.id_files(&handle, &spec, None).expect("planned");
+        let kept = lake.id_files(&handle, &spec, None).await.expect("planned");
         assert!(Arc::ptr_eq(&covered, &kept));
     }
 }
