@@ -147,6 +147,14 @@ impl Handles {
             self.learn_head(spec, head);
             return Ok(Some(head));
         }
+        // In a store the head's search says whether there is a table.
+        if let Some(store) = root.store_root() {
+            let head = Box::pin(table::head_in_store(store, spec)).await?;
+            if let Some(head) = head {
+                self.learn_head(spec, head);
+            }
+            return Ok(head);
+        }
         if !self.exists(root, spec).await? {
             return Ok(None);
         }

@@ -408,6 +408,12 @@ pub async fn open_unloaded(root: &LakeRoot, spec: &TableSpec) -> Result<DeltaTab
 /// A log of thousands of entries takes tens of milliseconds to list; the
 /// search takes a few `stat`s.
 pub async fn latest_version(root: &LakeRoot, spec: &TableSpec) -> Result<u64> {
+    if let LakeRoot::Store(store) = root {
+        return Box::pin(head_in_store(store, spec)).await?.ok_or_else(|| Error::NotInitialized {
+            what: format!("table `{}`", spec.name),
+            path: shown(root, spec),
+        });
+    }
     if let Some(dir) = root.local().map(|root| table_dir(root, spec))
         && let Some(head) = reached_version(&dir).and_then(|known| head_from(&dir, known))
     {
@@ -415,6 +421,60 @@ pub async fn latest_version(root: &LakeRoot, spec: &TableSpec) -> Result<u64> {
     }
     let table = open_unloaded(root, spec).await?;
     table.get_latest_version().await.map_err(|e| Error::delta(&spec.name, e))
+}
+
+/// A table's latest version in a store, `None` when there is no table
+/// there: from its last checkpoint's pointer (one GET) and a listing of the
+/// log from that checkpoint on (one LIST of the entries since), never a
+/// listing of the whole log, which a store pages 1,000 names at a time.
+pub(crate) async fn head_in_store(
+    store: &crate::lake::io::location::StoreRoot,
+    spec: &TableSpec,
+) -> Result<Option<u64>> {
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    let log = store.object(&format!("{}/_delta_log", spec.path));
+    let failed = |what: &str, source| Error::Store {
+        what: format!("{what} {store}{}/_delta_log", spec.path),
+        source,
+    };
+    let pointer = log.clone().join("_last_checkpoint");
+    let checkpointed = match store.store().get(&pointer).await {
+        Ok(got) => {
+            let bytes = got.bytes().await.map_err(|e| failed("reading", e))?;
+            serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|hint| hint.get("version")?.as_u64())
+        }
+        Err(object_store::Error::NotFound { .. }) => None,
+        Err(e) => return Err(failed("reading", e)),
+    };
+    let listed = match checkpointed {
+        Some(from) => {
+            let offset = log.clone().join(format!("{from:020}").as_str());
+            store.store().list_with_offset(Some(&log), &offset)
+        }
+        None => store.store().list(Some(&log)),
+    };
+    let listed: Vec<object_store::ObjectMeta> =
+        listed.try_collect().await.map_err(|e| failed("listing", e))?;
+    let head = listed.iter().filter_map(|m| logged_version(m.location.filename()?)).max();
+    if head.is_none() && checkpointed.is_some() {
+        // A pointer to a checkpoint that is gone: the log decides.
+        let all: Vec<object_store::ObjectMeta> =
+            store.store().list(Some(&log)).try_collect().await.map_err(|e| failed("listing", e))?;
+        return Ok(all.iter().filter_map(|m| logged_version(m.location.filename()?)).max());
+    }
+    Ok(head)
+}
+
+/// The version a log file stands for: a commit (`{v:020}.json`) or a
+/// checkpoint (`{v:020}.checkpoint….parquet`).
+fn logged_version(name: &str) -> Option<u64> {
+    let version = name.get(..20)?.parse().ok()?;
+    let rest = &name[20..];
+    (rest == ".json" || (rest.starts_with(".checkpoint") && rest.ends_with(".parquet")))
+        .then_some(version)
 }
 
 /// A table's version at an instant: the last version committed at or before
