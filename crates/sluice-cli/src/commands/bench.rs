@@ -83,10 +83,24 @@ fn describe(w: &Workload, workers: u64) -> String {
     )
 }
 
-pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
+pub async fn run(root: &sluice::lake::LakeRoot, args: BenchArgs) -> anyhow::Result<()> {
     if args.json {
         crate::output::print_on_stderr();
     }
+    // On a lake in a store, `bench put` (the others stage, which needs a
+    // folder: they say so).
+    if let (sluice::lake::LakeRoot::Store(_), BenchCommand::Put { count, .. }) =
+        (root, &args.command)
+    {
+        Lake::init(root).await?;
+        let figures = Box::pin(super::bench_store::put_in_store(root, *count)).await?;
+        return finish(args.results.as_deref(), args.json, &figures);
+    }
+    run_on(root.filesystem("this bench")?, args).await
+}
+
+/// The benches of a lake on a filesystem.
+async fn run_on(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
     // Every bench but `ingest` (which works in its own --dir) uses the lake.
     if !matches!(args.command, BenchCommand::Ingest { .. }) {
         Lake::init(root).await?;
@@ -128,10 +142,15 @@ pub async fn run(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
         }
         BenchCommand::Scale(options) => super::bench_size::scale(root, &options).await?,
     };
-    bench_results::record(args.results.as_deref(), &figures)?;
-    if args.json {
+    finish(args.results.as_deref(), args.json, &figures)
+}
+
+/// Record the figures, and print them as JSON when asked.
+fn finish(results: Option<&Path>, json: bool, figures: &[Figure]) -> anyhow::Result<()> {
+    bench_results::record(results, figures)?;
+    if json {
         let mut out = std::io::stdout().lock();
-        for line in bench_results::json_lines(&figures)? {
+        for line in bench_results::json_lines(figures)? {
             writeln!(out, "{line}")?;
         }
     }

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use sluice::Lake;
+use sluice::lake::LakeRoot;
 
 use super::bench_load::{fill, median_p99};
 use super::bench_results::Figure;
@@ -80,20 +81,81 @@ pub async fn lookup(root: &Path, artifacts: u64, samples: u64) -> anyhow::Result
 /// `sluice bench put`.
 pub async fn put(root: &Path, count: u64, latencies: Option<&Path>) -> anyhow::Result<Vec<Figure>> {
     let lake = Lake::open(root).await?;
+    let (ms, _) = puts(&lake, count).await?;
+    let what = format!("{count} consecutive puts of one metric, library API, one process");
+    write_latencies(latencies, &ms)?;
+    small_commit_figures("put", "put of one metric", &what, ms)
+}
+
+/// `count` puts of one new metric each, one after the other: each one's
+/// milliseconds, and the ids put. Checkpoints they started are finished.
+async fn puts(lake: &Lake, count: u64) -> anyhow::Result<(Vec<f64>, Vec<sluice::ArtifactId>)> {
     let nonce = chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default();
-    let mut ms = Vec::with_capacity(count as usize);
+    let (mut ms, mut ids) = (Vec::with_capacity(count as usize), Vec::new());
     for i in 0..count.max(1) {
         let artifact = sluice::Draft::metric(serde_json::json!({"put": i, "nonce": nonce}))?
             .with_step(1)
             .finalize(lake.registry())?;
+        ids.push(artifact.id);
         let clock = Instant::now();
         lake.put(&[artifact]).await?;
         ms.push(clock.elapsed().as_secs_f64() * 1e3);
     }
     lake.settle().await;
-    let what = format!("{count} consecutive puts of one metric, library API, one process");
-    write_latencies(latencies, &ms)?;
-    small_commit_figures("put", "put of one metric", &what, ms)
+    Ok((ms, ids))
+}
+
+/// `sluice bench put --lake s3://…` (or `az://…`): the puts to the store,
+/// their requests counted in the seam, against the same puts to a lake on
+/// local disk made for the run; then a read by id through a lake object
+/// opened for it (in the same process: log entries it already read are
+/// kept, so a new process makes more requests — `tests/cli/stores.rs`
+/// counts those).
+pub async fn put_in_store(root: &LakeRoot, count: u64) -> anyhow::Result<Vec<Figure>> {
+    use sluice::lake::io::requests::counted_at;
+    let LakeRoot::Store(store) = root else { bail!("`put_in_store` needs a lake in a store") };
+    let url = store.url();
+    let local_dir = std::env::temp_dir().join(format!(
+        "sluice-bench-put-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+    ));
+    let (local, _) = Lake::init(local_dir.as_path()).await?;
+    let (local_ms, _) = puts(&local, count).await?;
+    drop(local);
+    std::fs::remove_dir_all(&local_dir).ok();
+    let lake = Lake::open(root).await?;
+    let before = counted_at(url);
+    let (ms, ids) = puts(&lake, count).await?;
+    let put_requests = counted_at(url).since(&before);
+    let before = counted_at(url);
+    let opened = Lake::open(root).await?;
+    opened.get(ids[ids.len() / 2]).await?;
+    let get_requests = counted_at(url).since(&before);
+    let per_put = put_requests.total() as f64 / count.max(1) as f64;
+    let (median, p99) = median_p99(ms);
+    let (local_median, _) = median_p99(local_ms);
+    let what =
+        format!("{count} consecutive puts of one metric to {store}, library API, one process");
+    print(&format!(
+        "workload: {what}\n\
+         put: median {median:.1} ms, p99 {p99:.1} ms; the same puts to local disk: median {local_median:.1} ms (ratio {:.1})\n\
+         requests: {per_put:.1} per put ({put_requests} for {count})\n\
+         get by id through a lake object opened for it: {get_requests}",
+        median / local_median.max(1e-9)
+    ))?;
+    Ok(vec![
+        Figure::new("put", &what, "put of one metric to the store, median", median, "ms")
+            .against("the same puts to local disk, this run", median / local_median.max(1e-9)),
+        Figure::new("put", &what, "requests per put", per_put, "requests"),
+        Figure::new(
+            "put",
+            &what,
+            "requests of open + get by id (same process)",
+            get_requests.total() as f64,
+            "requests",
+        ),
+    ])
 }
 
 /// `sluice bench step-commit`: what a pipeline step of one unit commits,

@@ -134,9 +134,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .await
         }
-        Command::Bench(bench) => {
-            Box::pin(bench::run(root.filesystem("sluice bench")?, bench)).await
-        }
+        Command::Bench(bench) => Box::pin(bench::run(&root, bench)).await,
         Command::Ingest(command) => {
             let given = given.as_ref().map(|root| root.filesystem("sluice ingest")).transpose()?;
             ingest::run(command, given).await

@@ -381,3 +381,22 @@ fn on_azure_a_fresh_process_s_requests_stay_flat_as_the_lake_grows() {
         fresh_processes_requests_stay_flat(&lake);
     }
 }
+
+/// `sluice bench put` on a lake in a store states its requests per put
+/// and its ratio to the same puts to local disk, measured in the same run.
+#[test]
+fn on_s3_bench_put_counts_requests_against_local_disk() {
+    let Some(lake) = moto_lake() else { return };
+    let out = lake.ok(&["bench", "put", "--count", "12", "--json"]);
+    let figures: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let named = |name: &str| {
+        figures.iter().find(|f| f["figure"] == name).unwrap_or_else(|| panic!("{name}: {out}"))
+    };
+    let per_put = named("requests per put")["value"].as_f64().unwrap();
+    assert!((6.0..=64.0).contains(&per_put), "{per_put} requests per put");
+    let median = named("put of one metric to the store, median");
+    assert!(median["baseline"].as_str().unwrap().contains("local disk"), "{median}");
+    assert!(median["ratio"].as_f64().unwrap() > 0.0, "{median}");
+    let get = named("requests of open + get by id (same process)")["value"].as_f64().unwrap();
+    assert!(get >= 1.0, "{get}");
+}

@@ -196,6 +196,12 @@ impl LakeRoot {
 }
 
 impl StoreRoot {
+    /// The lake's URL (it may carry credentials: show it through
+    /// [`Display`](fmt::Display), which leaves them out).
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
     /// A lake at `url` in a store held in memory, its requests counted
     /// with `url`'s (for unit tests of what a store changes).
     #[cfg(test)]
