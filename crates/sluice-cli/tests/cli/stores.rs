@@ -212,7 +212,7 @@ fn a_secret_never_appears_in_output_or_errors() {
 /// conditional put of each table's next log entry.
 fn racing_puts_lose_and_duplicate_nothing(lake: &StoreLake) {
     lake.ok(&["init"]);
-    let rounds = crate::depth("SLUICE_STORE_RACE_ROUNDS", 40, 12);
+    let rounds = crate::depth("SLUICE_STORE_RACE_ROUNDS", 100, 12);
     for round in 0..rounds {
         let racers: Vec<_> = ["a", "b"]
             .iter()

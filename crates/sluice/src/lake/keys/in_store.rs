@@ -26,8 +26,11 @@
 //! filter of a lake deleted and made again at the same URL names no live
 //! file. A pack that lacks a version (its bundle was put after the pack's
 //! writer looked) is mended by the first reader that finds live files
-//! uncovered: it lists the whole folder once and reads the bundles it
-//! lacks, and the next pack holds them.
+//! uncovered: it lists the folder from a little before the newest pack and
+//! reads the bundles it lacks, and the next pack holds them. A process
+//! mends at most once every [`PACK_EVERY`] versions (files no bundle will
+//! ever describe, written by other tools, would otherwise cost a listing
+//! at every look-up).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Range;
@@ -73,9 +76,9 @@ struct Known {
     looked_through: Option<u64>,
     /// The newest pack read or written.
     newest_pack: Option<u64>,
-    /// Whether the bundles packs may lack were looked for (see
-    /// [`StoreKeys::mend`]); once per process.
-    mended: bool,
+    /// The head at the last look for bundles packs may lack (see
+    /// [`StoreKeys::mend`]).
+    mended_at: Option<u64>,
 }
 
 /// One version's key filters, as read.
@@ -276,15 +279,17 @@ impl StoreKeys {
     fn looked_at(&self, head: u64, mended: bool) {
         if let Ok(mut known) = self.known.lock() {
             known.looked_through = Some(known.looked_through.map_or(head, |k| k.max(head)));
-            known.mended |= mended;
+            if mended {
+                known.mended_at = Some(known.mended_at.map_or(head, |m| m.max(head)));
+            }
         }
     }
 
-    /// Whether some of `live` no version read names, while no mend was
-    /// made.
+    /// Whether some of `live` no version read names, and no mend was made
+    /// in the last [`PACK_EVERY`] versions.
     fn lacks_some(&self, head: u64, live: &HashSet<&str>) -> bool {
         let Ok(known) = self.known.lock() else { return false };
-        if known.mended {
+        if known.mended_at.is_some_and(|m| head < m + PACK_EVERY) {
             return false;
         }
         let named: HashSet<&str> = known
@@ -295,15 +300,19 @@ impl StoreKeys {
         live.iter().any(|f| !named.contains(f))
     }
 
-    /// List the folder from a little before the newest pack (the whole of
-    /// it when none is known) and read the bundles up to `head` this
-    /// process lacks. A pack misses a bundle only when that version's
-    /// writer was still putting it (seconds), so the versions just before
-    /// the pack are where to look; older versions left out of a pack named
-    /// files that were no longer live.
+    /// List the folder from a little before the newest pack or the last
+    /// mend, whichever is older (the whole of it when neither is known), and
+    /// read the bundles up to `head` this process lacks. A bundle is missed
+    /// only when its version's writer was still putting it (seconds), so
+    /// the versions just before are where to look; older versions left out
+    /// of a pack named files that were no longer live.
     async fn mend(&self, head: u64) {
         let from = match self.known.lock() {
-            Ok(known) => known.newest_pack.map(|p| p.saturating_sub(2 * PACK_EVERY)),
+            Ok(known) => [known.newest_pack, known.mended_at]
+                .into_iter()
+                .flatten()
+                .map(|v| v.saturating_sub(2 * PACK_EVERY))
+                .min(),
             Err(_) => return,
         };
         let listing = self.list(from).await;
@@ -560,6 +569,44 @@ mod tests {
         let reader = forget(&writer);
         let filters = reader.filters(PACK_EVERY, &live, None).await;
         assert_eq!(filters.len() as u64, PACK_EVERY, "version 2 read from its own bundle");
+    }
+
+    #[tokio::test]
+    async fn a_long_lived_reader_mends_again_only_after_the_table_moved_on() {
+        use crate::lake::io::requests::counted_at;
+        let (root, writer) = written("again", None).await;
+        let url = url::Url::parse("memory://keys-again/lake/").unwrap();
+        let all: Vec<String> = (1..=2 * PACK_EVERY + 2).map(|v| format!("f{v}")).collect();
+        let live = |head: u64| -> HashSet<&str> {
+            all[..head as usize].iter().map(String::as_str).collect()
+        };
+        writer.pack_if_due(PACK_EVERY, &live(PACK_EVERY)).await;
+        let reader = forget(&writer);
+        assert_eq!(reader.filters(PACK_EVERY, &live(PACK_EVERY), None).await.len(), 8);
+        // Version 9's bundle is late: the reader passes it, finds f9
+        // uncovered, looks for it (a mend) and does not find it yet.
+        let put = |v: u64| {
+            let writer = writer.clone();
+            async move { writer.put(v, &bundle(&format!("f{v}"), "k")).await.unwrap() }
+        };
+        put(10).await;
+        let filters = reader.filters(10, &live(10), None).await;
+        assert!(!filters.contains_key(&9) && filters.contains_key(&10));
+        put(9).await;
+        put(11).await;
+        // One version on: no listing again for the file still uncovered.
+        let before = counted_at(&url);
+        let filters = reader.filters(11, &live(11), None).await;
+        assert!(!filters.contains_key(&9));
+        assert_eq!(counted_at(&url).since(&before).list, 0, "no mend at every look-up");
+        // Eight versions after the last mend, the next one finds it.
+        for v in 12..=2 * PACK_EVERY + 2 {
+            put(v).await;
+        }
+        let head = 2 * PACK_EVERY + 2;
+        let filters = reader.filters(head, &live(head), None).await;
+        assert_eq!(filters.len() as u64, head, "version 9 read at the next mend");
+        drop(root);
     }
 
     #[tokio::test]
