@@ -690,15 +690,7 @@ impl Append<'_> {
         let written = match self.root {
             LakeRoot::Local(root) => bundle.write(&table::table_dir(root, spec), version),
             LakeRoot::Store(store) => {
-                let keys = StoreKeys::of(store, spec);
-                match keys.put(version, &bundle).await {
-                    Ok(()) => {
-                        let live = live()?;
-                        keys.pack_if_due(version, &live.iter().map(String::as_str).collect()).await;
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                }
+                StoreKeys::of(store, spec).record(version, &bundle, live).await
             }
         };
         match written {

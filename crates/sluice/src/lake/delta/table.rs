@@ -18,6 +18,7 @@ use url::Url;
 
 use crate::error::{Error, Result};
 use crate::lake::io::location::LakeRoot;
+use crate::lake::io::log_entry;
 use crate::lake::keys::in_store::StoreKeys;
 use crate::lake::keys::key_filter;
 use crate::lake::keys::key_set;
@@ -468,13 +469,13 @@ pub(crate) async fn head_in_store(
     Ok(head)
 }
 
-/// The version a log file stands for: a commit (`{v:020}.json`) or a
-/// checkpoint (`{v:020}.checkpoint….parquet`).
+/// The version a log file stands for (see [`log_entry::log_file`]).
 fn logged_version(name: &str) -> Option<u64> {
-    let version = name.get(..20)?.parse().ok()?;
-    let rest = &name[20..];
-    (rest == ".json" || (rest.starts_with(".checkpoint") && rest.ends_with(".parquet")))
-        .then_some(version)
+    match log_entry::log_file(name)? {
+        log_entry::LogFile::Commit(version) | log_entry::LogFile::Checkpoint(version) => {
+            Some(version)
+        }
+    }
 }
 
 /// A table's version at an instant: the last version committed at or before
@@ -655,11 +656,9 @@ pub async fn record_keys(
         match root {
             LakeRoot::Local(root) => bundle.write(&table_dir(root, spec), version),
             LakeRoot::Store(store) => {
-                let keys = StoreKeys::of(store, spec);
-                keys.put(version, &bundle).await?;
-                let live = active_files(table, spec)?;
-                keys.pack_if_due(version, &live.iter().map(String::as_str).collect()).await;
-                Ok(())
+                StoreKeys::of(store, spec)
+                    .record(version, &bundle, || active_files(table, spec))
+                    .await
             }
         }
     };

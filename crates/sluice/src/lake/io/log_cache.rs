@@ -36,6 +36,8 @@ use object_store::{
     ObjectMeta, ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 
+use super::log_entry::{LogFile, log_file};
+
 /// The most bytes of log entries a process keeps (about 30,000 entries of
 /// small commits).
 const MAX_BYTES: usize = 64 << 20;
@@ -64,37 +66,12 @@ fn cache() -> &'static Mutex<Cache> {
 /// kept.
 const MAX_CHECKPOINT_BYTES: u64 = 16 << 20;
 
-/// What of a table's log an object is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Logged {
-    /// `…/_delta_log/{20 digits}.json`
-    Entry,
-    /// `…/_delta_log/{20 digits}.checkpoint….parquet`
-    Checkpoint,
-}
-
-/// What of a Delta log `location` is, if it is an immutable part of one.
-fn logged(location: &Path) -> Option<Logged> {
+/// What of a Delta log `location` is, if it is an immutable part of one
+/// (a commit entry or a checkpoint in a `_delta_log` folder).
+fn logged(location: &Path) -> Option<LogFile> {
     let mut parts = location.parts().collect::<Vec<_>>().into_iter().rev();
     let (name, parent) = (parts.next()?, parts.next()?);
-    if parent.as_ref() != "_delta_log" {
-        return None;
-    }
-    let name = name.as_ref();
-    let version = name.get(..20).filter(|v| v.bytes().all(|b| b.is_ascii_digit()))?;
-    let rest = &name[version.len()..];
-    if rest == ".json" {
-        Some(Logged::Entry)
-    } else if rest.starts_with(".checkpoint.") && rest.ends_with(".parquet") {
-        Some(Logged::Checkpoint)
-    } else {
-        None
-    }
-}
-
-/// Whether `location` is a Delta log entry.
-fn is_log_entry(location: &Path) -> bool {
-    logged(location).is_some()
+    (parent.as_ref() == "_delta_log").then(|| log_file(name.as_ref())).flatten()
 }
 
 /// Whether a read asks for the current object (or a range of it),
@@ -147,7 +124,7 @@ impl LogCached {
     /// Drop what is kept of `meta`'s object if the store now shows another
     /// object there.
     fn check(bucket: &str, meta: &ObjectMeta) {
-        if !is_log_entry(&meta.location) {
+        if logged(&meta.location).is_none() {
             return;
         }
         let Ok(mut cache) = cache().lock() else { return };
@@ -224,8 +201,8 @@ impl ObjectStore for LogCached {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let keep = match logged(location) {
-            Some(Logged::Entry) => plain(&options) && options.range.is_none(),
-            Some(Logged::Checkpoint) => plain(&options),
+            Some(LogFile::Commit(_)) => plain(&options) && options.range.is_none(),
+            Some(LogFile::Checkpoint(_)) => plain(&options),
             None => false,
         };
         if keep && let Some(kept) = self.kept(location) {
@@ -297,12 +274,12 @@ mod tests {
     #[test]
     fn only_log_entries_and_checkpoints_are_kept() {
         let at = |p: &str| logged(&Path::from(p));
-        assert_eq!(at("lake/t/_delta_log/00000000000000000003.json"), Some(Logged::Entry));
+        assert_eq!(at("lake/t/_delta_log/00000000000000000003.json"), Some(LogFile::Commit(3)));
         for checkpoint in [
             "lake/t/_delta_log/00000000000000000009.checkpoint.parquet",
             "lake/t/_delta_log/00000000000000000009.checkpoint.0000000001.0000000002.parquet",
         ] {
-            assert_eq!(at(checkpoint), Some(Logged::Checkpoint), "{checkpoint}");
+            assert_eq!(at(checkpoint), Some(LogFile::Checkpoint(9)), "{checkpoint}");
         }
         for other in [
             "lake/t/_delta_log/_last_checkpoint",
@@ -311,7 +288,7 @@ mod tests {
             "lake/t/part-0.parquet",
             "lake/t/00000000000000000003.json",
         ] {
-            assert!(!is_log_entry(&Path::from(other)), "{other}");
+            assert_eq!(at(other), None, "{other}");
         }
     }
 

@@ -35,6 +35,32 @@ use crate::error::{Error, Result};
 /// absent, is put again before the failure is reported.
 const PUT_ATTEMPTS: usize = 4;
 
+/// What a file of a Delta log is, by its name: the commit of a version
+/// (`{version:020}.json`) or a checkpoint of one
+/// (`{version:020}.checkpoint….parquet`, single or in parts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogFile {
+    /// A version's commit entry.
+    Commit(u64),
+    /// A checkpoint of a version (or a part of one).
+    Checkpoint(u64),
+}
+
+/// What the log file named `name` is (`None`: not a commit or checkpoint,
+/// e.g. `_last_checkpoint`).
+pub(crate) fn log_file(name: &str) -> Option<LogFile> {
+    let digits = name.get(..20).filter(|v| v.bytes().all(|b| b.is_ascii_digit()))?;
+    let version = digits.parse().ok()?;
+    let rest = &name[20..];
+    if rest == ".json" {
+        Some(LogFile::Commit(version))
+    } else if rest.starts_with(".checkpoint.") && rest.ends_with(".parquet") {
+        Some(LogFile::Checkpoint(version))
+    } else {
+        None
+    }
+}
+
 /// The location of a version's log entry in a store rooted at its table.
 pub fn entry_location(version: u64) -> StorePath {
     StorePath::from(format!("_delta_log/{version:020}.json"))

@@ -185,6 +185,21 @@ impl StoreKeys {
         Ok(())
     }
 
+    /// Record the bundle of `version`, just committed: put it, then a pack
+    /// if one is due (see [`StoreKeys::pack_if_due`]; `live` gives the
+    /// files live at `version`, asked for only then).
+    pub(in crate::lake) async fn record(
+        &self,
+        version: u64,
+        bundle: &Bundle,
+        live: impl FnOnce() -> Result<Vec<String>>,
+    ) -> Result<()> {
+        self.put(version, bundle).await?;
+        let live = live()?;
+        self.pack_if_due(version, &live.iter().map(String::as_str).collect()).await;
+        Ok(())
+    }
+
     /// The filters of `column` (`None`: the key column) over `live`, the
     /// files live at version `head`, by version: what a look-up at the
     /// head plans from. Reading only costs speed, so what cannot be read

@@ -78,18 +78,18 @@ impl IdFiles {
         // Stamped before the listing: a sidecar written after it moves it.
         let sidecars_seen = dir.as_deref().and_then(settled_stamp);
         let version = handle.version();
-        let filters = match (root, &dir, column) {
-            (_, Some(dir), Some(column)) => key_filter::read_column(dir, column),
-            (_, Some(dir), None) => key_filter::read_all(dir),
-            (LakeRoot::Store(store), None, column) => {
-                // The planner leaves out filters whose files are not all
-                // active, as on a filesystem.
+        // The planner leaves out filters whose files are not all active.
+        let filters = match (root, column) {
+            (LakeRoot::Local(root), Some(column)) => {
+                key_filter::read_column(&table::table_dir(root, spec), column)
+            }
+            (LakeRoot::Local(root), None) => key_filter::read_all(&table::table_dir(root, spec)),
+            (LakeRoot::Store(store), column) => {
                 let keys = StoreKeys::of(store, spec);
                 let head = version.unwrap_or_default();
                 keys.look(head).await;
                 keys.held(head, None, column)
             }
-            (LakeRoot::Local(_), None, _) => Default::default(),
         };
         let (active, index) = match previous.filter(|p| p.version == version) {
             Some(same) => (same.active.clone(), same.index.clone()),
