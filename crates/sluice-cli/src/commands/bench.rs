@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use sluice::Lake;
 
-use super::bench_load::{fill, peak_rss_mib, stage, workload};
+use super::bench_load::{describe, fill, peak_rss_mib, stage, workload};
 use super::bench_results::{self, Figure};
 use crate::args::{BenchArgs, BenchCommand, Workload};
 use crate::output::print;
@@ -67,36 +67,49 @@ fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
     Ok((secs, files.len()))
 }
 
-fn describe(w: &Workload, workers: u64) -> String {
-    let staged = match w.batch {
-        1 => "one staging directory per execution".to_owned(),
-        k => format!("staged in batches of {k} executions"),
-    };
-    format!(
-        "{} executions x {} artifacts, {} worker processes, duplicate {:.2}, fail {:.2}, crash {:.2}, {staged}",
-        w.executions,
-        w.artifacts_per_execution,
-        workers,
-        w.duplicate_fraction,
-        w.fail_fraction,
-        w.crash_fraction
-    )
-}
-
 pub async fn run(root: &sluice::lake::LakeRoot, args: BenchArgs) -> anyhow::Result<()> {
     if args.json {
         crate::output::print_on_stderr();
     }
-    // On a lake in a store, `bench put` (the others stage, which needs a
-    // folder: they say so).
-    if let (sluice::lake::LakeRoot::Store(_), BenchCommand::Put { count, .. }) =
-        (root, &args.command)
-    {
-        Lake::init(root).await?;
-        let figures = Box::pin(super::bench_store::put_in_store(root, *count)).await?;
+    // On a lake in a store: `put`, `stage` and `commit`, each against the
+    // same work on local disk in the same run (the others say they need a
+    // folder).
+    if let sluice::lake::LakeRoot::Store(_) = root {
+        let figures = match &args.command {
+            BenchCommand::Put { count, .. } => {
+                Lake::init(root).await?;
+                Box::pin(super::bench_store::put_in_store(root, *count)).await?
+            }
+            BenchCommand::Stage { workload, workers } => {
+                Lake::init(root).await?;
+                stage_figures(root, workload, *workers).await?
+            }
+            BenchCommand::Commit { workload, workers, chunk, .. } => {
+                Lake::init(root).await?;
+                let commit = super::bench_store::commit_in_store(root, workload, *workers, *chunk);
+                Box::pin(commit).await?
+            }
+            _ => {
+                let what = "this bench".to_owned();
+                return Err(sluice::Error::NeedsFilesystem { what, lake: root.to_string() }.into());
+            }
+        };
         return finish(args.results.as_deref(), args.json, &figures);
     }
     run_on(root.filesystem("this bench")?, args).await
+}
+
+/// `sluice bench stage`: a workload staged by worker processes.
+async fn stage_figures(
+    root: &sluice::lake::LakeRoot,
+    workload: &Workload,
+    workers: u64,
+) -> anyhow::Result<Vec<Figure>> {
+    let secs = stage(root, workload, workers).await?;
+    let rate = workload.executions as f64 / secs;
+    let what = describe(workload, workers);
+    print(&format!("workload: {what}\nstage: {secs:.3} s, {rate:.0} executions/s"))?;
+    Ok(vec![Figure::new("stage", &what, "staging rate", rate, "executions/s")])
 }
 
 /// The benches of a lake on a filesystem.
@@ -107,11 +120,7 @@ async fn run_on(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
     }
     let figures = match args.command {
         BenchCommand::Stage { workload, workers } => {
-            let secs = stage(root, &workload, workers).await?;
-            let rate = workload.executions as f64 / secs;
-            let what = describe(&workload, workers);
-            print(&format!("workload: {what}\nstage: {secs:.3} s, {rate:.0} executions/s"))?;
-            vec![Figure::new("stage", &what, "staging rate", rate, "executions/s")]
+            stage_figures(&root.into(), &workload, workers).await?
         }
         BenchCommand::Commit { workload, workers, chunk, existing } => {
             commit(root, &workload, workers, chunk, existing).await?
@@ -182,7 +191,7 @@ async fn commit(
         }
         let existing = super::scalar(&lake, "SELECT count(*) FROM index").await?;
         let w = Workload { seed, ..workload.clone() };
-        let stage_secs = stage(root, &w, workers).await?;
+        let stage_secs = stage(&root.into(), &w, workers).await?;
         let limit = if round == 0 {
             let staged = sluice::staging::default_root(lake.filesystem("the commit bench")?);
             Some(tokio::task::spawn_blocking(move || rewrite_limit(&staged)).await??)

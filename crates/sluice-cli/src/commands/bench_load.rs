@@ -3,13 +3,13 @@
 //! artifacts, percentiles, peak memory and the workload line of a report.
 //! The bench commands import it; it imports none of them.
 
-use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
 use sluice::Lake;
+use sluice::lake::LakeRoot;
 use sluice::staging::synthetic::{self, SyntheticSpec};
-use sluice::staging::{self, StagingWriter, SyncPolicy};
+use sluice::staging::{StagingArea, StagingWriter, SyncPolicy};
 
 use crate::args::Workload;
 
@@ -29,14 +29,14 @@ fn spec(w: &Workload, seed: u64) -> SyntheticSpec {
 
 /// The worker process: stage executions `from..to`.
 pub async fn stage_worker(
-    root: &Path,
+    root: &LakeRoot,
     workload: &Workload,
     from: u64,
     to: u64,
 ) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let writer = StagingWriter::new(
-        staging::default_root(lake.filesystem("the load bench")?),
+    let writer = StagingWriter::in_area(
+        StagingArea::of_lake(lake.root()),
         lake.registry().clone(),
         SyncPolicy::Detect,
     );
@@ -50,21 +50,27 @@ pub async fn stage_worker(
 }
 
 /// Stage a workload with `workers` processes; returns seconds.
-pub(crate) async fn stage(root: &Path, workload: &Workload, workers: u64) -> anyhow::Result<f64> {
+pub(crate) async fn stage(
+    root: &LakeRoot,
+    workload: &Workload,
+    workers: u64,
+) -> anyhow::Result<f64> {
     // A workload's run ids follow from its seed: staging left by an earlier
     // `bench stage` of the same seed and step would collide with them.
-    let scan = sluice::staging::scan(&staging::default_root(root), Some(workload.step))?;
-    let staged: std::collections::HashSet<String> =
-        scan.sealed.iter().flat_map(|d| d.staged_run_ids().unwrap_or_default()).collect();
+    let area = StagingArea::of_lake(root);
+    let scan = sluice::staging::scan::scan_area(&area, Some(workload.step)).await?;
+    let mut staged = std::collections::HashSet::new();
+    for dir in &scan.sealed {
+        staged.extend(dir.staged_run_ids_in(&area).await.unwrap_or_default());
+    }
     let spec = spec(workload, workload.seed);
     let taken =
         (0..workload.executions).filter(|&i| staged.contains(&synthetic::run_id(&spec, i))).count();
     if taken > 0 {
         bail!(
-            "{} already holds {taken} of this workload's staged runs (step {}, seed {}) from an \
+            "{root} already holds {taken} of this workload's staged runs (step {}, seed {}) from an \
              earlier `sluice bench stage`: commit them (`sluice commit`), pass another --seed, or \
              give the bench a new --lake",
-            root.display(),
             workload.step,
             workload.seed
         );
@@ -80,7 +86,13 @@ pub(crate) async fn stage(root: &Path, workload: &Workload, workers: u64) -> any
             continue;
         }
         let mut command = tokio::process::Command::new(&exe);
-        command.arg("--lake").arg(root).arg("__stage-worker");
+        match root {
+            LakeRoot::Local(path) => command.arg("--lake").arg(path),
+            // A store URL may carry a SAS token: in the environment, not in
+            // arguments other users can read.
+            LakeRoot::Store(store) => command.env("SLUICE_LAKE", store.url().as_str()),
+        };
+        command.arg("__stage-worker");
         if let Some(files) = &workload.mixed {
             command.arg("--mixed").arg(files);
         }
@@ -147,4 +159,21 @@ pub(crate) fn peak_rss_mib() -> f64 {
 /// A bench's first line without its `workload: ` label.
 pub(crate) fn workload(line: &str) -> &str {
     line.strip_prefix("workload: ").unwrap_or(line)
+}
+
+/// The workload line of a report.
+pub(crate) fn describe(w: &Workload, workers: u64) -> String {
+    let staged = match w.batch {
+        1 => "one staging directory per execution".to_owned(),
+        k => format!("staged in batches of {k} executions"),
+    };
+    format!(
+        "{} executions x {} artifacts, {} worker processes, duplicate {:.2}, fail {:.2}, crash {:.2}, {staged}",
+        w.executions,
+        w.artifacts_per_execution,
+        workers,
+        w.duplicate_fraction,
+        w.fail_fraction,
+        w.crash_fraction
+    )
 }

@@ -281,7 +281,7 @@ pub async fn maintenance(
             ));
         }
         let w = Workload { seed, ..workload.clone() };
-        super::bench_load::stage(root, &w, workers).await?;
+        super::bench_load::stage(&root.into(), &w, workers).await?;
         let report = lake.commit().execute().await?;
         let commit = report.duration.as_secs_f64();
         let clock = Instant::now();

@@ -158,6 +158,65 @@ pub async fn put_in_store(root: &LakeRoot, count: u64) -> anyhow::Result<Vec<Fig
     ])
 }
 
+/// `sluice bench commit --lake s3://…` (or `az://…`): a workload staged
+/// into the store by worker processes and committed from there, its
+/// requests counted in the seam, against the same workload staged and
+/// committed on local disk in the same run.
+pub async fn commit_in_store(
+    root: &LakeRoot,
+    workload: &crate::args::Workload,
+    workers: u64,
+    chunk: usize,
+) -> anyhow::Result<Vec<Figure>> {
+    use sluice::lake::io::requests::counted_at;
+    let LakeRoot::Store(store) = root else { bail!("`commit_in_store` needs a lake in a store") };
+    let url = store.url();
+    let local_dir = std::env::temp_dir().join(format!(
+        "sluice-bench-commit-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+    ));
+    let local_root = LakeRoot::from(local_dir.as_path());
+    let (local, _) = Lake::init(&local_root).await?;
+    super::bench_load::stage(&local_root, workload, workers).await?;
+    let local_report = local.commit().with_chunk_size(chunk).execute().await?;
+    drop(local);
+    std::fs::remove_dir_all(&local_dir).ok();
+
+    let lake = Lake::open(root).await?;
+    let stage_secs = super::bench_load::stage(root, workload, workers).await?;
+    let before = counted_at(url);
+    let report = lake.commit().with_chunk_size(chunk).execute().await?;
+    let requests = counted_at(url).since(&before);
+    if report.runs_committed != local_report.runs_committed {
+        bail!(
+            "the store's commit took {} executions, local disk's {}",
+            report.runs_committed,
+            local_report.runs_committed
+        );
+    }
+    let (secs, local_secs) = (report.duration.as_secs_f64(), local_report.duration.as_secs_f64());
+    let what = format!(
+        "{}; staged by {workers} worker processes into {store}, committed by one process",
+        super::bench_load::describe(workload, workers)
+    );
+    let ratio = secs / local_secs.max(1e-9);
+    let per_execution = requests.total() as f64 / report.runs_committed.max(1) as f64;
+    print(&format!(
+        "workload: {what}
+         stage into the store: {stage_secs:.3} s
+         commit: {secs:.3} s; the same commit on local disk: {local_secs:.3} s (ratio {ratio:.2}, goal ≤ 3)
+         requests: {requests} ({per_execution:.2} per execution, {} sequences)",
+        report.sequences.len()
+    ))?;
+    Ok(vec![
+        Figure::new("commit", &what, "commit from staging in the store", secs, "s")
+            .against("the same commit on local disk, this run", ratio)
+            .goal("3"),
+        Figure::new("commit", &what, "requests per committed execution", per_execution, "requests"),
+    ])
+}
+
 /// `sluice bench step-commit`: what a pipeline step of one unit commits,
 /// staged as its worker stages it, committed by the library's committer.
 pub async fn step_commit(

@@ -126,13 +126,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Completions { shell } => completions(shell),
         Command::Man { dir } => manual(dir.as_deref()),
         Command::Worker { units, task, per_task } => {
-            pipeline::worker(
-                root.filesystem("a pipeline worker")?,
-                units.as_deref(),
-                task,
-                per_task,
-            )
-            .await
+            pipeline::worker(&root, units.as_deref(), task, per_task).await
         }
         Command::Bench(bench) => Box::pin(bench::run(&root, bench)).await,
         Command::Ingest(command) => {
@@ -140,8 +134,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             ingest::run(command, given).await
         }
         Command::StageWorker { workload, from, to } => {
-            bench_load::stage_worker(root.filesystem("a staging worker")?, &workload, from, to)
-                .await
+            bench_load::stage_worker(&root, &workload, from, to).await
         }
     }
 }

@@ -358,7 +358,7 @@ pub async fn runs(root: &LakeRoot, as_json: bool, limit: usize) -> anyhow::Resul
 }
 
 pub async fn worker(
-    root: &Path,
+    root: &LakeRoot,
     units: Option<&Path>,
     task: usize,
     per_task: usize,

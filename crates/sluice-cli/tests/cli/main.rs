@@ -20,6 +20,7 @@ mod pipeline;
 mod protocol;
 mod restore;
 mod slurm;
+mod store_crash;
 mod stores;
 mod terminal;
 

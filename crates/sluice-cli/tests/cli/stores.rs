@@ -12,25 +12,25 @@ use std::time::Duration;
 use serde_json::Value;
 
 /// A lake URL and the environment that reaches its store.
-struct StoreLake {
-    url: String,
+pub(crate) struct StoreLake {
+    pub(crate) url: String,
     env: Vec<(&'static str, String)>,
-    cwd: tempfile::TempDir,
+    pub(crate) cwd: tempfile::TempDir,
 }
 
 impl StoreLake {
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_sluice"));
         command.current_dir(self.cwd.path()).arg("--lake").arg(&self.url).args(args);
         command.env_remove("SLUICE_LAKE").envs(self.env.iter().map(|(k, v)| (k, v)));
         command
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().unwrap()
     }
 
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args);
         assert!(
             out.status.success(),
@@ -67,7 +67,7 @@ fn skip_or_fail(what: &str, start: &str) -> Option<StoreLake> {
 }
 
 /// A new bucket on moto, and the `AWS_*` variables a user would set.
-fn moto_lake() -> Option<StoreLake> {
+pub(crate) fn moto_lake() -> Option<StoreLake> {
     let port = std::env::var("SLUICE_MOTO_PORT").unwrap_or_else(|_| "5555".into());
     let address = format!("127.0.0.1:{port}");
     let bucket = unique("cli");
@@ -91,7 +91,7 @@ fn moto_lake() -> Option<StoreLake> {
 }
 
 /// A new container on Azurite, and the `AZURE_STORAGE_*` variables.
-fn azurite_lake() -> Option<StoreLake> {
+pub(crate) fn azurite_lake() -> Option<StoreLake> {
     use sluice::ingest::queue::{Credential, EMULATOR_ACCOUNT, EMULATOR_KEY, create_container};
     let address = "127.0.0.1:10000";
     if TcpStream::connect_timeout(&address.parse().unwrap(), Duration::from_secs(2)).is_err() {
@@ -109,8 +109,9 @@ fn azurite_lake() -> Option<StoreLake> {
 
 /// The lake-level commands, one after the other, as a user runs them on a
 /// lake in a store: nothing lands on the local disk, every read sees every
-/// write, maintenance keeps every row once, doctor finds it clean, and
-/// what needs a filesystem (a pipeline's staging) says so.
+/// write, maintenance keeps every row once, a pipeline stages and commits
+/// through the store, doctor finds it clean, and what needs a filesystem
+/// (SLURM's task files) says so.
 fn lake_commands_work_on_the_store(lake: &StoreLake) {
     let init = lake.ok(&["init"]);
     assert!(init.contains("created   metrics") && init.contains(&lake.url), "{init}");
@@ -145,15 +146,64 @@ fn lake_commands_work_on_the_store(lake: &StoreLake) {
     assert!(doctor["location"]["path"].as_str().unwrap().starts_with(&lake.url), "{doctor}");
     assert_eq!(lake.ok(&["sql", "--format", "csv", "SELECT count(*) AS n FROM metrics"]), csv);
 
-    // What needs a filesystem says so, naming the lake.
+    // A pipeline: two worker processes stage straight to the store, the
+    // step commits from there, a rerun is cached, lineage and status read it.
     let pipeline = lake.cwd.path().join("p.toml");
     std::fs::write(
         &pipeline,
-        "name = \"p\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\n\
-         params = { tables = 1, rows = 2, seed = 1 }\n",
+        r#"name = "p"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 6, rows = 5, seed = 1 }
+
+[[step]]
+name = "square"
+operation = "command"
+command = ["sh", "-c", "for f in inputs/t/*.csv; do awk -F, -v OFS=, 'NR == 1 { print; next } { $2 = $2 * $2; print }' \"$f\" > outputs/t/$(basename $f); done"]
+inputs = { t = "gen.data" }
+outputs = { t = "data" }
+batch = { artifacts_per_unit = 2 }
+
+[[step]]
+name = "stats"
+operation = "compute_metrics"
+inputs = { t = "square.t" }
+"#,
     )
     .unwrap();
-    let out = lake.run(&["run", pipeline.to_str().unwrap()]);
+    let path = pipeline.to_str().unwrap();
+    let report: Value =
+        serde_json::from_str(&lake.ok(&["run", path, "--workers", "2", "--json"])).unwrap();
+    let dispatched = |report: &Value| -> u64 {
+        report["steps"].as_array().unwrap().iter().map(|s| s["dispatched"].as_u64().unwrap()).sum()
+    };
+    assert_eq!(dispatched(&report), 6 + 3 + 6, "{report:#}");
+    let csv = |sql: &str| lake.ok(&["sql", "--format", "csv", sql]);
+    assert_eq!(csv("SELECT count(*) AS n FROM data"), "n\n12\n");
+    assert_eq!(csv("SELECT count(*) AS n FROM metrics WHERE origin_step_number = 3"), "n\n6\n");
+    assert_eq!(
+        csv("SELECT count(*) AS n, count(DISTINCT execution_spec_id) AS d FROM executions \
+             WHERE success"),
+        "n,d\n15,15\n",
+        "one successful execution per unit"
+    );
+    let again: Value =
+        serde_json::from_str(&lake.ok(&["run", path, "--workers", "2", "--json"])).unwrap();
+    assert_eq!(dispatched(&again), 0, "a rerun is cached: {again:#}");
+    let status = lake.ok(&["status"]);
+    assert!(status.contains("succeeded"), "{status}");
+    let metric = csv("SELECT artifact_id FROM metrics WHERE origin_step_number = 3 LIMIT 1");
+    let metric = metric.lines().nth(1).unwrap();
+    let lineage = lake.ok(&["lineage", metric, "--up"]);
+    assert!(lineage.contains("gen") || lineage.contains("data"), "{lineage}");
+    let doctor: Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
+    assert_eq!(doctor["clean"], true, "staging is empty after the run: {doctor}");
+
+    // SLURM's task files still need a shared filesystem; it says so.
+    let changed = std::fs::read_to_string(&pipeline).unwrap().replace("seed = 1", "seed = 2");
+    std::fs::write(&pipeline, changed).unwrap();
+    let out = lake.run(&["run", path, "--backend", "slurm"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(

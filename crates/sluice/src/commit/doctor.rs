@@ -22,7 +22,7 @@ use super::quarantine::{QUARANTINE_DIR, REASON_FILE};
 use crate::error::Result;
 use crate::lake::journal::{self, JournalEntry, Phase, TableSequenceCommit};
 use crate::lake::{Lake, delta::table};
-use crate::staging;
+use crate::staging::{self, StagingArea};
 
 /// The state of a lake's staging and journal.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -62,10 +62,7 @@ impl Diagnosis {
 /// Diagnose the lake's default staging root and journal.
 pub async fn diagnose(lake: &Lake) -> Result<Diagnosis> {
     let mut out = Diagnosis::default();
-    // Staging is a filesystem's: a lake in a store has none to look at.
-    if let Some(root) = lake.root().local().map(staging::default_root) {
-        diagnose_staging(&root, &mut out)?;
-    }
+    diagnose_staging(&StagingArea::of_lake(lake.root()), &mut out).await?;
     let journal = journal::read(lake.root(), None).await?;
     out.unfinished_sequences = journal.unfinished().iter().map(|e| e.seq).collect();
     out.abandoned_sequences = journal
@@ -85,12 +82,27 @@ pub async fn diagnose(lake: &Lake) -> Result<Diagnosis> {
 
 /// What the staging root holds: sealed, unsealed, foreign and quarantined
 /// runs, and pending manifests.
-fn diagnose_staging(root: &std::path::Path, out: &mut Diagnosis) -> Result<()> {
-    let scan = staging::scan(root, None)?;
+async fn diagnose_staging(area: &StagingArea, out: &mut Diagnosis) -> Result<()> {
+    let scan = staging::scan::scan_area(area, None).await?;
     out.sealed = scan.sealed.len();
     out.unsealed = scan.unsealed.into_iter().map(|r| r.path).collect();
     out.foreign = scan.foreign;
-    out.pending_manifests = manifest::read_all(root)?.into_iter().map(|m| m.seq).collect();
+    out.pending_manifests = manifest::read_all_in(area).await?.into_iter().map(|m| m.seq).collect();
+    let root = match area {
+        StagingArea::Dir(root) => root,
+        StagingArea::Store(store) => {
+            for object in store.list(&format!("{QUARANTINE_DIR}/")).await? {
+                let Some(folder) = object.relative.strip_suffix(&format!("/{REASON_FILE}")) else {
+                    continue;
+                };
+                let reason = store.get(&object.relative).await?.unwrap_or_default();
+                let reason = String::from_utf8_lossy(&reason).trim().to_owned();
+                out.quarantined.push((area.shown(folder), reason));
+            }
+            out.quarantined.sort();
+            return Ok(());
+        }
+    };
     let quarantine = root.join(QUARANTINE_DIR);
     if let Ok(steps) = std::fs::read_dir(&quarantine) {
         for step in steps.flatten() {
@@ -157,10 +169,7 @@ pub async fn repair_journal(lake: &Lake) -> Result<JournalRepair> {
             }
         }
     }
-    let manifests = match lake.root().local() {
-        Some(root) => manifest::read_all(&staging::default_root(root))?,
-        None => Vec::new(),
-    };
+    let manifests = manifest::read_all_in(&StagingArea::of_lake(lake.root())).await?;
     let heads = journal::versions(lake.root(), &specs).await?;
     let mut sequences: Vec<(i64, String, Vec<TableSequenceCommit>)> = found
         .into_iter()

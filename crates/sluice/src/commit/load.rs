@@ -82,6 +82,11 @@ pub struct LoadedRun {
 }
 
 impl LoadedRun {
+    /// The names of the files it was loaded from.
+    pub fn file_names(&self) -> Vec<String> {
+        self.tables.keys().map(|table| format!("{table}.parquet")).collect()
+    }
+
     /// What its staged rows hold in memory, decoded.
     pub fn decoded_bytes(&self) -> u64 {
         self.tables.values().flatten().map(|b| b.get_array_memory_size() as u64).sum()
@@ -430,9 +435,48 @@ fn load_run_within(
     dir: &RunDir,
     ceiling: Option<Ceiling>,
 ) -> Result<LoadedRun, Rejection> {
+    let read = read_files(tables, dir, &mut Footprint { decoded: 0, ceiling })?;
+    validated(registry, dir, read)
+}
+
+/// [`load_run`] of a unit fetched from an object store: the names of its
+/// objects (below the unit's folder) and their bytes.
+pub(crate) fn load_fetched(
+    registry: &TypeRegistry,
+    tables: &[TableSpec],
+    dir: &RunDir,
+    files: &[(String, bytes::Bytes)],
+) -> Result<LoadedRun, Rejection> {
+    let mut footprint = Footprint { decoded: 0, ceiling: crate::host::memory_ceiling() };
+    let by_file = staged_files(tables);
+    let mut read = BTreeMap::new();
+    for (name, bytes) in files {
+        if name.starts_with('.') {
+            continue;
+        }
+        if name.contains('/') {
+            return reject(Some(name), "not a file of the unit (staging holds no folders)");
+        }
+        let Some(spec) = by_file.get(name) else {
+            return reject(Some(name), "unexpected file in a run directory");
+        };
+        let (schema, batches) = decode_parquet(bytes.clone(), name, &mut footprint)?;
+        check_schema(spec, &schema, name)?;
+        check_values(spec, &batches, name)?;
+        read.insert(spec.name.clone(), batches);
+    }
+    validated(registry, dir, read)
+}
+
+/// Checks 3 to 5 of a unit whose files were read (checks 1, 2, 6, 7).
+fn validated(
+    registry: &TypeRegistry,
+    dir: &RunDir,
+    tables: BTreeMap<String, Vec<RecordBatch>>,
+) -> Result<LoadedRun, Rejection> {
     let mut loaded = LoadedRun {
         dir: dir.clone(),
-        tables: read_files(tables, dir, &mut Footprint { decoded: 0, ceiling })?,
+        tables,
         artifacts: BTreeMap::new(),
         referenced: BTreeSet::new(),
         executions: Vec::new(),
@@ -446,6 +490,15 @@ fn load_run_within(
     Ok(loaded)
 }
 
+/// The tables a unit may stage, by file name.
+fn staged_files(tables: &[TableSpec]) -> BTreeMap<String, &TableSpec> {
+    tables
+        .iter()
+        .filter(|spec| !matches!(spec.kind, TableKind::Steps | TableKind::Commits))
+        .map(|spec| (format!("{}.parquet", spec.name), spec))
+        .collect()
+}
+
 /// Checks 1, 2, 6 and 7: real files only, each a known table file and a
 /// readable Parquet file with the table's columns and types, all of them
 /// together small enough to commit here.
@@ -454,12 +507,7 @@ fn read_files(
     dir: &RunDir,
     footprint: &mut Footprint,
 ) -> Result<BTreeMap<String, Vec<RecordBatch>>, Rejection> {
-    let mut by_file: BTreeMap<String, &TableSpec> = BTreeMap::new();
-    for spec in tables {
-        if !matches!(spec.kind, TableKind::Steps | TableKind::Commits) {
-            by_file.insert(format!("{}.parquet", spec.name), spec);
-        }
-    }
+    let by_file = staged_files(tables);
     let failed = |e: std::io::Error| Rejection { file: None, reason: format!("cannot list: {e}") };
     let meta = std::fs::symlink_metadata(&dir.path).map_err(failed)?;
     if !meta.is_dir() {

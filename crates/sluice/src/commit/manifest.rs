@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::lake::layout::{self, MANIFEST_DIR};
-use crate::staging::RunDir;
 use crate::staging::paths::{parse_step_dir, validate_dir_name};
+use crate::staging::{RunDir, StagingArea};
 
 /// The run directories of one sequence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,6 +32,25 @@ pub struct Manifest {
 impl Manifest {
     /// The run directories, each checked to be a staging run directory.
     /// Entries that are not are returned as errors, to be reported.
+    pub fn run_dirs_in(&self, area: &StagingArea) -> (Vec<RunDir>, Vec<String>) {
+        let StagingArea::Store(_) = area else {
+            return self.run_dirs(area.dir().expect("a folder area"));
+        };
+        let mut dirs = Vec::new();
+        let mut bad = Vec::new();
+        for path in &self.runs {
+            match run_dir_from(Path::new(""), path) {
+                Some(mut dir) => {
+                    dir.path = area.shown(&dir.relative());
+                    dirs.push(dir);
+                }
+                None => bad.push(path.display().to_string()),
+            }
+        }
+        (dirs, bad)
+    }
+
+    /// [`Manifest::run_dirs_in`] a folder.
     pub fn run_dirs(&self, staging_root: &Path) -> (Vec<RunDir>, Vec<String>) {
         let mut dirs = Vec::new();
         let mut bad = Vec::new();
@@ -139,6 +158,63 @@ pub fn remove(staging_root: &Path, seq: i64) -> Result<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// The manifest's name below a staging area.
+fn relative_name(seq: i64) -> String {
+    format!("{MANIFEST_DIR}/{seq:012}.json")
+}
+
+/// [`write`] in a staging area (in a store, one PUT: whole or absent).
+pub async fn write_in(area: &StagingArea, manifest: &Manifest, sync: bool) -> Result<()> {
+    let StagingArea::Store(store) = area else {
+        return write(area.dir().expect("a folder area"), manifest, sync);
+    };
+    let text = serde_json::to_vec(manifest).map_err(|e| Error::json("a commit manifest", e))?;
+    store.put(&relative_name(manifest.seq), text).await
+}
+
+/// [`read_all`] in a staging area.
+pub async fn read_all_in(area: &StagingArea) -> Result<Vec<Manifest>> {
+    let StagingArea::Store(store) = area else {
+        return read_all(area.dir().expect("a folder area"));
+    };
+    let mut out = Vec::new();
+    for object in store.list(&format!("{MANIFEST_DIR}/")).await? {
+        if !object.relative.ends_with(".json") {
+            continue;
+        }
+        let Some(text) = store.get(&object.relative).await? else { continue };
+        let shown = area.shown(&object.relative);
+        let manifest: Manifest = serde_json::from_slice(&text)
+            .map_err(|e| Error::json(shown.display().to_string(), e))?;
+        if object.relative != relative_name(manifest.seq) {
+            return Err(Error::InvalidInput(format!(
+                "{}: the manifest names sequence {}, not its file name's",
+                shown.display(),
+                manifest.seq
+            )));
+        }
+        out.push(manifest);
+    }
+    out.sort_by_key(|m| m.seq);
+    Ok(out)
+}
+
+/// [`remove`] in a staging area.
+pub async fn remove_in(area: &StagingArea, seq: i64) -> Result<()> {
+    match area {
+        StagingArea::Dir(root) => remove(root, seq),
+        StagingArea::Store(store) => store.delete(&relative_name(seq)).await,
+    }
+}
+
+/// A run directory's path relative to its staging area.
+pub fn relative_in(area: &StagingArea, run: &RunDir) -> PathBuf {
+    match area {
+        StagingArea::Dir(root) => relative(root, &run.path),
+        StagingArea::Store(_) => PathBuf::from(run.relative()),
     }
 }
 

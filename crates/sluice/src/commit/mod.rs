@@ -32,9 +32,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::lake::writer::{self, WriteKind, Writer};
+use crate::lake::writer::{self, WriteKind};
 use crate::lake::{Lake, delta::table, journal, layout};
-use crate::staging::{self, RunDir, SyncPolicy};
+use crate::staging::{self, RunDir, StagingArea, SyncPolicy};
 
 pub use load::{LoadedRun, Rejection, load_run};
 pub use quarantine::{QUARANTINE_DIR, REASON_FILE};
@@ -137,9 +137,8 @@ pub type Progress = Box<dyn Fn(usize, usize) + Send + Sync>;
 #[must_use = "a commit does nothing until executed"]
 pub struct CommitBuilder<'a> {
     lake: &'a Lake,
-    /// `None`: the lake is in a store, and nothing names a folder to
-    /// commit staged units from.
-    staging_root: Option<PathBuf>,
+    /// Where units are staged: a folder, or the lake's store.
+    staging: StagingArea,
     step: Option<i32>,
     chunk: usize,
     chunk_bytes: u64,
@@ -157,7 +156,7 @@ pub struct CommitBuilder<'a> {
 impl std::fmt::Debug for CommitBuilder<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CommitBuilder")
-            .field("staging_root", &self.staging_root)
+            .field("staging", &self.staging)
             .field("step", &self.step)
             .field("chunk", &self.chunk)
             .field("chunk_bytes", &self.chunk_bytes)
@@ -172,7 +171,7 @@ impl Lake {
     pub fn commit(&self) -> CommitBuilder<'_> {
         CommitBuilder {
             lake: self,
-            staging_root: self.root().local().map(staging::default_root),
+            staging: StagingArea::of_lake(self.root()),
             step: None,
             chunk: DEFAULT_CHUNK,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
@@ -200,7 +199,7 @@ impl Lake {
 impl<'a> CommitBuilder<'a> {
     /// Commit staging under another root (default: `<lake>/_staging`).
     pub fn with_staging_root(mut self, root: impl Into<PathBuf>) -> Self {
-        self.staging_root = Some(root.into());
+        self.staging = StagingArea::Dir(root.into());
         self
     }
 
@@ -300,12 +299,12 @@ impl<'a> CommitBuilder<'a> {
             .stale_after(self.stale_after)
             .begin()
             .await?;
-        let Some(root) = self.staging_root.clone() else {
-            return self.settle_only(&writer, started).await;
-        };
-        std::fs::create_dir_all(&root).map_err(|e| Error::io(&root, e))?;
+        let area = self.staging.clone();
+        if let StagingArea::Dir(root) = &area {
+            std::fs::create_dir_all(root).map_err(|e| Error::io(root, e))?;
+        }
         let locked_ms = started.elapsed().as_secs_f64() * 1e3;
-        let requeued = if self.requeue { quarantine::requeue(&root)? } else { Vec::new() };
+        let requeued = if self.requeue { quarantine::requeue_in(&area).await? } else { Vec::new() };
         let specs = self.lake.table_specs();
         // `Lake::open` reconciled the tables that exist; create the missing
         // ones (e.g. the journal of a lake made before it existed). The
@@ -323,14 +322,14 @@ impl<'a> CommitBuilder<'a> {
         kept.advance(self.lake.root()).await?;
         let journal = kept.journal();
         sequence::check_journal(journal.max_seq(), tables_seq)?;
-        let manifests = manifest::read_all(&root)?;
+        let manifests = manifest::read_all_in(&area).await?;
         // Only a crash leaves something to recover: most commits skip it
         // (and the copy of the journal it reads).
         let existing = (!manifests.is_empty() || kept.has_unfinished()).then(|| journal.clone());
         let ctx = sequence::Context {
             lake: self.lake,
-            staging_root: &root,
-            sync: self.sync.should_sync(&root),
+            staging: &area,
+            sync: area.dir().is_some_and(|root| self.sync.should_sync(root)),
             tables_seq,
             failpoint: self.failpoint.clone(),
             journal: tokio::sync::Mutex::new(kept),
@@ -374,27 +373,14 @@ impl<'a> CommitBuilder<'a> {
         Ok(report)
     }
 
-    /// A lake in a store has no staging root (workers stage on a
-    /// filesystem): a commit there settles what killed writers left —
-    /// restores as every writer does, and for `recover` killed puts and
-    /// compactions — and has nothing staged to commit.
-    async fn settle_only(self, writer: &Writer, started: Instant) -> Result<CommitReport> {
-        let mut report = CommitReport::default();
-        report.absorb_settled(writer.settled());
-        if self.recover_only {
-            report.unfinished = crate::maintenance::unfinished::finish(self.lake).await?;
-        }
-        report.duration = started.elapsed();
-        Ok(report)
-    }
-
     /// Commit sealed staging, one sequence per chunk.
     async fn commit_sealed(
         &self,
         ctx: &sequence::Context<'_>,
         report: &mut CommitReport,
     ) -> Result<()> {
-        let scan = staging::scan(ctx.staging_root, self.step)?;
+        let mut scan = staging::scan::scan_area(ctx.staging, self.step).await?;
+        let files = std::mem::take(&mut scan.files);
         report.unsealed = scan.unsealed.iter().map(|r| r.path.clone()).collect();
         if !scan.unsealed.is_empty() && !self.recover_only {
             tracing::warn!(
@@ -403,7 +389,15 @@ impl<'a> CommitBuilder<'a> {
             );
         }
         let sealed: Vec<RunDir> = match &self.runs {
-            Some(runs) => scan.sealed.into_iter().filter(|r| holds_any(r, runs)).collect(),
+            Some(runs) => {
+                let mut held = Vec::new();
+                for dir in scan.sealed {
+                    if holds_any(ctx.staging, &dir, runs).await {
+                        held.push(dir);
+                    }
+                }
+                held
+            }
             None => scan.sealed,
         };
         let total = sealed.len();
@@ -413,7 +407,8 @@ impl<'a> CommitBuilder<'a> {
             let chunk = next_chunk(&mut pending, self.chunk, self.chunk_bytes);
             let clock = Instant::now();
             let taken = chunk.len();
-            let (loaded, left) = sequence::Loaded::load_within(ctx, chunk, self.memory).await?;
+            let (loaded, left) =
+                sequence::Loaded::load_within(ctx, chunk, self.memory, Some(&files)).await?;
             let size = taken - left.len();
             if !left.is_empty() {
                 tracing::debug!(
@@ -446,11 +441,15 @@ impl<'a> CommitBuilder<'a> {
 
 /// Whether a sealed directory holds one of `runs` (a batch whose sentinel
 /// cannot be read is left to `recover`, which quarantines it).
-fn holds_any(dir: &RunDir, runs: &std::collections::HashSet<String>) -> bool {
+async fn holds_any(
+    area: &StagingArea,
+    dir: &RunDir,
+    runs: &std::collections::HashSet<String>,
+) -> bool {
     if !dir.is_batch() {
         return runs.contains(&dir.run_id);
     }
-    dir.staged_run_ids().is_ok_and(|ids| ids.iter().any(|id| runs.contains(id)))
+    dir.staged_run_ids_in(area).await.is_ok_and(|ids| ids.iter().any(|id| runs.contains(id)))
 }
 
 /// The next chunk off the front of `pending`: at most `runs` directories

@@ -9,7 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::staging::RunDir;
+use crate::staging::area::StoreArea;
+pub(crate) use crate::staging::area::remove_unit as remove_in;
+use crate::staging::{RunDir, SENTINEL, StagingArea};
 
 /// Where quarantined run directories go, under the staging root.
 pub const QUARANTINE_DIR: &str = ".quarantine";
@@ -97,39 +99,77 @@ pub fn requeue(staging_root: &Path) -> Result<Vec<PathBuf>> {
     Ok(moved)
 }
 
-/// Remove a committed run directory and its shard directories once empty.
-/// Only a real directory inside the staging root is ever removed: a path
-/// that escapes it, or a symbolic link, is an error.
-pub fn remove_run(staging_root: &Path, run: &RunDir) -> Result<()> {
-    if !run.path.starts_with(staging_root)
-        || run.path.components().any(|c| matches!(c, std::path::Component::ParentDir))
-    {
-        return Err(Error::InvalidInput(format!(
-            "{}: not a run directory under the staging root {}; refusing to remove it",
-            run.path.display(),
-            staging_root.display()
-        )));
+/// [`quarantine`] in a staging area: in a store, the unit's objects are
+/// copied to `.quarantine/{step}_{op}/{run_id}/` with the reason and origin
+/// beside them, then removed (the sentinel first, so the unit stops being
+/// sealed before any of its files go).
+pub async fn quarantine_in(area: &StagingArea, run: &RunDir, reason: &str) -> Result<PathBuf> {
+    let store = match area {
+        StagingArea::Dir(root) => return quarantine(root, run, reason),
+        StagingArea::Store(store) => store,
+    };
+    let origin = run.relative();
+    let group = format!("{QUARANTINE_DIR}/{}_{}", run.step, run.operation);
+    let mut target = format!("{group}/{}", run.run_id);
+    let mut n = 1;
+    while !store.list(&format!("{target}/")).await?.is_empty() {
+        target = format!("{group}/{}.{n}", run.run_id);
+        n += 1;
     }
-    if !crate::staging::paths::no_link_below(staging_root, &run.path) {
-        return Err(Error::InvalidInput(format!(
-            "{}: a staged run, or a folder above it, is a symbolic link or a file; refusing to remove it",
-            run.path.display()
-        )));
-    }
-    match std::fs::remove_dir_all(&run.path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io(&run.path, e)),
-    }
-    // Shard directories are shared; removing one that is not empty fails, harmlessly.
-    let mut parent = run.path.parent();
-    for _ in 0..2 {
-        if let Some(p) = parent.filter(|p| p.starts_with(staging_root) && *p != staging_root) {
-            let _ = std::fs::remove_dir(p);
-            parent = p.parent();
-        }
+    copy_unit(store, &origin, &target).await?;
+    store.put(&format!("{target}/{ORIGIN_FILE}"), origin.clone().into_bytes()).await?;
+    store.put(&format!("{target}/{REASON_FILE}"), format!("{reason}\n").into_bytes()).await?;
+    store.delete_folder(&origin, Some(SENTINEL)).await?;
+    let to = store.shown(&target);
+    tracing::warn!(run = %run.run_id, %reason, to = %to.display(), "quarantined staged run");
+    Ok(to)
+}
+
+/// Copy a unit's files (not the quarantine's notes) from one folder of a
+/// store area to another, the sentinel last.
+async fn copy_unit(store: &StoreArea, from: &str, to: &str) -> Result<()> {
+    let mut names: Vec<String> = store
+        .list(&format!("{from}/"))
+        .await?
+        .into_iter()
+        .filter_map(|o| o.relative.strip_prefix(&format!("{from}/")).map(str::to_owned))
+        .filter(|name| name != REASON_FILE && name != ORIGIN_FILE)
+        .collect();
+    names.sort_by_key(|name| name == SENTINEL);
+    for name in names {
+        store.copy(&format!("{from}/{name}"), &format!("{to}/{name}")).await?;
     }
     Ok(())
+}
+
+/// [`requeue`] in a staging area.
+pub async fn requeue_in(area: &StagingArea) -> Result<Vec<PathBuf>> {
+    let store = match area {
+        StagingArea::Dir(root) => return requeue(root),
+        StagingArea::Store(store) => store,
+    };
+    let mut held = std::collections::BTreeSet::new();
+    for object in store.list(&format!("{QUARANTINE_DIR}/")).await? {
+        let parts: Vec<&str> = object.relative.splitn(4, '/').collect();
+        if parts.len() == 4 {
+            held.insert(parts[..3].join("/"));
+        }
+    }
+    let mut moved = Vec::new();
+    for folder in held {
+        let Some(origin) = store.get(&format!("{folder}/{ORIGIN_FILE}")).await? else { continue };
+        let origin = String::from_utf8_lossy(&origin).trim().to_owned();
+        let fits = crate::commit::manifest::run_dir_from(Path::new(""), Path::new(&origin))
+            .is_some_and(|run| run.relative() == origin);
+        if !fits || !store.list(&format!("{origin}/")).await?.is_empty() {
+            tracing::warn!(run = %folder, "a quarantined run's place is taken; left in quarantine");
+            continue;
+        }
+        copy_unit(store, &folder, &origin).await?;
+        store.delete_folder(&folder, None).await?;
+        moved.push(store.shown(&origin));
+    }
+    Ok(moved)
 }
 
 #[cfg(test)]

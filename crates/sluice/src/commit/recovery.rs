@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use super::CommitReport;
 use super::manifest;
-use super::quarantine::remove_run;
+use super::quarantine::remove_in;
 use super::sequence::{Context, Loaded};
 use crate::error::Result;
 use crate::lake::journal::{Journal, JournalEntry, Phase};
@@ -43,16 +43,16 @@ pub(super) async fn recover(
     report: &mut CommitReport,
 ) -> Result<()> {
     for manifest in &manifests {
-        let (dirs, bad) = manifest.run_dirs(ctx.staging_root);
+        let (dirs, bad) = manifest.run_dirs_in(ctx.staging);
         for path in &bad {
             tracing::warn!(seq = manifest.seq, %path, "a manifest entry is not a staging run directory; ignored");
         }
         let token = manifest_token(manifest);
         if journal.has(&token, Phase::Completed) {
             for dir in &dirs {
-                remove_run(ctx.staging_root, dir)?;
+                remove_in(ctx.staging, dir).await?;
             }
-            manifest::remove(ctx.staging_root, manifest.seq)?;
+            manifest::remove_in(ctx.staging, manifest.seq).await?;
             continue;
         }
         let Some(started) = journal.of_token(&token).find(|e| e.phase() == Phase::Started) else {
@@ -60,7 +60,7 @@ pub(super) async fn recover(
                 seq = manifest.seq,
                 "a manifest without a journal claim; its runs are committed anew"
             );
-            manifest::remove(ctx.staging_root, manifest.seq)?;
+            manifest::remove_in(ctx.staging, manifest.seq).await?;
             continue;
         };
         tracing::info!(
@@ -68,8 +68,13 @@ pub(super) async fn recover(
             runs = dirs.len(),
             "finishing an interrupted commit sequence"
         );
-        let present: Vec<_> = dirs.into_iter().filter(|d| d.path.is_dir()).collect();
-        let (mut loaded, left) = Loaded::load_within(ctx, present.clone(), memory).await?;
+        let mut present = Vec::with_capacity(dirs.len());
+        for dir in dirs {
+            if super::sequence::still_staged(ctx.staging, &dir).await? {
+                present.push(dir);
+            }
+        }
+        let (mut loaded, left) = Loaded::load_within(ctx, present.clone(), memory, None).await?;
         if !left.is_empty() {
             if !reached_any_table(ctx, started).await? {
                 // Nothing of it is committed: close it, and its runs (still
@@ -80,7 +85,7 @@ pub(super) async fn recover(
                     memory >> 20
                 );
                 abandon(ctx, started, &reason).await?;
-                manifest::remove(ctx.staging_root, manifest.seq)?;
+                manifest::remove_in(ctx.staging, manifest.seq).await?;
                 report.abandoned.push((manifest.seq, reason));
                 continue;
             }

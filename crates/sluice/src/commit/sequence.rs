@@ -28,7 +28,7 @@
 //! - **clean**: run directories, then the manifest, are removed.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use deltalake::arrow::array::{Array, ArrayRef, LargeBinaryArray, new_null_array};
 use deltalake::arrow::compute::cast;
@@ -37,7 +37,7 @@ use deltalake::arrow::record_batch::RecordBatch;
 
 use super::load::{LoadedRun, Rejection, load_run};
 use super::manifest::{self, Manifest};
-use super::quarantine::{quarantine, remove_run};
+use super::quarantine::{quarantine_in, remove_in};
 use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 use crate::lake::Lake;
@@ -49,12 +49,12 @@ use crate::lake::journal::tip::JournalTip;
 use crate::lake::journal::{JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
 use crate::lake::keys::key_filter::Key;
 use crate::lake::layout::{self, TableKind, TableSpec};
-use crate::staging::RunDir;
+use crate::staging::{RunDir, SENTINEL, StagingArea};
 
 /// What every sequence of one commit shares.
 pub(super) struct Context<'a> {
     pub lake: &'a Lake,
-    pub staging_root: &'a Path,
+    pub staging: &'a StagingArea,
     pub sync: bool,
     /// The highest sequence number the tables record, checked against the
     /// journal before every claim.
@@ -104,7 +104,7 @@ impl Loaded {
     /// that fails, including runs whose edges point at artifacts neither the
     /// commit nor the lake holds.
     pub(super) async fn load(ctx: &Context<'_>, dirs: Vec<RunDir>) -> Result<Loaded> {
-        Ok(Self::load_within(ctx, dirs, u64::MAX).await?.0)
+        Ok(Self::load_within(ctx, dirs, u64::MAX, None).await?.0)
     }
 
     /// [`Loaded::load`] of the runs whose decoded rows fit in `budget`
@@ -112,23 +112,36 @@ impl Loaded {
     /// back, not loaded. A chunk is cut by what its rows hold in memory
     /// once decoded, which compressed file sizes do not tell (100 MB of
     /// zeros stage as 44 KB).
+    /// In a store, `known` gives the files of units a listing already
+    /// showed (each other unit is listed).
     pub(super) async fn load_within(
         ctx: &Context<'_>,
         dirs: Vec<RunDir>,
         budget: u64,
+        known: Option<&BTreeMap<String, Vec<String>>>,
     ) -> Result<(Loaded, Vec<RunDir>)> {
         let mut report = SequenceReport::default();
         let registry = ctx.lake.registry().clone();
         let specs = ctx.lake.table_specs();
-        let results =
-            tokio::task::spawn_blocking(move || load_parallel(&registry, &specs, dirs, budget))
-                .await
-                .map_err(|e| Error::task("loading staged runs", e))?;
+        let (dirs, mut left, fetched) = match ctx.staging {
+            StagingArea::Dir(_) => (dirs, Vec::new(), None),
+            StagingArea::Store(store) => {
+                let (fetched, left) = fetch_units(store, dirs, budget, known).await?;
+                let dirs = fetched.iter().map(|(dir, _)| dir.clone()).collect();
+                (dirs, left, Some(fetched))
+            }
+        };
+        let results = tokio::task::spawn_blocking(move || match fetched {
+            None => load_parallel(&registry, &specs, dirs, budget),
+            Some(fetched) => load_fetched_parallel(&registry, &specs, fetched, budget),
+        })
+        .await
+        .map_err(|e| Error::task("loading staged runs", e))?;
         let mut runs = Vec::with_capacity(results.len());
-        let mut left = Vec::new();
+        let mut fetched_left = Vec::new();
         for (result, dir) in results {
             let Some(result) = result else {
-                left.push(dir);
+                fetched_left.push(dir);
                 continue;
             };
             match result {
@@ -138,6 +151,8 @@ impl Loaded {
                 }
             }
         }
+        fetched_left.append(&mut left);
+        let left = fetched_left;
         let clock = std::time::Instant::now();
         let specs_checked_at = drop_committed(ctx, &mut runs, &mut report).await?;
         let committed_ms = clock.elapsed().as_millis() as u64;
@@ -201,13 +216,9 @@ impl Loaded {
         let manifest = Manifest {
             seq: claimed.seq,
             token: token.clone(),
-            runs: self
-                .runs
-                .iter()
-                .map(|r| manifest::relative(ctx.staging_root, &r.dir.path))
-                .collect(),
+            runs: self.runs.iter().map(|r| manifest::relative_in(ctx.staging, &r.dir)).collect(),
         };
-        manifest::write(ctx.staging_root, &manifest, ctx.sync)?;
+        manifest::write_in(ctx.staging, &manifest, ctx.sync).await?;
         Ok(Claimed {
             seq: claimed.seq,
             token,
@@ -257,7 +268,7 @@ impl Claimed {
         let tables_ms = clock.elapsed().as_secs_f64() * 1e3;
         self.complete(ctx, commits).await?;
         let completed_ms = clock.elapsed().as_secs_f64() * 1e3;
-        self.clean(ctx)?;
+        self.clean(ctx).await?;
         tracing::debug!(
             seq = self.seq,
             runs = self.runs.len(),
@@ -436,11 +447,10 @@ impl Claimed {
     }
 
     /// Remove the committed run directories, then the manifest.
-    fn clean(&self, ctx: &Context<'_>) -> Result<()> {
-        for run in &self.runs {
-            remove_run(ctx.staging_root, &run.dir)?;
-        }
-        manifest::remove(ctx.staging_root, self.seq)
+    async fn clean(&self, ctx: &Context<'_>) -> Result<()> {
+        let units: Vec<_> = self.runs.iter().map(|run| (&run.dir, run.file_names())).collect();
+        crate::staging::area::remove_units(ctx.staging, &units).await?;
+        manifest::remove_in(ctx.staging, self.seq).await
     }
 }
 
@@ -453,17 +463,26 @@ async fn reject_run(
     reason: &str,
     report: &mut SequenceReport,
 ) -> Result<()> {
-    if std::fs::symlink_metadata(&dir.path).is_err() {
+    if !still_staged(ctx.staging, dir).await? {
         tracing::info!(run = %dir.run_id, "a staged run vanished while loading (committed elsewhere)");
         return Ok(());
     }
     if runs_committed(ctx.lake, dir).await? {
         tracing::info!(run = %dir.run_id, "a staged run was committed meanwhile; removing it");
-        return remove_run(ctx.staging_root, dir);
+        return remove_in(ctx.staging, dir).await;
     }
-    let to = quarantine(ctx.staging_root, dir, reason)?;
+    let to = quarantine_in(ctx.staging, dir, reason).await?;
     report.quarantined.push((to, reason.to_owned()));
     Ok(())
+}
+
+/// Whether a unit is still in staging (a unit gone meanwhile was taken by
+/// another committer).
+pub(super) async fn still_staged(area: &StagingArea, dir: &RunDir) -> Result<bool> {
+    match area {
+        StagingArea::Dir(_) => Ok(std::fs::symlink_metadata(&dir.path).is_ok()),
+        StagingArea::Store(store) => store.exists(&format!("{}/{SENTINEL}", dir.relative())).await,
+    }
 }
 
 /// Runs that must not be committed again, removed from staging:
@@ -524,7 +543,7 @@ async fn drop_committed(
         }
         report.already_committed += run.executions.len() - keep.len();
         if keep.is_empty() {
-            remove_run(ctx.staging_root, &run.dir)?;
+            remove_in(ctx.staging, &run.dir).await?;
         } else {
             if keep.len() < run.executions.len() {
                 run.retain_runs(&keep)?;
@@ -633,6 +652,73 @@ fn load_parallel(
         |result| result.as_ref().map_or(0, LoadedRun::decoded_bytes),
     );
     loaded.into_iter().zip(runs).collect()
+}
+
+/// [`load_parallel`] of units fetched from a store.
+fn load_fetched_parallel(
+    registry: &crate::registry::TypeRegistry,
+    specs: &[TableSpec],
+    fetched: Vec<(RunDir, Vec<(String, bytes::Bytes)>)>,
+    budget: u64,
+) -> Vec<(Option<std::result::Result<LoadedRun, Rejection>>, RunDir)> {
+    let loaded = crate::host::on_cores_within(
+        &fetched,
+        budget,
+        |(dir, files)| super::load::load_fetched(registry, specs, dir, files),
+        |result| result.as_ref().map_or(0, LoadedRun::decoded_bytes),
+    );
+    loaded.into_iter().zip(fetched.into_iter().map(|(dir, _)| dir)).collect()
+}
+
+/// How many units' objects are fetched from a store at once.
+const FETCH_CONCURRENCY: usize = 32;
+
+/// The objects of sealed units in a store, in order, until their bytes
+/// reach `budget` (the first always); the units left over come back. A
+/// request that fails fails the commit: a unit is quarantined for what it
+/// holds, never for a store that did not answer. A unit gone meanwhile
+/// (another committer took it) is fetched as empty, and loading it finds
+/// its sentinel missing and leaves it ([`reject_run`] checks it is gone).
+async fn fetch_units(
+    store: &crate::staging::area::StoreArea,
+    dirs: Vec<RunDir>,
+    budget: u64,
+    known: Option<&BTreeMap<String, Vec<String>>>,
+) -> Result<(Vec<(RunDir, Vec<(String, bytes::Bytes)>)>, Vec<RunDir>)> {
+    use futures::{StreamExt, TryStreamExt};
+    let mut fetched = Vec::new();
+    let mut bytes = 0u64;
+    let mut pending = dirs.into_iter().peekable();
+    while pending.peek().is_some() && (fetched.is_empty() || bytes < budget) {
+        let round: Vec<RunDir> = pending.by_ref().take(FETCH_CONCURRENCY).collect();
+        let got: Vec<_> = futures::stream::iter(round)
+            .map(|dir| async move {
+                let unit = format!("{}/", dir.relative());
+                let names = match known.and_then(|k| k.get(&dir.relative())) {
+                    Some(names) => names.clone(),
+                    None => store
+                        .list(&unit)
+                        .await?
+                        .into_iter()
+                        .map(|object| object.relative[unit.len()..].to_owned())
+                        .collect(),
+                };
+                let files = futures::future::try_join_all(names.into_iter().map(|name| async {
+                    let got = store.get(&format!("{unit}{name}")).await?;
+                    Ok::<_, Error>(got.map(|bytes| (name, bytes)))
+                }))
+                .await?;
+                Ok::<_, Error>((dir, files.into_iter().flatten().collect::<Vec<_>>()))
+            })
+            .buffered(FETCH_CONCURRENCY)
+            .try_collect()
+            .await?;
+        for (dir, files) in got {
+            bytes += files.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
+            fetched.push((dir, files));
+        }
+    }
+    Ok((fetched, pending.collect()))
 }
 
 /// The kept tip of a table at its latest version, and its staged rows in

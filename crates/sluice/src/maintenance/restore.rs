@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::lake::journal::restore::{self, RestoreHooks, RestoreOutcome, RestorePlan};
 use crate::lake::journal::snapshot::LakePoint;
 use crate::lake::writer::WriteKind;
-use crate::lake::{Lake, journal, layout};
+use crate::lake::{Lake, journal};
 use crate::progress::Progress;
 use crate::staging;
 
@@ -59,12 +59,8 @@ pub async fn restore(lake: &Lake, options: &RestoreOptions) -> Result<RestoreRep
         ));
     }
     let _writer = lake.writer(WriteKind::Restore).begin().await?;
-    // Workers stage on a filesystem; a lake in a store has none staged.
-    let staging_root = lake.root().local().map(layout::staging_root);
-    let pending = match &staging_root {
-        Some(root) => staging::scan(root, None)?,
-        None => staging::StagingScan::default(),
-    };
+    let area = staging::StagingArea::of_lake(lake.root());
+    let pending = staging::scan::scan_area(&area, None).await?;
     let pending_runs = pending.sealed.len() + pending.unsealed.len();
     let journal = journal::read(lake.root(), None).await?;
     if let Some(open) = journal.unfinished().first() {
@@ -76,7 +72,7 @@ pub async fn restore(lake: &Lake, options: &RestoreOptions) -> Result<RestoreRep
     if pending_runs > 0 && !options.force && !options.dry_run {
         return Err(Error::InvalidInput(format!(
             "{pending_runs} staged run(s) in {} wait for a commit; commit them first (`sluice commit`), or pass --force to restore anyway (they are then committed on top of the restored lake)",
-            staging_root.as_deref().unwrap_or(std::path::Path::new("")).display()
+            area.shown("").display()
         )));
     }
     let specs = lake.table_specs();

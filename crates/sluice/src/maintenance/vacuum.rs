@@ -8,8 +8,9 @@
 //! refused unless forced, and the report says what it risks. `full` also
 //! removes files no version ever referenced (left by a writer that died
 //! before its commit). sluice's own leftovers under the same retention:
-//! key filters whose files are all gone, SLURM task folders, empty staging
-//! shard folders.
+//! key filters whose files are all gone, SLURM task folders, units of
+//! workers that died before sealing them (on a filesystem and in a store),
+//! empty staging shard folders.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -22,7 +23,9 @@ use crate::lake::layout::STAGING_DIR;
 use crate::lake::{Lake, delta::table};
 use crate::lake::{keys::key_filter, keys::sidecar};
 use crate::progress::Progress;
+use crate::staging::StagingArea;
 use crate::staging::paths::is_real_dir;
+use crate::staging::scan::scan_area;
 
 /// The default retention: 7 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(168 * 3600);
@@ -138,12 +141,45 @@ fn older_than(path: &std::path::Path, age: Duration) -> bool {
         .is_some_and(|a| a >= age)
 }
 
-/// Key filters (and key and result sets) whose files are all gone, SLURM task folders and empty staging
-/// shards, older than the retention; removed unless a dry run.
+/// Units of workers that died before sealing them, untouched for longer
+/// than the retention: nothing will ever seal them (a worker writes a
+/// unit's files and its sentinel within moments). Removed unless a dry
+/// run; their places as the staging area shows them.
+async fn crashed_units(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> {
+    let area = StagingArea::of_lake(lake.root());
+    let mut out = Vec::new();
+    for unit in scan_area(&area, None).await?.unsealed {
+        let stale = match &area {
+            StagingArea::Dir(_) => older_than(&unit.path, options.retention),
+            StagingArea::Store(store) => {
+                let newest = store.list(&format!("{}/", unit.relative())).await?;
+                let newest = newest.iter().map(|o| o.modified).max();
+                let age = newest.map(|at| chrono::Utc::now() - at);
+                age.and_then(|age| age.to_std().ok()).is_some_and(|age| age >= options.retention)
+            }
+        };
+        if !stale {
+            continue;
+        }
+        if !options.dry_run {
+            crate::staging::area::remove_unit(&area, &unit).await?;
+        }
+        out.push(unit.path.display().to_string());
+    }
+    Ok(out)
+}
+
+/// Key filters (and key and result sets) whose files are all gone, SLURM
+/// task folders, crashed workers' units and empty staging shards, older
+/// than the retention; removed unless a dry run.
 async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> {
-    // All of them are a filesystem's: a lake in a store keeps no sidecars,
-    // SLURM folders or staging shards.
-    let Some(root) = lake.root().local() else { return Ok(Vec::new()) };
+    let crashed = match options.table {
+        None => crashed_units(lake, options).await?,
+        Some(_) => Vec::new(),
+    };
+    // The rest are a filesystem's: a lake in a store keeps its sidecars
+    // beside its log and has no SLURM folders or staging shards.
+    let Some(root) = lake.root().local() else { return Ok(crashed) };
     let mut found = Vec::new();
     for spec in super::select_tables(lake, options.table.as_deref()).await? {
         let dir = table::table_dir(root, &spec);
@@ -209,6 +245,10 @@ async fn leftovers(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> 
         }
         out.push(path.strip_prefix(root).unwrap_or(&path).display().to_string());
     }
+    out.extend(crashed.into_iter().map(|path| {
+        let path = PathBuf::from(path);
+        path.strip_prefix(root).unwrap_or(&path).display().to_string()
+    }));
     out.sort();
     Ok(out)
 }

@@ -35,7 +35,7 @@ use super::worker::{stage_failure, worker_id};
 use crate::artifact::{ArtifactId, canonical_json};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
-use crate::staging::{self, StagingWriter, SyncPolicy};
+use crate::staging::{StagingArea, StagingWriter, SyncPolicy};
 
 /// Failures kept in a step's summary and metadata.
 const FAILURES_KEPT: usize = 20;
@@ -351,14 +351,14 @@ impl<'r, 'a> StepRun<'r, 'a> {
     ) -> Result<Dispatched> {
         let runner = self.runner;
         let lake = runner.lake();
-        let lake_root = lake.filesystem("running a pipeline")?.to_path_buf();
-        let staging_root = staging::default_root(&lake_root);
-        let writer = StagingWriter::new(&staging_root, lake.registry().clone(), SyncPolicy::Detect);
+        let area = StagingArea::of_lake(lake.root());
+        let writer =
+            StagingWriter::in_area(area.clone(), lake.registry().clone(), SyncPolicy::Detect);
         let observer = runner.observer.clone();
         let number = self.number;
         let inline = self.op.inline();
         let dispatch = Dispatch {
-            lake_root,
+            lake: lake.root().clone(),
             worker_program: if inline { None } else { runner.worker_program.clone() },
             workers: runner.workers,
             stop: Arc::new(AtomicBool::new(false)),
@@ -375,7 +375,11 @@ impl<'r, 'a> StepRun<'r, 'a> {
         let outcomes = if inline || backend_kind == BackendKind::Local {
             backend::local::run(lake, runner.operations, &writer, &dispatch, jobs.clone()).await?
         } else {
-            backend::slurm::run(&dispatch, &staging_root, self.step, jobs.clone(), runner.slurm)
+            let staging_root = area.dir().ok_or_else(|| Error::NeedsFilesystem {
+                what: "the SLURM backend".into(),
+                lake: lake.root().to_string(),
+            })?;
+            backend::slurm::run(&dispatch, staging_root, self.step, jobs.clone(), runner.slurm)
                 .await?
         };
         self.lap("execute");
@@ -385,7 +389,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
         for (run_id, outcome) in &outcomes {
             runs.insert(run_id.clone());
             if let (Outcome::Lost(why), Some(job)) = (outcome, by_run.get(run_id.as_str())) {
-                stage_failure(&writer, job, why, &local_id)?;
+                stage_failure(&writer, job, why, &local_id).await?;
             }
         }
         self.summary.dispatched = runs.len();

@@ -18,7 +18,7 @@ use crate::artifact::{Artifact, ArtifactId, canonical_json};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::records::{ArtifactEdge, Direction, ExecutionEdge, ExecutionRecord};
-use crate::staging::{StagedExecution, StagingWriter, paths};
+use crate::staging::{SENTINEL, StagedExecution, StagingArea, StagingWriter, area, paths};
 
 fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
@@ -78,18 +78,30 @@ pub async fn execute_unit(
 /// Stage a failed execution for a unit whose worker could not (it died, its
 /// SLURM task was cancelled or ran out of memory). Leftovers of the dead
 /// worker's unsealed directory are removed first.
-pub fn stage_failure(
+pub async fn stage_failure(
     writer: &StagingWriter,
     job: &UnitJob,
     error: &str,
     worker_id: &str,
 ) -> Result<()> {
-    let dir = paths::run_dir(writer.root(), job.step_number, &job.step.operation, &job.run_id)?;
-    if dir.join(crate::staging::SENTINEL).exists() {
-        return Ok(());
-    }
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    let (step, operation, run_id) = (job.step_number, &job.step.operation, &job.run_id);
+    match writer.area() {
+        StagingArea::Dir(root) => {
+            let dir = paths::run_dir(root, step, operation, run_id)?;
+            if dir.join(SENTINEL).exists() {
+                return Ok(());
+            }
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+            }
+        }
+        StagingArea::Store(store) => {
+            let unit = area::unit_relative(step, operation, run_id)?;
+            if store.exists(&format!("{unit}/{SENTINEL}")).await? {
+                return Ok(());
+            }
+            store.delete_folder(&unit, None).await?;
+        }
     }
     // The dead worker's sandbox (best effort: it only costs space).
     let _ = std::fs::remove_dir_all(work_dir(&job.run_id));
@@ -108,7 +120,10 @@ pub fn stage_failure(
         worker_id,
         metadata,
     )?;
-    writer.write(&staged)?;
+    let writer = writer.clone();
+    tokio::task::spawn_blocking(move || writer.write(&staged))
+        .await
+        .map_err(|e| Error::task("staging a lost unit's failure", e))??;
     Ok(())
 }
 
@@ -355,8 +370,8 @@ pub fn worker_id() -> String {
 }
 
 fn staging_writer(lake: &Lake) -> Result<StagingWriter> {
-    Ok(StagingWriter::new(
-        crate::staging::default_root(lake.filesystem("staging a unit's results")?),
+    Ok(StagingWriter::in_area(
+        StagingArea::of_lake(lake.root()),
         lake.registry().clone(),
         crate::staging::SyncPolicy::Detect,
     ))

@@ -26,7 +26,11 @@
 //!    committed.
 //! 4. On shared filesystems, files and then the directory are fsynced, and
 //!    the orchestrator waits with the NFS-safe protocol in [`wait`].
+//! 5. In an object store ([`area`]) the layout is the same below the lake's
+//!    `_staging/` prefix; each file is one atomic PUT and the sentinel is
+//!    put if absent.
 
+pub mod area;
 pub mod fs_kind;
 pub mod paths;
 pub mod scan;
@@ -42,6 +46,7 @@ pub fn default_root(lake_root: &std::path::Path) -> std::path::PathBuf {
     crate::lake::layout::staging_root(lake_root)
 }
 
+pub use area::StagingArea;
 pub use fs_kind::SyncPolicy;
 pub use scan::{RunDir, StagingScan, scan};
 pub use wait::{ExpectedRun, WaitOptions, WaitOutcome, wait_for_runs};

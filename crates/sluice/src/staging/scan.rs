@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use super::SENTINEL;
+use super::area::StagingArea;
 use super::paths::{is_batch_id, is_real_dir, parse_step_dir, validate_dir_name};
 use crate::error::{Error, Result};
 
@@ -22,6 +23,18 @@ pub struct RunDir {
 }
 
 impl RunDir {
+    /// Where it is below its staging area: `{step}_{op}/{id[0:2]}/{id[2:4]}/{id}`.
+    pub fn relative(&self) -> String {
+        format!(
+            "{}_{}/{}/{}/{}",
+            self.step,
+            self.operation,
+            &self.run_id[0..2],
+            &self.run_id[2..4],
+            self.run_id
+        )
+    }
+
     /// Whether the directory holds a batch of executions (its name is a
     /// batch id), whose run ids only its sentinel knows.
     pub fn is_batch(&self) -> bool {
@@ -35,20 +48,39 @@ impl RunDir {
         if !self.is_batch() {
             return Ok(vec![self.run_id.clone()]);
         }
-        sentinel_run_ids(&self.path.join(SENTINEL))
+        let path = self.path.join(SENTINEL);
+        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+        sentinel_run_ids(file, &path)
+    }
+
+    /// [`RunDir::staged_run_ids`] of a unit in `area`.
+    pub async fn staged_run_ids_in(&self, area: &StagingArea) -> Result<Vec<String>> {
+        match area {
+            StagingArea::Store(store) if self.is_batch() => {
+                let path = self.path.join(SENTINEL);
+                let relative = format!("{}/{SENTINEL}", self.relative());
+                let bytes = store.get(&relative).await?.ok_or_else(|| {
+                    Error::InvalidInput(format!("{}: no sentinel", path.display()))
+                })?;
+                sentinel_run_ids(bytes, &path)
+            }
+            _ => self.staged_run_ids(),
+        }
     }
 }
 
 /// The `execution_run_id` values of a sentinel file.
-fn sentinel_run_ids(path: &Path) -> Result<Vec<String>> {
+fn sentinel_run_ids<R: deltalake::parquet::file::reader::ChunkReader + 'static>(
+    input: R,
+    path: &Path,
+) -> Result<Vec<String>> {
     use deltalake::arrow::array::Array;
     use deltalake::parquet::arrow::ProjectionMask;
     use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let bad = |e: &dyn std::fmt::Display| {
         Error::InvalidInput(format!("{}: unreadable sentinel: {e}", path.display()))
     };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| bad(&e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(input).map_err(|e| bad(&e))?;
     let column = builder
         .schema()
         .index_of("execution_run_id")
@@ -72,6 +104,10 @@ pub struct StagingScan {
     pub unsealed: Vec<RunDir>,
     /// Entries that do not fit the layout (reported, never committed).
     pub foreign: Vec<PathBuf>,
+    /// In a store, the files of each unit the listing showed, by the
+    /// unit's place below the area ([`RunDir::relative`]); empty for a
+    /// folder, whose units are read as they are then.
+    pub files: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 fn entries(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -144,6 +180,56 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
                 }
             }
         }
+    }
+    Ok(out)
+}
+
+/// Scan a staging area, optionally one step only: [`scan`] for a folder;
+/// for a store, one listing of its `_staging/` prefix (objects at other
+/// depths, or in folders that do not fit the layout, are reported as
+/// foreign).
+pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingScan> {
+    let store = match area {
+        StagingArea::Dir(root) => return scan(root, step),
+        StagingArea::Store(store) => store,
+    };
+    let mut out = StagingScan::default();
+    let mut units: std::collections::BTreeMap<String, bool> = std::collections::BTreeMap::new();
+    for object in store.list("").await? {
+        let parts: Vec<&str> = object.relative.split('/').collect();
+        if parts[0].starts_with('.') {
+            continue; // manifests and quarantine
+        }
+        let Some((step_number, _)) = parse_step_dir(parts[0]) else {
+            out.foreign.push(area.shown(&object.relative));
+            continue;
+        };
+        if step.is_some_and(|s| s != step_number) {
+            continue;
+        }
+        let fits = parts.len() == 5
+            && validate_dir_name(parts[3]).is_ok()
+            && parts[3][0..2] == *parts[1]
+            && parts[3][2..4] == *parts[2];
+        if !fits {
+            out.foreign.push(area.shown(&object.relative));
+            continue;
+        }
+        let unit = parts[..4].join("/");
+        out.files.entry(unit.clone()).or_default().push(parts[4].to_owned());
+        let sealed = units.entry(unit).or_default();
+        *sealed |= parts[4] == SENTINEL;
+    }
+    for (relative, sealed) in units {
+        let parts: Vec<&str> = relative.split('/').collect();
+        let (step, operation) = parse_step_dir(parts[0]).expect("checked above");
+        let dir = RunDir {
+            step,
+            operation: operation.to_owned(),
+            run_id: parts[3].to_owned(),
+            path: area.shown(&relative),
+        };
+        if sealed { out.sealed.push(dir) } else { out.unsealed.push(dir) }
     }
     Ok(out)
 }

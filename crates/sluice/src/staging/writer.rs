@@ -11,9 +11,11 @@
 //! ([`StagingWriter::write_batch`]): the same files, each holding the rows of
 //! all its executions, in one directory named by a batch id, sealed once.
 //!
-//! Each file is written to a hidden temporary name and renamed into place, so
-//! no reader ever sees half a file. On a shared filesystem each file is
-//! fsynced before its rename and the directory after it.
+//! In a folder, each file is written to a hidden temporary name and renamed
+//! into place, so no reader ever sees half a file; on a shared filesystem
+//! each file is fsynced before its rename and the directory after it. In
+//! an object store each file is one PUT (whole or absent) and the sentinel
+//! is put if absent ([`area`](super::area)).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -24,6 +26,7 @@ use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::parquet::arrow::ArrowWriter;
 
 use super::SENTINEL;
+use super::area::{self, StagingArea, StoreArea};
 use super::fs_kind::SyncPolicy;
 use super::paths;
 use crate::artifact::Artifact;
@@ -47,25 +50,33 @@ pub struct StagedExecution {
     pub artifact_edges: Vec<ArtifactEdge>,
 }
 
-/// Writes staged executions under a staging root.
+/// Writes staged executions into a staging area.
 #[derive(Debug, Clone)]
 pub struct StagingWriter {
-    root: PathBuf,
+    area: StagingArea,
     registry: TypeRegistry,
     sync: bool,
 }
 
 impl StagingWriter {
-    /// A writer for `root` that decides fsync by `policy`.
+    /// A writer for the folder `root` that decides fsync by `policy`.
     pub fn new(root: impl Into<PathBuf>, registry: TypeRegistry, policy: SyncPolicy) -> Self {
         let root = root.into();
         let sync = policy.should_sync(&root);
-        StagingWriter { root, registry, sync }
+        StagingWriter { area: StagingArea::Dir(root), registry, sync }
     }
 
-    /// The staging root it writes under.
-    pub fn root(&self) -> &Path {
-        &self.root
+    /// A writer for `area`: a folder (fsync decided by `policy`) or a store.
+    pub fn in_area(area: StagingArea, registry: TypeRegistry, policy: SyncPolicy) -> Self {
+        match area {
+            StagingArea::Dir(root) => Self::new(root, registry, policy),
+            area => StagingWriter { area, registry, sync: false },
+        }
+    }
+
+    /// The staging area it writes into.
+    pub fn area(&self) -> &StagingArea {
+        &self.area
     }
 
     /// Whether this writer fsyncs (the root is on a shared filesystem, or forced).
@@ -73,8 +84,10 @@ impl StagingWriter {
         self.sync
     }
 
-    /// Stage one execution. Returns its directory. A failed execution
-    /// (`success == false`) may carry input edges and no artifacts.
+    /// Stage one execution. Returns its directory (as reports show it). A
+    /// failed execution (`success == false`) may carry input edges and no
+    /// artifacts. In a store this blocks on the lake's runtime: call it
+    /// from a blocking thread.
     pub fn write(&self, staged: &StagedExecution) -> Result<PathBuf> {
         self.write_inner(std::slice::from_ref(staged), None, true)
     }
@@ -134,18 +147,28 @@ impl StagingWriter {
             }
         }
         let (step, operation) = (first.origin_step_number, &first.operation_name);
-        let dir = match &batch {
-            Some(id) => paths::batch_dir(&self.root, step, operation, id)?,
-            None => paths::run_dir(&self.root, step, operation, &first.execution_run_id)?,
-        };
-        create_run_dir(&dir)?;
-        if dir.join(SENTINEL).exists() {
-            return Err(Error::InvalidInput(format!(
-                "{}: already sealed; a run id is staged once",
-                dir.display()
-            )));
+        let name = batch.as_deref().unwrap_or(&first.execution_run_id);
+        let files = self.encode(staged)?;
+        match &self.area {
+            StagingArea::Dir(root) => {
+                let dir = match &batch {
+                    Some(id) => paths::batch_dir(root, step, operation, id)?,
+                    None => paths::run_dir(root, step, operation, name)?,
+                };
+                self.write_dir(&dir, files, seal)?;
+                Ok(dir)
+            }
+            StagingArea::Store(store) => {
+                let unit = area::unit_relative(step, operation, name)?;
+                area::block_on(write_objects(store, &unit, files, seal))??;
+                Ok(store.shown(&unit))
+            }
         }
+    }
 
+    /// Every file of a unit as Parquet bytes, by name; the sentinel last.
+    fn encode(&self, staged: &[StagedExecution]) -> Result<Vec<(String, Vec<u8>)>> {
+        let mut files = Vec::new();
         // Content an execution of the batch shares with another is written once.
         let mut seen = std::collections::HashSet::new();
         let all: Vec<&Artifact> =
@@ -158,44 +181,54 @@ impl StagingWriter {
             let spec = TableSpec::content(self.registry.descriptor(type_key)?);
             let schema = staging_schema(&spec);
             let batch = rows::content_batch(&spec.name, &schema, artifacts)?;
-            self.write_file(&dir, &format!("{}.parquet", spec.name), &batch)?;
+            files.push(encoded(format!("{}.parquet", spec.name), &batch)?);
         }
         let index = layout::index_table();
-        self.write_file(&dir, "index.parquet", &rows::index_batch(&staging_schema(&index), &all)?)?;
+        files.push(encoded(
+            "index.parquet".into(),
+            &rows::index_batch(&staging_schema(&index), &all)?,
+        )?);
         let edges: Vec<ArtifactEdge> =
             staged.iter().flat_map(|s| s.artifact_edges.iter().cloned()).collect();
         let spec = layout::artifact_edges_table();
         let batch = records_batch(&spec, &staging_schema(&spec), &edges)?;
-        self.write_file(&dir, "artifact_edges.parquet", &batch)?;
+        files.push(encoded("artifact_edges.parquet".into(), &batch)?);
         let edges: Vec<ExecutionEdge> =
             staged.iter().flat_map(|s| s.execution_edges.iter().cloned()).collect();
         let spec = layout::execution_edges_table();
         let batch = records_batch(&spec, &staging_schema(&spec), &edges)?;
-        self.write_file(&dir, "execution_edges.parquet", &batch)?;
-        if !seal {
-            return Ok(dir);
-        }
+        files.push(encoded("execution_edges.parquet".into(), &batch)?);
         let executions: Vec<ExecutionRecord> = staged.iter().map(|s| s.execution.clone()).collect();
         let spec = layout::executions_table();
         let batch = records_batch(&spec, &staging_schema(&spec), &executions)?;
-        self.write_file(&dir, SENTINEL, &batch)?;
-        if self.sync {
-            sync_dir(&dir)?;
-        }
-        Ok(dir)
+        files.push(encoded(SENTINEL.into(), &batch)?);
+        Ok(files)
     }
 
-    fn write_file(&self, dir: &Path, name: &str, batch: &RecordBatch) -> Result<()> {
+    /// Write a unit's files into its folder, the sentinel last (or not at
+    /// all, for a unit left unsealed on purpose).
+    fn write_dir(&self, dir: &Path, files: Vec<(String, Vec<u8>)>, seal: bool) -> Result<()> {
+        create_run_dir(dir)?;
+        if dir.join(SENTINEL).exists() {
+            return Err(already_sealed(&dir.display()));
+        }
+        for (name, bytes) in files {
+            if name == SENTINEL && !seal {
+                return Ok(());
+            }
+            self.write_file(dir, &name, &bytes)?;
+        }
+        if self.sync {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    fn write_file(&self, dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
         let path = dir.join(name);
         let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        let file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        let properties = compress_where_it_pays(writer_properties(), std::slice::from_ref(batch));
-        let mut writer = ArrowWriter::try_new(file, batch.schema(), Some(properties))
-            .map_err(|e| Error::parquet(tmp.display().to_string(), e))?;
-        writer.write(batch).map_err(|e| Error::parquet(tmp.display().to_string(), e))?;
-        let mut file =
-            writer.into_inner().map_err(|e| Error::parquet(tmp.display().to_string(), e))?;
-        file.flush().map_err(|e| Error::io(&tmp, e))?;
+        let mut file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        file.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
         if self.sync {
             file.sync_all().map_err(|e| Error::io(&tmp, e))?;
         }
@@ -203,6 +236,51 @@ impl StagingWriter {
         std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
         Ok(())
     }
+}
+
+/// One staged file: its name and its batch as Parquet.
+fn encoded(name: String, batch: &RecordBatch) -> Result<(String, Vec<u8>)> {
+    let properties = compress_where_it_pays(writer_properties(), std::slice::from_ref(batch));
+    let failed = |e| Error::parquet(name.clone(), e);
+    let mut writer =
+        ArrowWriter::try_new(Vec::new(), batch.schema(), Some(properties)).map_err(failed)?;
+    writer.write(batch).map_err(failed)?;
+    let bytes = writer.into_inner().map_err(failed)?;
+    Ok((name, bytes))
+}
+
+fn already_sealed(unit: &dyn std::fmt::Display) -> Error {
+    Error::InvalidInput(format!("{unit}: already sealed; a run id is staged once"))
+}
+
+/// Put a unit's objects into a store: every file but the sentinel at once,
+/// then the sentinel if absent (it seals the unit; one already there with
+/// other bytes is another worker's).
+async fn write_objects(
+    store: &StoreArea,
+    unit: &str,
+    files: Vec<(String, Vec<u8>)>,
+    seal: bool,
+) -> Result<()> {
+    let sentinel = format!("{unit}/{SENTINEL}");
+    if store.exists(&sentinel).await? {
+        return Err(already_sealed(&store.shown(unit).display()));
+    }
+    let (last, rest): (Vec<_>, Vec<_>) = files.into_iter().partition(|(name, _)| name == SENTINEL);
+    futures::future::try_join_all(
+        rest.into_iter()
+            .map(|(name, bytes)| async move { store.put(&format!("{unit}/{name}"), bytes).await }),
+    )
+    .await?;
+    if !seal {
+        return Ok(());
+    }
+    for (_, bytes) in last {
+        if !store.put_if_absent(&sentinel, &bytes).await? {
+            return Err(already_sealed(&store.shown(unit).display()));
+        }
+    }
+    Ok(())
 }
 
 /// The schema of a staged file: the table's spec schema (partition columns

@@ -381,3 +381,129 @@ async fn on_azure_store_requests_are_counted() {
         store_requests_are_counted(&azurite("budget").await).await;
     }
 }
+
+/// Staging in the store: workers' units sealed by a put-if-absent sentinel
+/// are committed exactly once (copies and failures included), an unsealed
+/// unit is reported and never committed, a damaged unit is quarantined in
+/// the store with its reason and the rest commits, a sequence interrupted
+/// after some tables is finished by `recover` from its manifest in the
+/// store, a unit is sealed once, and staging is empty at the end.
+async fn staged_units_commit_through_the_store(emulator: &Emulator) {
+    use sluice::lake::LakeRoot;
+    use sluice::staging::synthetic::{self, SyntheticSpec};
+    use sluice::staging::{StagingArea, StagingWriter, SyncPolicy};
+    let url = Url::parse(&format!("{}/lakes/staged", emulator.root)).unwrap();
+    let root = LakeRoot::store(url.clone(), emulator.options.clone()).unwrap();
+    let (lake, _) = sluice::Lake::init(&root).await.unwrap();
+    let writer = StagingWriter::in_area(
+        StagingArea::of_lake(lake.root()),
+        lake.registry().clone(),
+        SyncPolicy::Never,
+    );
+    let spec = SyntheticSpec {
+        duplicate_fraction: 0.3,
+        fail_fraction: 0.1,
+        crash_fraction: 0.1,
+        seed: 21,
+        ..SyntheticSpec::default()
+    };
+    let staged = synthetic::stage_range(&writer, &spec, lake.registry(), 0..30).unwrap();
+    assert!(staged.crashed > 0 && staged.succeeded > 0, "{staged:?}");
+
+    let batched = SyntheticSpec { step: 2, batch: 4, seed: 22, ..spec.clone() };
+    let batches = synthetic::stage_range(&writer, &batched, lake.registry(), 0..12).unwrap();
+
+    // A unit is sealed once: staging the same run again is refused.
+    let sealed_one = (0..30)
+        .map(|i| synthetic::execution(&spec, lake.registry(), i).unwrap())
+        .find(|(_, crashed)| !crashed)
+        .unwrap()
+        .0;
+    let err = writer.write(&sealed_one).unwrap_err().to_string();
+    assert!(err.contains("already sealed"), "{err}");
+
+    let area = StagingArea::of_lake(lake.root());
+    let scan = sluice::staging::scan::scan_area(&area, None).await.unwrap();
+    assert_eq!(scan.unsealed.len(), staged.crashed + batches.crashed.div_ceil(4), "{scan:?}");
+    assert!(scan.foreign.is_empty(), "{scan:?}");
+
+    // Damage one sealed unit's metrics file.
+    let store = storage::store_for(&url, &emulator.options).unwrap();
+    let mut damaged = None;
+    for unit in scan.sealed.iter().filter(|d| !d.is_batch()) {
+        let object = object_store::path::Path::from(format!(
+            "{}/_staging/{}/metrics.parquet",
+            url.path().trim_matches('/'),
+            unit.relative()
+        ));
+        if store.head(&object).await.is_ok() {
+            store.put(&object, b"not parquet".to_vec().into()).await.unwrap();
+            damaged = Some(unit.clone());
+            break;
+        }
+    }
+    assert!(damaged.is_some(), "a unit with metrics to damage");
+
+    // A sequence stops after its first tables; recover finishes it from
+    // the manifest it left in the store.
+    let err =
+        lake.commit().with_failpoint(Some("commit:index".into())).execute().await.unwrap_err();
+    assert!(err.to_string().contains("table `index`"), "{err}");
+    let report = lake.recover().execute().await.unwrap();
+    assert_eq!(report.recovered.len(), 1, "{report:?}");
+    let report = lake.commit().execute().await.unwrap();
+    assert_eq!(report.unsealed.len(), scan.unsealed.len(), "{report:?}");
+
+    let executions = crate::commit::scalar(&lake, "SELECT count(*) FROM executions").await;
+    let distinct =
+        crate::commit::scalar(&lake, "SELECT count(DISTINCT execution_run_id) FROM executions")
+            .await;
+    assert_eq!(executions, distinct, "no execution twice");
+    let expected = staged.succeeded + staged.failed - 1 + batches.succeeded + batches.failed;
+    assert_eq!(executions, expected.to_string(), "{staged:?}");
+    for (table, (rows, distinct)) in crate::commit::table_counts(&lake).await {
+        assert_eq!(rows, distinct, "{table}: duplicate keys");
+    }
+
+    let doctor = sluice::commit::doctor::diagnose(&lake).await.unwrap();
+    assert_eq!(doctor.sealed, 0, "{doctor:?}");
+    assert_eq!(doctor.unsealed.len(), scan.unsealed.len(), "{doctor:?}");
+    assert!(doctor.pending_manifests.is_empty(), "{doctor:?}");
+    assert_eq!(doctor.quarantined.len(), 1, "{doctor:?}");
+    let (at, reason) = &doctor.quarantined[0];
+    assert!(reason.contains("metrics.parquet: unreadable Parquet"), "{reason}");
+    assert!(at.to_string_lossy().contains(".quarantine"), "{at:?}");
+    // Requeued as it is, it is quarantined again, never committed.
+    let report = lake.commit().with_requeue(true).execute().await.unwrap();
+    assert_eq!((report.requeued.len(), report.quarantined.len()), (1, 1), "{report:?}");
+    assert_eq!(crate::commit::scalar(&lake, "SELECT count(*) FROM executions").await, executions);
+
+    // Vacuum leaves crashed workers' units within the retention, and
+    // removes them past it (here: a retention of zero, forced).
+    let kept = sluice::maintenance::vacuum::vacuum(&lake, &Default::default()).await.unwrap();
+    assert!(kept.leftovers.is_empty(), "{kept:?}");
+    let options = sluice::maintenance::vacuum::VacuumOptions {
+        retention: Duration::ZERO,
+        force: true,
+        ..Default::default()
+    };
+    let swept = sluice::maintenance::vacuum::vacuum(&lake, &options).await.unwrap();
+    assert_eq!(swept.leftovers.len(), scan.unsealed.len(), "{swept:?}");
+    let doctor = sluice::commit::doctor::diagnose(&lake).await.unwrap();
+    assert!(doctor.unsealed.is_empty(), "{doctor:?}");
+    assert_eq!(crate::commit::scalar(&lake, "SELECT count(*) FROM executions").await, executions);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_s3_staged_units_commit_through_the_store() {
+    if moto_available() {
+        staged_units_commit_through_the_store(&moto("staged").await).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_azure_staged_units_commit_through_the_store() {
+    if azurite_available() {
+        staged_units_commit_through_the_store(&azurite("staged").await).await;
+    }
+}

@@ -17,6 +17,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use super::{Dispatch, Outcome};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
+use crate::lake::io::location::LakeRoot;
 use crate::pipeline::ops::Operations;
 use crate::pipeline::unit::{UnitJob, UnitReport};
 use crate::pipeline::worker::{execute_unit, worker_id};
@@ -91,9 +92,15 @@ struct Worker {
 }
 
 fn spawn_worker(program: &std::path::Path, dispatch: &Dispatch) -> Result<Worker> {
-    let mut child = tokio::process::Command::new(program)
-        .arg("--lake")
-        .arg(&dispatch.lake_root)
+    let mut command = tokio::process::Command::new(program);
+    match &dispatch.lake {
+        LakeRoot::Local(root) => command.arg("--lake").arg(root),
+        // A store's URL may carry credentials (a SAS token): it goes to the
+        // worker in its environment, which other users cannot read, not in
+        // its arguments, which they can.
+        LakeRoot::Store(store) => command.env(crate::lake::LAKE_ENV, store.url().as_str()),
+    };
+    let mut child = command
         .arg("__worker")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -14,6 +14,8 @@ pub mod local;
 pub mod slurm;
 
 use std::path::PathBuf;
+
+use crate::lake::io::location::LakeRoot;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -34,8 +36,8 @@ pub enum Outcome {
 /// Shared state of one step's dispatch.
 #[derive(Clone)]
 pub struct Dispatch {
-    /// The lake root (workers open it).
-    pub lake_root: PathBuf,
+    /// The lake (workers open it).
+    pub lake: LakeRoot,
     /// The worker program and its leading arguments (`[exe]`), or none for
     /// in-process execution.
     pub worker_program: Option<PathBuf>,

@@ -139,8 +139,9 @@ async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Res
         command: "sbatch".into(),
         message: "the SLURM backend needs a worker program (the sluice binary)".into(),
     })?;
+    let lake_root = dispatch.lake.filesystem("the SLURM backend")?;
     let step_run_id = jobs.first().map(|j| j.step_run_id.clone()).unwrap_or_default();
-    let dir = dispatch.lake_root.join("_slurm").join(step_run_id);
+    let dir = lake_root.join("_slurm").join(step_run_id);
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| Error::io(&logs, e))?;
     let units_file = dir.join("units.jsonl");
@@ -157,7 +158,7 @@ async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Res
         "#!/bin/sh\n# sluice array task: step `{}`\nexec {} --lake {} __worker --units {} --per-task {} --task \"$SLURM_ARRAY_TASK_ID\"\n",
         step.name,
         quote(&program.display().to_string()),
-        quote(&dispatch.lake_root.display().to_string()),
+        quote(&lake_root.display().to_string()),
         quote(&units_file.display().to_string()),
         per_task
     );
