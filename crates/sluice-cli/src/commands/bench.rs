@@ -89,6 +89,11 @@ pub async fn run(root: &sluice::lake::LakeRoot, args: BenchArgs) -> anyhow::Resu
                 let commit = super::bench_store::commit_in_store(root, workload, *workers, *chunk);
                 Box::pin(commit).await?
             }
+            BenchCommand::Pipeline { executions, workers } => {
+                Lake::init(root).await?;
+                let run = super::bench_store::pipeline_in_store(root, *executions, *workers);
+                Box::pin(run).await?
+            }
             _ => {
                 let what = "this bench".to_owned();
                 return Err(sluice::Error::NeedsFilesystem { what, lake: root.to_string() }.into());
@@ -264,14 +269,9 @@ async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Resul
         bail!("`sluice bench pipeline` needs an empty lake (use --lake with a new directory)");
     }
     let half = (executions / 2).max(1);
-    let text = format!(
-        "name = \"bench\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\nparams = {{ tables = {half}, rows = 10 }}\n\
-         [[step]]\nname = \"stats\"\noperation = \"compute_metrics\"\ninputs = {{ t = \"gen.data\" }}\n\
-         [[step]]\nname = \"keep\"\noperation = \"filter\"\ninputs = {{ candidates = \"gen.data\" }}\n\
-         params = {{ metric = \"stats.metrics\", where = \"mean > 0.5\" }}\n"
-    );
     let file = root.join("bench-pipeline.toml");
-    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+    std::fs::write(&file, super::bench_load::pipeline_text(half))
+        .with_context(|| format!("writing {}", file.display()))?;
     let operations = sluice::pipeline::Operations::linked()?;
     let mut lines = vec![format!(
         "workload: 3 steps, {} executions ({half} generate_data units of a 10-row table, {half} compute_metrics units, 1 filter unit), {workers} local worker processes",

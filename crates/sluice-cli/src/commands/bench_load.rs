@@ -177,3 +177,14 @@ pub(crate) fn describe(w: &Workload, workers: u64) -> String {
         w.crash_fraction
     )
 }
+
+/// The bench pipeline: `half` `generate_data` units of a 10-row table,
+/// `half` `compute_metrics` units, one `filter` unit.
+pub(crate) fn pipeline_text(half: u64) -> String {
+    format!(
+        "name = \"bench\"\n[[step]]\nname = \"gen\"\noperation = \"generate_data\"\nparams = {{ tables = {half}, rows = 10 }}\n\
+         [[step]]\nname = \"stats\"\noperation = \"compute_metrics\"\ninputs = {{ t = \"gen.data\" }}\n\
+         [[step]]\nname = \"keep\"\noperation = \"filter\"\ninputs = {{ candidates = \"gen.data\" }}\n\
+         params = {{ metric = \"stats.metrics\", where = \"mean > 0.5\" }}\n"
+    )
+}

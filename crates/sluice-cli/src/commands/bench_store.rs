@@ -217,6 +217,79 @@ pub async fn commit_in_store(
     ])
 }
 
+/// `sluice bench pipeline --lake s3://…` (or `az://…`): the bench
+/// pipeline run cold on the store lake by local worker processes that stage
+/// into the store, its requests counted, against the same run on a lake on
+/// local disk in the same process.
+pub async fn pipeline_in_store(
+    root: &LakeRoot,
+    executions: u64,
+    workers: usize,
+) -> anyhow::Result<Vec<Figure>> {
+    use sluice::lake::io::requests::counted_at;
+    let LakeRoot::Store(store) = root else { bail!("`pipeline_in_store` needs a lake in a store") };
+    let url = store.url();
+    let half = (executions / 2).max(1);
+    let scratch = std::env::temp_dir().join(format!(
+        "sluice-bench-pipeline-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or_default()
+    ));
+    std::fs::create_dir_all(&scratch)?;
+    let file = scratch.join("bench-pipeline.toml");
+    std::fs::write(&file, super::bench_load::pipeline_text(half))?;
+    let operations = sluice::pipeline::Operations::linked()?;
+    let run = |lake: Lake| {
+        let (file, operations) = (file.clone(), operations.clone());
+        async move {
+            let pipeline = sluice::pipeline::Pipeline::load(&file, &operations, lake.registry())?;
+            let report = super::pipeline::run_with_progress(
+                &lake,
+                pipeline,
+                operations,
+                None,
+                Some(workers),
+                false,
+            )
+            .await?;
+            super::pipeline::finish(&report)?;
+            let ran: usize = report.steps.iter().map(|s| s.dispatched).sum();
+            anyhow::Ok((report.seconds, ran))
+        }
+    };
+    let local_root = LakeRoot::from(scratch.join("lake"));
+    let (local, _) = Lake::init(&local_root).await?;
+    let (local_secs, local_ran) = Box::pin(run(local)).await?;
+    let lake = Lake::open(root).await?;
+    if super::scalar(&lake, "SELECT count(*) FROM executions").await? != "0" {
+        bail!("`sluice bench pipeline` needs an empty lake (use --lake with a new prefix)");
+    }
+    let before = counted_at(url);
+    let (secs, ran) = Box::pin(run(lake)).await?;
+    let requests = counted_at(url).since(&before);
+    std::fs::remove_dir_all(&scratch).ok();
+    if ran != local_ran {
+        bail!("the store's run dispatched {ran} executions, local disk's {local_ran}");
+    }
+    let ratio = secs / local_secs.max(1e-9);
+    let what = format!(
+        "3 steps, {} executions ({half} generate_data units of a 10-row table, {half} \
+         compute_metrics units, 1 filter unit), {workers} local worker processes staging into \
+         {store}; orchestrator requests counted",
+        2 * half + 1
+    );
+    print(&format!(
+        "workload: {what}\n\
+         cold run: {secs:.2} s; the same run on local disk: {local_secs:.2} s (ratio {ratio:.2}, goal ≤ 3)\n\
+         requests of the orchestrator (its workers' are their own): {requests}"
+    ))?;
+    Ok(vec![
+        Figure::new("pipeline", &what, "cold run on the store", secs, "s")
+            .against("the same run on local disk, this run", ratio)
+            .goal("3"),
+    ])
+}
+
 /// `sluice bench step-commit`: what a pipeline step of one unit commits,
 /// staged as its worker stages it, committed by the library's committer.
 pub async fn step_commit(

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::Lake;
 
-fn slurm_available() -> bool {
+pub(crate) fn slurm_available() -> bool {
     let up = std::process::Command::new("sinfo")
         .args(["-h", "-o", "%t"])
         .output()

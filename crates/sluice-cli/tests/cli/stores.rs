@@ -110,8 +110,8 @@ pub(crate) fn azurite_lake() -> Option<StoreLake> {
 /// The lake-level commands, one after the other, as a user runs them on a
 /// lake in a store: nothing lands on the local disk, every read sees every
 /// write, maintenance keeps every row once, a pipeline stages and commits
-/// through the store, doctor finds it clean, and what needs a filesystem
-/// (SLURM's task files) says so.
+/// through the store with local workers and with SLURM's, and doctor finds
+/// it clean.
 fn lake_commands_work_on_the_store(lake: &StoreLake) {
     let init = lake.ok(&["init"]);
     assert!(init.contains("created   metrics") && init.contains(&lake.url), "{init}");
@@ -200,23 +200,38 @@ inputs = { t = "square.t" }
     let doctor: Value = serde_json::from_str(&lake.ok(&["doctor", "--json"])).unwrap();
     assert_eq!(doctor["clean"], true, "staging is empty after the run: {doctor}");
 
-    // SLURM's task files still need a shared filesystem; it says so.
-    let changed = std::fs::read_to_string(&pipeline).unwrap().replace("seed = 1", "seed = 2");
-    std::fs::write(&pipeline, changed).unwrap();
-    let out = lake.run(&["run", path, "--backend", "slurm"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(
-        stderr.contains("needs a lake on a filesystem") && stderr.contains(&lake.url),
-        "{stderr}"
-    );
+    // The SLURM backend: array tasks stage into the store, the lake's URL
+    // reaching them in sbatch's environment (never in the task script);
+    // the task files go to `.sluice-slurm/` where the run started.
+    if crate::slurm::slurm_available() {
+        let changed = std::fs::read_to_string(&pipeline).unwrap().replace("seed = 1", "seed = 2");
+        std::fs::write(&pipeline, changed).unwrap();
+        let report: Value =
+            serde_json::from_str(&lake.ok(&["run", path, "--backend", "slurm", "--json"])).unwrap();
+        assert_eq!(dispatched(&report), 6 + 3 + 6, "{report:#}");
+        assert_eq!(csv("SELECT count(*) AS n FROM data"), "n\n24\n");
+        let scripts = walk(&lake.cwd.path().join(".sluice-slurm"));
+        let script = scripts.iter().find(|p| p.ends_with("task.sh")).expect("a task script");
+        let text = std::fs::read_to_string(script).unwrap();
+        assert!(!text.contains(&lake.url) && !text.contains("--lake"), "{text}");
+    }
     let local: Vec<_> = std::fs::read_dir(lake.cwd.path())
         .unwrap()
         .flatten()
         .map(|e| e.file_name())
-        .filter(|name| name != "p.toml")
+        .filter(|name| name != "p.toml" && name != ".sluice-slurm")
         .collect();
     assert!(local.is_empty(), "nothing lands on the local disk: {local:?}");
+}
+
+/// Every file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() { out.extend(walk(&path)) } else { out.push(path) }
+    }
+    out
 }
 
 #[test]

@@ -82,11 +82,6 @@ pub struct LoadedRun {
 }
 
 impl LoadedRun {
-    /// The names of the files it was loaded from.
-    pub fn file_names(&self) -> Vec<String> {
-        self.tables.keys().map(|table| format!("{table}.parquet")).collect()
-    }
-
     /// What its staged rows hold in memory, decoded.
     pub fn decoded_bytes(&self) -> u64 {
         self.tables.values().flatten().map(|b| b.get_array_memory_size() as u64).sum()
@@ -439,24 +434,22 @@ fn load_run_within(
     validated(registry, dir, read)
 }
 
-/// [`load_run`] of a unit fetched from an object store: the names of its
-/// objects (below the unit's folder) and their bytes.
+/// [`load_run`] of a unit fetched from an object store: its one object
+/// ([`bundle`](crate::staging::bundle)), `None` when it was gone.
 pub(crate) fn load_fetched(
     registry: &TypeRegistry,
     tables: &[TableSpec],
     dir: &RunDir,
-    files: &[(String, bytes::Bytes)],
+    object: Option<&bytes::Bytes>,
 ) -> Result<LoadedRun, Rejection> {
+    let unit = crate::staging::bundle::UNIT_OBJECT;
+    let Some(object) = object else { return reject(Some(unit), "gone") };
+    let files = crate::staging::bundle::unpack(object)
+        .map_err(|why| Rejection { file: Some(unit.into()), reason: why })?;
     let mut footprint = Footprint { decoded: 0, ceiling: crate::host::memory_ceiling() };
     let by_file = staged_files(tables);
     let mut read = BTreeMap::new();
-    for (name, bytes) in files {
-        if name.starts_with('.') {
-            continue;
-        }
-        if name.contains('/') {
-            return reject(Some(name), "not a file of the unit (staging holds no folders)");
-        }
+    for (name, bytes) in &files {
         let Some(spec) = by_file.get(name) else {
             return reject(Some(name), "unexpected file in a run directory");
         };

@@ -379,8 +379,7 @@ impl<'a> CommitBuilder<'a> {
         ctx: &sequence::Context<'_>,
         report: &mut CommitReport,
     ) -> Result<()> {
-        let mut scan = staging::scan::scan_area(ctx.staging, self.step).await?;
-        let files = std::mem::take(&mut scan.files);
+        let scan = staging::scan::scan_area(ctx.staging, self.step).await?;
         report.unsealed = scan.unsealed.iter().map(|r| r.path.clone()).collect();
         if !scan.unsealed.is_empty() && !self.recover_only {
             tracing::warn!(
@@ -407,8 +406,7 @@ impl<'a> CommitBuilder<'a> {
             let chunk = next_chunk(&mut pending, self.chunk, self.chunk_bytes);
             let clock = Instant::now();
             let taken = chunk.len();
-            let (loaded, left) =
-                sequence::Loaded::load_within(ctx, chunk, self.memory, Some(&files)).await?;
+            let (loaded, left) = sequence::Loaded::load_within(ctx, chunk, self.memory).await?;
             let size = taken - left.len();
             if !left.is_empty() {
                 tracing::debug!(

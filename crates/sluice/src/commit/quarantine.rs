@@ -9,9 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::staging::area::StoreArea;
 pub(crate) use crate::staging::area::remove_unit as remove_in;
-use crate::staging::{RunDir, SENTINEL, StagingArea};
+use crate::staging::area::unit_object;
+use crate::staging::bundle::UNIT_OBJECT;
+use crate::staging::{RunDir, StagingArea};
 
 /// Where quarantined run directories go, under the staging root.
 pub const QUARANTINE_DIR: &str = ".quarantine";
@@ -99,10 +100,9 @@ pub fn requeue(staging_root: &Path) -> Result<Vec<PathBuf>> {
     Ok(moved)
 }
 
-/// [`quarantine`] in a staging area: in a store, the unit's objects are
+/// [`quarantine`] in a staging area: in a store, the unit's object is
 /// copied to `.quarantine/{step}_{op}/{run_id}/` with the reason and origin
-/// beside them, then removed (the sentinel first, so the unit stops being
-/// sealed before any of its files go).
+/// beside it, then removed.
 pub async fn quarantine_in(area: &StagingArea, run: &RunDir, reason: &str) -> Result<PathBuf> {
     let store = match area {
         StagingArea::Dir(root) => return quarantine(root, run, reason),
@@ -116,33 +116,18 @@ pub async fn quarantine_in(area: &StagingArea, run: &RunDir, reason: &str) -> Re
         target = format!("{group}/{}.{n}", run.run_id);
         n += 1;
     }
-    copy_unit(store, &origin, &target).await?;
-    store.put(&format!("{target}/{ORIGIN_FILE}"), origin.clone().into_bytes()).await?;
+    store.copy(&unit_object(run), &format!("{target}/{UNIT_OBJECT}")).await?;
+    store.put(&format!("{target}/{ORIGIN_FILE}"), origin.into_bytes()).await?;
     store.put(&format!("{target}/{REASON_FILE}"), format!("{reason}\n").into_bytes()).await?;
-    store.delete_folder(&origin, Some(SENTINEL)).await?;
+    store.delete(&unit_object(run)).await?;
     let to = store.shown(&target);
     tracing::warn!(run = %run.run_id, %reason, to = %to.display(), "quarantined staged run");
     Ok(to)
 }
 
-/// Copy a unit's files (not the quarantine's notes) from one folder of a
-/// store area to another, the sentinel last.
-async fn copy_unit(store: &StoreArea, from: &str, to: &str) -> Result<()> {
-    let mut names: Vec<String> = store
-        .list(&format!("{from}/"))
-        .await?
-        .into_iter()
-        .filter_map(|o| o.relative.strip_prefix(&format!("{from}/")).map(str::to_owned))
-        .filter(|name| name != REASON_FILE && name != ORIGIN_FILE)
-        .collect();
-    names.sort_by_key(|name| name == SENTINEL);
-    for name in names {
-        store.copy(&format!("{from}/{name}"), &format!("{to}/{name}")).await?;
-    }
-    Ok(())
-}
-
-/// [`requeue`] in a staging area.
+/// [`requeue`] in a staging area: in a store, each quarantined unit's
+/// object is copied back where it was staged (unless a unit is there),
+/// then its quarantine folder is removed.
 pub async fn requeue_in(area: &StagingArea) -> Result<Vec<PathBuf>> {
     let store = match area {
         StagingArea::Dir(root) => return requeue(root),
@@ -159,14 +144,18 @@ pub async fn requeue_in(area: &StagingArea) -> Result<Vec<PathBuf>> {
     for folder in held {
         let Some(origin) = store.get(&format!("{folder}/{ORIGIN_FILE}")).await? else { continue };
         let origin = String::from_utf8_lossy(&origin).trim().to_owned();
-        let fits = crate::commit::manifest::run_dir_from(Path::new(""), Path::new(&origin))
-            .is_some_and(|run| run.relative() == origin);
-        if !fits || !store.list(&format!("{origin}/")).await?.is_empty() {
+        let Some(run) = crate::commit::manifest::run_dir_from(Path::new(""), Path::new(&origin))
+            .filter(|run| run.relative() == origin)
+        else {
+            tracing::warn!(run = %folder, "a quarantined run's origin is not a staging unit; left in quarantine");
+            continue;
+        };
+        if store.exists(&unit_object(&run)).await? {
             tracing::warn!(run = %folder, "a quarantined run's place is taken; left in quarantine");
             continue;
         }
-        copy_unit(store, &folder, &origin).await?;
-        store.delete_folder(&folder, None).await?;
+        store.copy(&format!("{folder}/{UNIT_OBJECT}"), &unit_object(&run)).await?;
+        store.delete_folder(&folder).await?;
         moved.push(store.shown(&origin));
     }
     Ok(moved)

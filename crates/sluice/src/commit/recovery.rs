@@ -74,7 +74,7 @@ pub(super) async fn recover(
                 present.push(dir);
             }
         }
-        let (mut loaded, left) = Loaded::load_within(ctx, present.clone(), memory, None).await?;
+        let (mut loaded, left) = Loaded::load_within(ctx, present.clone(), memory).await?;
         if !left.is_empty() {
             if !reached_any_table(ctx, started).await? {
                 // Nothing of it is committed: close it, and its runs (still

@@ -49,7 +49,7 @@ use crate::lake::journal::tip::JournalTip;
 use crate::lake::journal::{JournalEntry, Phase, SEQ_KEY, TXN_APP_ID};
 use crate::lake::keys::key_filter::Key;
 use crate::lake::layout::{self, TableKind, TableSpec};
-use crate::staging::{RunDir, SENTINEL, StagingArea};
+use crate::staging::{RunDir, StagingArea};
 
 /// What every sequence of one commit shares.
 pub(super) struct Context<'a> {
@@ -104,7 +104,7 @@ impl Loaded {
     /// that fails, including runs whose edges point at artifacts neither the
     /// commit nor the lake holds.
     pub(super) async fn load(ctx: &Context<'_>, dirs: Vec<RunDir>) -> Result<Loaded> {
-        Ok(Self::load_within(ctx, dirs, u64::MAX, None).await?.0)
+        Ok(Self::load_within(ctx, dirs, u64::MAX).await?.0)
     }
 
     /// [`Loaded::load`] of the runs whose decoded rows fit in `budget`
@@ -112,13 +112,10 @@ impl Loaded {
     /// back, not loaded. A chunk is cut by what its rows hold in memory
     /// once decoded, which compressed file sizes do not tell (100 MB of
     /// zeros stage as 44 KB).
-    /// In a store, `known` gives the files of units a listing already
-    /// showed (each other unit is listed).
     pub(super) async fn load_within(
         ctx: &Context<'_>,
         dirs: Vec<RunDir>,
         budget: u64,
-        known: Option<&BTreeMap<String, Vec<String>>>,
     ) -> Result<(Loaded, Vec<RunDir>)> {
         let mut report = SequenceReport::default();
         let registry = ctx.lake.registry().clone();
@@ -126,7 +123,7 @@ impl Loaded {
         let (dirs, mut left, fetched) = match ctx.staging {
             StagingArea::Dir(_) => (dirs, Vec::new(), None),
             StagingArea::Store(store) => {
-                let (fetched, left) = fetch_units(store, dirs, budget, known).await?;
+                let (fetched, left) = fetch_units(store, dirs, budget).await?;
                 let dirs = fetched.iter().map(|(dir, _)| dir.clone()).collect();
                 (dirs, left, Some(fetched))
             }
@@ -448,7 +445,7 @@ impl Claimed {
 
     /// Remove the committed run directories, then the manifest.
     async fn clean(&self, ctx: &Context<'_>) -> Result<()> {
-        let units: Vec<_> = self.runs.iter().map(|run| (&run.dir, run.file_names())).collect();
+        let units: Vec<_> = self.runs.iter().map(|run| &run.dir).collect();
         crate::staging::area::remove_units(ctx.staging, &units).await?;
         manifest::remove_in(ctx.staging, self.seq).await
     }
@@ -481,7 +478,7 @@ async fn reject_run(
 pub(super) async fn still_staged(area: &StagingArea, dir: &RunDir) -> Result<bool> {
     match area {
         StagingArea::Dir(_) => Ok(std::fs::symlink_metadata(&dir.path).is_ok()),
-        StagingArea::Store(store) => store.exists(&format!("{}/{SENTINEL}", dir.relative())).await,
+        StagingArea::Store(store) => store.exists(&crate::staging::area::unit_object(dir)).await,
     }
 }
 
@@ -658,65 +655,49 @@ fn load_parallel(
 fn load_fetched_parallel(
     registry: &crate::registry::TypeRegistry,
     specs: &[TableSpec],
-    fetched: Vec<(RunDir, Vec<(String, bytes::Bytes)>)>,
+    fetched: Vec<(RunDir, Option<bytes::Bytes>)>,
     budget: u64,
 ) -> Vec<(Option<std::result::Result<LoadedRun, Rejection>>, RunDir)> {
     let loaded = crate::host::on_cores_within(
         &fetched,
         budget,
-        |(dir, files)| super::load::load_fetched(registry, specs, dir, files),
+        |(dir, object)| super::load::load_fetched(registry, specs, dir, object.as_ref()),
         |result| result.as_ref().map_or(0, LoadedRun::decoded_bytes),
     );
     loaded.into_iter().zip(fetched.into_iter().map(|(dir, _)| dir)).collect()
 }
 
-/// How many units' objects are fetched from a store at once.
-const FETCH_CONCURRENCY: usize = 32;
+/// How many units are fetched from a store at once.
+const FETCH_CONCURRENCY: usize = 64;
 
-/// The objects of sealed units in a store, in order, until their bytes
-/// reach `budget` (the first always); the units left over come back. A
-/// request that fails fails the commit: a unit is quarantined for what it
-/// holds, never for a store that did not answer. A unit gone meanwhile
-/// (another committer took it) is fetched as empty, and loading it finds
-/// its sentinel missing and leaves it ([`reject_run`] checks it is gone).
+/// The objects of sealed units in a store (one GET each), in order, until
+/// their bytes reach `budget` (the first always); the units left over come
+/// back. A request that fails fails the commit: a unit is quarantined for
+/// what it holds, never for a store that did not answer. A unit gone
+/// meanwhile (another committer took it) is fetched as `None`, and
+/// loading it finds nothing and leaves it ([`reject_run`] checks it is
+/// gone).
 async fn fetch_units(
     store: &crate::staging::area::StoreArea,
     dirs: Vec<RunDir>,
     budget: u64,
-    known: Option<&BTreeMap<String, Vec<String>>>,
-) -> Result<(Vec<(RunDir, Vec<(String, bytes::Bytes)>)>, Vec<RunDir>)> {
+) -> Result<(Vec<(RunDir, Option<bytes::Bytes>)>, Vec<RunDir>)> {
     use futures::{StreamExt, TryStreamExt};
     let mut fetched = Vec::new();
     let mut bytes = 0u64;
     let mut pending = dirs.into_iter().peekable();
     while pending.peek().is_some() && (fetched.is_empty() || bytes < budget) {
         let round: Vec<RunDir> = pending.by_ref().take(FETCH_CONCURRENCY).collect();
-        let got: Vec<_> = futures::stream::iter(round)
+        let got: Vec<(RunDir, Option<bytes::Bytes>)> = futures::stream::iter(round)
             .map(|dir| async move {
-                let unit = format!("{}/", dir.relative());
-                let names = match known.and_then(|k| k.get(&dir.relative())) {
-                    Some(names) => names.clone(),
-                    None => store
-                        .list(&unit)
-                        .await?
-                        .into_iter()
-                        .map(|object| object.relative[unit.len()..].to_owned())
-                        .collect(),
-                };
-                let files = futures::future::try_join_all(names.into_iter().map(|name| async {
-                    let got = store.get(&format!("{unit}{name}")).await?;
-                    Ok::<_, Error>(got.map(|bytes| (name, bytes)))
-                }))
-                .await?;
-                Ok::<_, Error>((dir, files.into_iter().flatten().collect::<Vec<_>>()))
+                let object = store.get(&crate::staging::area::unit_object(&dir)).await?;
+                Ok::<_, Error>((dir, object))
             })
             .buffered(FETCH_CONCURRENCY)
             .try_collect()
             .await?;
-        for (dir, files) in got {
-            bytes += files.iter().map(|(_, b)| b.len() as u64).sum::<u64>();
-            fetched.push((dir, files));
-        }
+        bytes += got.iter().filter_map(|(_, b)| b.as_ref()).map(|b| b.len() as u64).sum::<u64>();
+        fetched.extend(got);
     }
     Ok((fetched, pending.collect()))
 }

@@ -9,8 +9,7 @@
 //! removes files no version ever referenced (left by a writer that died
 //! before its commit). sluice's own leftovers under the same retention:
 //! key filters whose files are all gone, SLURM task folders, units of
-//! workers that died before sealing them (on a filesystem and in a store),
-//! empty staging shard folders.
+//! workers that died before sealing them, empty staging shard folders.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -144,21 +143,13 @@ fn older_than(path: &std::path::Path, age: Duration) -> bool {
 /// Units of workers that died before sealing them, untouched for longer
 /// than the retention: nothing will ever seal them (a worker writes a
 /// unit's files and its sentinel within moments). Removed unless a dry
-/// run; their places as the staging area shows them.
+/// run; their places as the staging area shows them. (A unit in a store is
+/// one object, put whole or not at all: none is ever left unsealed.)
 async fn crashed_units(lake: &Lake, options: &VacuumOptions) -> Result<Vec<String>> {
     let area = StagingArea::of_lake(lake.root());
     let mut out = Vec::new();
     for unit in scan_area(&area, None).await?.unsealed {
-        let stale = match &area {
-            StagingArea::Dir(_) => older_than(&unit.path, options.retention),
-            StagingArea::Store(store) => {
-                let newest = store.list(&format!("{}/", unit.relative())).await?;
-                let newest = newest.iter().map(|o| o.modified).max();
-                let age = newest.map(|at| chrono::Utc::now() - at);
-                age.and_then(|age| age.to_std().ok()).is_some_and(|age| age >= options.retention)
-            }
-        };
-        if !stale {
+        if !older_than(&unit.path, options.retention) {
             continue;
         }
         if !options.dry_run {

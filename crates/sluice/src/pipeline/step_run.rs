@@ -375,12 +375,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
         let outcomes = if inline || backend_kind == BackendKind::Local {
             backend::local::run(lake, runner.operations, &writer, &dispatch, jobs.clone()).await?
         } else {
-            let staging_root = area.dir().ok_or_else(|| Error::NeedsFilesystem {
-                what: "the SLURM backend".into(),
-                lake: lake.root().to_string(),
-            })?;
-            backend::slurm::run(&dispatch, staging_root, self.step, jobs.clone(), runner.slurm)
-                .await?
+            backend::slurm::run(&dispatch, &area, self.step, jobs.clone(), runner.slurm).await?
         };
         self.lap("execute");
         let by_run: HashMap<&str, &UnitJob> = jobs.iter().map(|j| (j.run_id.as_str(), j)).collect();

@@ -95,12 +95,12 @@ pub async fn stage_failure(
                 std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
             }
         }
+        // A unit in a store is one object: a dead worker left it whole or not at all.
         StagingArea::Store(store) => {
             let unit = area::unit_relative(step, operation, run_id)?;
-            if store.exists(&format!("{unit}/{SENTINEL}")).await? {
+            if store.exists(&format!("{unit}/{}", crate::staging::bundle::UNIT_OBJECT)).await? {
                 return Ok(());
             }
-            store.delete_folder(&unit, None).await?;
         }
     }
     // The dead worker's sandbox (best effort: it only costs space).

@@ -7,15 +7,12 @@
 //! sentinel is there, and the sentinel is written last.
 //!
 //! A folder seals each file by `rename` and fsyncs on shared filesystems
-//! ([`writer`](super::writer)). A store has no rename and needs none: a PUT
-//! is atomic, so a staged object is whole or absent, and the sentinel is
-//! put if absent ([`put_if_absent`]) — a unit is sealed once, by the one
-//! worker whose bytes it holds, and a put whose outcome is unknown (a
-//! timeout, a retried put answered 412) is settled by reading it back.
-//! Objects of a worker that died before sealing are never committed; a
-//! later attempt of the same unit (the orchestrator records its failure)
-//! removes them first, and `vacuum` removes what is older than its
-//! retention.
+//! ([`writer`](super::writer)). A store has no rename and needs none: a
+//! unit's files travel in one object ([`bundle`](super::bundle)), put if
+//! absent (`StoreArea::put_if_absent`), so the one PUT that writes a unit seals it —
+//! whole or absent, never half-staged — and a put whose outcome is unknown
+//! (a timeout, a retried put answered 412) is settled by reading it back;
+//! one holding another worker's bytes means the unit was sealed already.
 //!
 //! Listing a store's `_staging/` is trusted to show every sealed unit:
 //! S3 (since December 2020) and Azure Blob Storage list with read-after-
@@ -98,7 +95,6 @@ impl std::fmt::Display for StoreArea {
 pub(crate) struct Listed {
     pub relative: String,
     pub size: u64,
-    pub modified: chrono::DateTime<chrono::Utc>,
 }
 
 impl StoreArea {
@@ -173,7 +169,7 @@ impl StoreArea {
             .filter_map(|meta| {
                 let name = meta.location.prefix_match(&base)?;
                 let relative = name.map(|p| p.as_ref().to_owned()).collect::<Vec<_>>().join("/");
-                Some(Listed { relative, size: meta.size, modified: meta.last_modified })
+                Some(Listed { relative, size: meta.size })
             })
             .collect();
         out.sort_by(|a, b| a.relative.cmp(&b.relative));
@@ -222,22 +218,12 @@ impl StoreArea {
         }
     }
 
-    /// Remove every object below the folder `relative`; the sentinel
-    /// (`last`, when given) goes last, so a unit is never seen sealed with
-    /// files missing.
-    pub(crate) async fn delete_folder(&self, relative: &str, last: Option<&str>) -> Result<()> {
+    /// Remove every object below the folder `relative`.
+    pub(crate) async fn delete_folder(&self, relative: &str) -> Result<()> {
         let folder = format!("{}/", relative.trim_end_matches('/'));
-        let listed = self.list(&folder).await?;
-        let sentinel = last.map(|name| format!("{folder}{name}"));
-        if let Some(sentinel) = &sentinel {
-            self.delete(sentinel).await?;
-        }
-        let rest: Vec<String> = listed
-            .into_iter()
-            .map(|o| o.relative)
-            .filter(|r| Some(r) != sentinel.as_ref())
-            .collect();
-        if rest.is_empty() { Ok(()) } else { self.delete_many(rest).await }
+        let listed: Vec<String> =
+            self.list(&folder).await?.into_iter().map(|o| o.relative).collect();
+        if listed.is_empty() { Ok(()) } else { self.delete_many(listed).await }
     }
 
     /// Copy the object at `from` to `to` (both below the area).
@@ -273,44 +259,29 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> Result<F::Output> {
     })
 }
 
-/// Remove committed units whose files are known (their names below each
-/// unit): in a store, every unit's sentinel in one batch, then every other
-/// file in another — no listing, and no unit is ever sealed with files
-/// missing; in a folder, [`remove_run`] each.
-pub(crate) async fn remove_units(
-    area: &StagingArea,
-    units: &[(&super::RunDir, Vec<String>)],
-) -> Result<()> {
-    let store = match area {
-        StagingArea::Dir(root) => {
-            return units.iter().try_for_each(|(run, _)| remove_run(root, run));
+/// Remove committed units: in a store, their objects in one batch of
+/// removals; in a folder, [`remove_run`] each.
+pub(crate) async fn remove_units(area: &StagingArea, units: &[&super::RunDir]) -> Result<()> {
+    match area {
+        StagingArea::Dir(root) => units.iter().try_for_each(|run| remove_run(root, run)),
+        StagingArea::Store(_) if units.is_empty() => Ok(()),
+        StagingArea::Store(store) => {
+            store.delete_many(units.iter().map(|run| unit_object(run)).collect()).await
         }
-        StagingArea::Store(store) => store,
-    };
-    if units.is_empty() {
-        return Ok(());
     }
-    let mut sentinels = Vec::new();
-    let mut files = Vec::new();
-    for (run, names) in units {
-        let unit = run.relative();
-        sentinels.push(format!("{unit}/{}", super::SENTINEL));
-        files.extend(
-            names.iter().filter(|n| *n != super::SENTINEL).map(|name| format!("{unit}/{name}")),
-        );
-    }
-    store.delete_many(sentinels).await?;
-    if files.is_empty() { Ok(()) } else { store.delete_many(files).await }
 }
 
-/// Remove a unit from its staging area: in a store, its objects (the
-/// sentinel first); in a folder, [`remove_run`].
+/// The object of a unit in a store, below the area.
+pub(crate) fn unit_object(run: &super::RunDir) -> String {
+    format!("{}/{}", run.relative(), super::bundle::UNIT_OBJECT)
+}
+
+/// Remove a unit from its staging area: in a store, its object; in a
+/// folder, [`remove_run`].
 pub(crate) async fn remove_unit(area: &StagingArea, run: &super::RunDir) -> Result<()> {
     match area {
         StagingArea::Dir(root) => remove_run(root, run),
-        StagingArea::Store(store) => {
-            store.delete_folder(&run.relative(), Some(super::SENTINEL)).await
-        }
+        StagingArea::Store(store) => store.delete(&unit_object(run)).await,
     }
 }
 

@@ -27,10 +27,11 @@
 //! 4. On shared filesystems, files and then the directory are fsynced, and
 //!    the orchestrator waits with the NFS-safe protocol in [`wait`].
 //! 5. In an object store ([`area`]) the layout is the same below the lake's
-//!    `_staging/` prefix; each file is one atomic PUT and the sentinel is
-//!    put if absent.
+//!    `_staging/` prefix, and a unit's files are one object
+//!    ([`bundle::UNIT_OBJECT`]) put if absent: written and sealed at once.
 
 pub mod area;
+pub mod bundle;
 pub mod fs_kind;
 pub mod paths;
 pub mod scan;

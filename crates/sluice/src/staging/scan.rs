@@ -57,12 +57,20 @@ impl RunDir {
     pub async fn staged_run_ids_in(&self, area: &StagingArea) -> Result<Vec<String>> {
         match area {
             StagingArea::Store(store) if self.is_batch() => {
-                let path = self.path.join(SENTINEL);
-                let relative = format!("{}/{SENTINEL}", self.relative());
-                let bytes = store.get(&relative).await?.ok_or_else(|| {
-                    Error::InvalidInput(format!("{}: no sentinel", path.display()))
-                })?;
-                sentinel_run_ids(bytes, &path)
+                let path = self.path.join(super::bundle::UNIT_OBJECT);
+                let unreadable = |why: &dyn std::fmt::Display| {
+                    Error::InvalidInput(format!("{}: {why}", path.display()))
+                };
+                let object = store
+                    .get(&super::area::unit_object(self))
+                    .await?
+                    .ok_or_else(|| unreadable(&"gone"))?;
+                let files = super::bundle::unpack(&object).map_err(|e| unreadable(&e))?;
+                let (_, sentinel) = files
+                    .into_iter()
+                    .find(|(name, _)| name == SENTINEL)
+                    .ok_or_else(|| unreadable(&"it holds no sentinel"))?;
+                sentinel_run_ids(sentinel, &path.join(SENTINEL))
             }
             _ => self.staged_run_ids(),
         }
@@ -104,10 +112,6 @@ pub struct StagingScan {
     pub unsealed: Vec<RunDir>,
     /// Entries that do not fit the layout (reported, never committed).
     pub foreign: Vec<PathBuf>,
-    /// In a store, the files of each unit the listing showed, by the
-    /// unit's place below the area ([`RunDir::relative`]); empty for a
-    /// folder, whose units are read as they are then.
-    pub files: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 fn entries(dir: &Path) -> Result<Vec<PathBuf>> {
@@ -185,22 +189,21 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
 }
 
 /// Scan a staging area, optionally one step only: [`scan`] for a folder;
-/// for a store, one listing of its `_staging/` prefix (objects at other
-/// depths, or in folders that do not fit the layout, are reported as
-/// foreign).
+/// for a store, one listing of its `_staging/` prefix, where a unit is its
+/// one object ([`bundle`](super::bundle)) and so always sealed; any other
+/// object is reported as foreign.
 pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingScan> {
     let store = match area {
         StagingArea::Dir(root) => return scan(root, step),
         StagingArea::Store(store) => store,
     };
     let mut out = StagingScan::default();
-    let mut units: std::collections::BTreeMap<String, bool> = std::collections::BTreeMap::new();
     for object in store.list("").await? {
         let parts: Vec<&str> = object.relative.split('/').collect();
         if parts[0].starts_with('.') {
             continue; // manifests and quarantine
         }
-        let Some((step_number, _)) = parse_step_dir(parts[0]) else {
+        let Some((step_number, operation)) = parse_step_dir(parts[0]) else {
             out.foreign.push(area.shown(&object.relative));
             continue;
         };
@@ -208,6 +211,7 @@ pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingS
             continue;
         }
         let fits = parts.len() == 5
+            && parts[4] == super::bundle::UNIT_OBJECT
             && validate_dir_name(parts[3]).is_ok()
             && parts[3][0..2] == *parts[1]
             && parts[3][2..4] == *parts[2];
@@ -215,21 +219,12 @@ pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingS
             out.foreign.push(area.shown(&object.relative));
             continue;
         }
-        let unit = parts[..4].join("/");
-        out.files.entry(unit.clone()).or_default().push(parts[4].to_owned());
-        let sealed = units.entry(unit).or_default();
-        *sealed |= parts[4] == SENTINEL;
-    }
-    for (relative, sealed) in units {
-        let parts: Vec<&str> = relative.split('/').collect();
-        let (step, operation) = parse_step_dir(parts[0]).expect("checked above");
-        let dir = RunDir {
-            step,
+        out.sealed.push(RunDir {
+            step: step_number,
             operation: operation.to_owned(),
             run_id: parts[3].to_owned(),
-            path: area.shown(&relative),
-        };
-        if sealed { out.sealed.push(dir) } else { out.unsealed.push(dir) }
+            path: area.shown(&parts[..4].join("/")),
+        });
     }
     Ok(out)
 }

@@ -132,6 +132,61 @@ pub fn wait_for_runs(
     Ok(outcome)
 }
 
+/// [`wait_for_runs`] in a staging area: in a store, each poll is one
+/// listing of every step prefix the runs are staged under (no per-unit
+/// request), and a unit is there when its one object is — a store lists
+/// consistently, so no refresh is needed.
+pub async fn wait_in_area(
+    area: &super::StagingArea,
+    expected: &[ExpectedRun],
+    options: WaitOptions,
+) -> Result<WaitOutcome> {
+    let store = match area {
+        super::StagingArea::Dir(root) => {
+            let (root, expected) = (root.clone(), expected.to_vec());
+            return tokio::task::spawn_blocking(move || wait_for_runs(&root, &expected, options))
+                .await
+                .map_err(|e| crate::error::Error::task("waiting for sentinels", e))?;
+        }
+        super::StagingArea::Store(store) => store,
+    };
+    let mut pending: Vec<(ExpectedRun, String)> = Vec::with_capacity(expected.len());
+    for run in expected {
+        let unit = super::area::unit_relative(run.step, &run.operation, &run.run_id)?;
+        pending.push((run.clone(), format!("{unit}/{}", super::bundle::UNIT_OBJECT)));
+    }
+    let steps: BTreeSet<String> = pending
+        .iter()
+        .filter_map(|(_, object)| object.split('/').next().map(|s| format!("{s}/")))
+        .collect();
+    let start = Instant::now();
+    let mut backoff = options.initial_backoff;
+    let mut outcome = WaitOutcome::default();
+    loop {
+        outcome.polls += 1;
+        let mut present = BTreeSet::new();
+        for step in &steps {
+            present.extend(store.list(step).await?.into_iter().map(|o| o.relative));
+        }
+        let (ready, still): (Vec<_>, Vec<_>) =
+            pending.into_iter().partition(|(_, object)| present.contains(object));
+        outcome.ready.extend(ready.into_iter().map(|(run, object)| {
+            let unit = object.rsplit_once('/').map_or(object.as_str(), |(unit, _)| unit);
+            let shown = area.shown(unit);
+            (run, shown)
+        }));
+        pending = still;
+        let elapsed = start.elapsed();
+        if pending.is_empty() || elapsed >= options.timeout {
+            break;
+        }
+        tokio::time::sleep(backoff.min(options.timeout - elapsed)).await;
+        backoff = (backoff * 2).min(options.max_backoff);
+    }
+    outcome.missing = pending.into_iter().map(|(run, _)| run).collect();
+    Ok(outcome)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

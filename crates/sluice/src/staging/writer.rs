@@ -14,8 +14,8 @@
 //! In a folder, each file is written to a hidden temporary name and renamed
 //! into place, so no reader ever sees half a file; on a shared filesystem
 //! each file is fsynced before its rename and the directory after it. In
-//! an object store each file is one PUT (whole or absent) and the sentinel
-//! is put if absent ([`area`](super::area)).
+//! an object store a unit's files travel in one object, put if absent: one
+//! request writes and seals it ([`bundle`](super::bundle)).
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -253,32 +253,23 @@ fn already_sealed(unit: &dyn std::fmt::Display) -> Error {
     Error::InvalidInput(format!("{unit}: already sealed; a run id is staged once"))
 }
 
-/// Put a unit's objects into a store: every file but the sentinel at once,
-/// then the sentinel if absent (it seals the unit; one already there with
-/// other bytes is another worker's).
+/// Put a unit into a store as one object ([`bundle`](super::bundle)), if
+/// absent: that one PUT writes and seals it. One already there with other
+/// bytes is another worker's unit. A unit left unsealed on purpose (a
+/// crash test) is not written at all: a worker that dies before its one
+/// PUT leaves nothing.
 async fn write_objects(
     store: &StoreArea,
     unit: &str,
     files: Vec<(String, Vec<u8>)>,
     seal: bool,
 ) -> Result<()> {
-    let sentinel = format!("{unit}/{SENTINEL}");
-    if store.exists(&sentinel).await? {
-        return Err(already_sealed(&store.shown(unit).display()));
-    }
-    let (last, rest): (Vec<_>, Vec<_>) = files.into_iter().partition(|(name, _)| name == SENTINEL);
-    futures::future::try_join_all(
-        rest.into_iter()
-            .map(|(name, bytes)| async move { store.put(&format!("{unit}/{name}"), bytes).await }),
-    )
-    .await?;
     if !seal {
         return Ok(());
     }
-    for (_, bytes) in last {
-        if !store.put_if_absent(&sentinel, &bytes).await? {
-            return Err(already_sealed(&store.shown(unit).display()));
-        }
+    let object = super::bundle::pack(&files);
+    if !store.put_if_absent(&format!("{unit}/{}", super::bundle::UNIT_OBJECT), &object).await? {
+        return Err(already_sealed(&store.shown(unit).display()));
     }
     Ok(())
 }

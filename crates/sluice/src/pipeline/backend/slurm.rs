@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use super::{Dispatch, Outcome};
 use crate::error::{Error, Result};
+use crate::lake::io::location::LakeRoot;
 use crate::pipeline::config::StepConfig;
 use crate::pipeline::unit::UnitJob;
-use crate::staging::{ExpectedRun, WaitOptions, WaitOutcome, wait_for_runs};
+use crate::staging::{ExpectedRun, StagingArea, WaitOptions, WaitOutcome, wait::wait_in_area};
 
 /// Settings of the SLURM backend.
 #[derive(Debug, Clone)]
@@ -44,11 +45,24 @@ impl Default for SlurmOptions {
 }
 
 fn command_output(program: &str, args: &[String]) -> Result<String> {
-    let out =
-        std::process::Command::new(program).args(args).output().map_err(|e| Error::Slurm {
-            command: program.to_owned(),
-            message: format!("cannot run it: {e} (is SLURM installed and on PATH?)"),
-        })?;
+    command_output_with(program, args, None)
+}
+
+/// [`command_output`] with one more variable in its environment.
+fn command_output_with(
+    program: &str,
+    args: &[String],
+    env: Option<(&str, String)>,
+) -> Result<String> {
+    let mut command = std::process::Command::new(program);
+    command.args(args);
+    if let Some((name, value)) = env {
+        command.env(name, value);
+    }
+    let out = command.output().map_err(|e| Error::Slurm {
+        command: program.to_owned(),
+        message: format!("cannot run it: {e} (is SLURM installed and on PATH?)"),
+    })?;
     if !out.status.success() {
         return Err(Error::Slurm {
             command: format!("{program} {}", args.join(" ")),
@@ -117,10 +131,24 @@ async fn slurm_command(program: &'static str, args: Vec<String>) -> Result<Strin
         .map_err(|e| Error::task(format!("running `{program}`"), e))?
 }
 
+/// Where a step's task files (units, script, logs) go: `<lake>/_slurm/`;
+/// for a lake in a store, `.sluice-slurm/` in the folder `sluice run`
+/// started in — SLURM starts tasks there too, so the compute nodes see it
+/// wherever they see the submitting folder (a shared home or work area).
+fn task_dir(lake: &LakeRoot) -> Result<PathBuf> {
+    match lake {
+        LakeRoot::Local(root) => Ok(root.join("_slurm")),
+        LakeRoot::Store(_) => {
+            let here = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+            Ok(here.join(".sluice-slurm"))
+        }
+    }
+}
+
 /// Submit, wait and collect one step's units.
 pub async fn run(
     dispatch: &Dispatch,
-    staging_root: &Path,
+    staging: &StagingArea,
     step: &StepConfig,
     jobs: Vec<UnitJob>,
     options: &SlurmOptions,
@@ -130,7 +158,7 @@ pub async fn run(
     }
     let array = submit(dispatch, step, &jobs).await?;
     let cancelled = wait_for_queue(dispatch, &array, options).await?;
-    collect(dispatch, staging_root, &jobs, &array, cancelled, options).await
+    collect(dispatch, staging, &jobs, &array, cancelled, options).await
 }
 
 /// Write the units file and the task script, then `sbatch` the array.
@@ -139,9 +167,8 @@ async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Res
         command: "sbatch".into(),
         message: "the SLURM backend needs a worker program (the sluice binary)".into(),
     })?;
-    let lake_root = dispatch.lake.filesystem("the SLURM backend")?;
     let step_run_id = jobs.first().map(|j| j.step_run_id.clone()).unwrap_or_default();
-    let dir = lake_root.join("_slurm").join(step_run_id);
+    let dir = task_dir(&dispatch.lake)?.join(step_run_id);
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| Error::io(&logs, e))?;
     let units_file = dir.join("units.jsonl");
@@ -154,16 +181,27 @@ async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Res
     let per_task = step.batch.units_per_worker.max(1);
     let tasks = jobs.len().div_ceil(per_task);
     let script = dir.join("task.sh");
+    // A lake in a store reaches the tasks in sbatch's environment, which
+    // SLURM hands them (`--export=ALL`, its default): its URL may carry a
+    // SAS token, and the script is a file others may read.
+    let (lake_arg, env) = match &dispatch.lake {
+        LakeRoot::Local(root) => (format!("--lake {} ", quote(&root.display().to_string())), None),
+        LakeRoot::Store(store) => {
+            (String::new(), Some((crate::lake::LAKE_ENV, store.url().to_string())))
+        }
+    };
     let body = format!(
-        "#!/bin/sh\n# sluice array task: step `{}`\nexec {} --lake {} __worker --units {} --per-task {} --task \"$SLURM_ARRAY_TASK_ID\"\n",
+        "#!/bin/sh\n# sluice array task: step `{}`\nexec {} {lake_arg}__worker --units {} --per-task {} --task \"$SLURM_ARRAY_TASK_ID\"\n",
         step.name,
         quote(&program.display().to_string()),
-        quote(&lake_root.display().to_string()),
         quote(&units_file.display().to_string()),
         per_task
     );
     std::fs::write(&script, body).map_err(|e| Error::io(&script, e))?;
-    let out = slurm_command("sbatch", sbatch_args(step, tasks, &logs, &script)).await?;
+    let args = sbatch_args(step, tasks, &logs, &script);
+    let out = tokio::task::spawn_blocking(move || command_output_with("sbatch", &args, env))
+        .await
+        .map_err(|e| Error::task("running `sbatch`", e))??;
     let job_id = out.trim().split(';').next().unwrap_or_default().to_owned();
     if job_id.is_empty() || !job_id.chars().all(|c| c.is_ascii_digit()) {
         return Err(Error::Slurm {
@@ -270,7 +308,7 @@ fn is_final(state: &str) -> bool {
 /// still missing are `Lost`, with their task's state and log.
 async fn collect(
     dispatch: &Dispatch,
-    staging_root: &Path,
+    staging: &StagingArea,
     jobs: &[UnitJob],
     array: &Array,
     cancelled: bool,
@@ -284,14 +322,8 @@ async fn collect(
             run_id: j.run_id.clone(),
         })
         .collect();
-    let poll = |runs: Vec<ExpectedRun>, timeout: Duration| {
-        let root = staging_root.to_path_buf();
-        async move {
-            let wait = WaitOptions { timeout, ..WaitOptions::default() };
-            tokio::task::spawn_blocking(move || wait_for_runs(&root, &runs, wait))
-                .await
-                .map_err(|e| Error::task("waiting for sentinels", e))?
-        }
+    let poll = |runs: Vec<ExpectedRun>, timeout: Duration| async move {
+        wait_in_area(staging, &runs, WaitOptions { timeout, ..WaitOptions::default() }).await
     };
     let mut results = Vec::new();
     let mut staged = |ready: &[(ExpectedRun, PathBuf)]| {
