@@ -64,16 +64,23 @@ pub enum Advanced {
     Reopened,
 }
 
+/// Where a tip's table is, and so which fast paths it has.
+#[derive(Debug)]
+enum Place {
+    /// The table's folder on a filesystem: a `stat` says whether the head
+    /// moved, log entries are hard-linked, key filters are sidecar files.
+    Dir(PathBuf),
+    /// A table in a store, which does without those (a tip reads the next
+    /// entry, puts entries if absent), with its key filters there.
+    Store(StoreKeys),
+}
+
 /// A writer's view of one table (see the module docs).
 #[derive(Debug)]
 pub struct Tip {
     name: String,
-    /// The table's folder, for a lake on a filesystem: its `stat`s and key
-    /// filters are fast paths a store does without (there a tip reads the
-    /// next entry, and looks keys up in the table).
-    dir: Option<PathBuf>,
-    /// The table's key filters, for a lake in a store.
-    keys: Option<StoreKeys>,
+    /// Where the table is: its folder, or its key filters in a store.
+    place: Place,
     /// Opened once: its protocol, metadata and log store hold for every
     /// version up to the head (a version that changes them reopens the tip).
     table: DeltaTable,
@@ -112,6 +119,14 @@ pub struct Tip {
 }
 
 impl Tip {
+    /// The table's folder, for a table on a filesystem.
+    fn dir(&self) -> Option<&std::path::Path> {
+        match &self.place {
+            Place::Dir(dir) => Some(dir),
+            Place::Store(_) => None,
+        }
+    }
+
     /// Open the table of `spec` and read its live files and key filters.
     pub async fn open(root: &LakeRoot, spec: &TableSpec) -> Result<Tip> {
         Tip::from_table(root, spec, table::open(root, spec).await?).await
@@ -123,7 +138,10 @@ impl Tip {
     pub async fn from_table(root: &LakeRoot, spec: &TableSpec, table: DeltaTable) -> Result<Tip> {
         let head = table.version().unwrap_or_default();
         let live = table::active_files(&table, spec)?;
-        let dir = root.local().map(|root| table::table_dir(root, spec));
+        let place = match root {
+            LakeRoot::Local(root) => Place::Dir(table::table_dir(root, spec)),
+            LakeRoot::Store(store) => Place::Store(StoreKeys::of(store, spec)),
+        };
         let hint = Box::pin(last_checkpoint(&table)).await;
         // A checkpoint holds the live files, and the last one's actions
         // (tombstones among them) when more.
@@ -134,15 +152,13 @@ impl Tip {
             .await
             .map_err(|e| Error::delta(&spec.name, e))?;
         let clock = std::time::Instant::now();
-        let keys = root.store_root().map(|store| StoreKeys::of(store, spec));
         let filters = if spec.indexed_columns().is_empty() {
             None
         } else {
             let live: HashSet<&str> = live.iter().map(String::as_str).collect();
-            Some(match (&dir, &keys) {
-                (Some(dir), _) => key_filter::read_live(dir, &live),
-                (None, Some(keys)) => keys.filters(head, &live, None).await,
-                (None, None) => BTreeMap::new(),
+            Some(match &place {
+                Place::Dir(dir) => key_filter::read_live(dir, &live),
+                Place::Store(keys) => keys.filters(head, &live, None).await,
             })
         };
         tracing::debug!(
@@ -165,8 +181,7 @@ impl Tip {
             listed: Instant::now(),
             checkpointing: None,
             writer: std::sync::Mutex::new(None),
-            dir,
-            keys,
+            place,
         })
     }
 
@@ -246,7 +261,7 @@ impl Tip {
         // Most calls find nothing new: on a filesystem one `stat` says so
         // (a commit file appears whole), cheaper than a read through the
         // log store; on a store the read of the next entry says it.
-        while self.dir.as_ref().is_none_or(|dir| table::may_have_moved(dir, self.head)) {
+        while self.dir().is_none_or(|dir| table::may_have_moved(dir, self.head)) {
             let read = store.read_commit_entry(self.head + 1).await;
             let Some(bytes) = read.map_err(|e| Error::delta(&self.name, e))? else { break };
             let version = self.head + 1;
@@ -260,7 +275,7 @@ impl Tip {
             each(version, &actions);
             self.head = version;
         }
-        if let Some(keys) = &self.keys {
+        if let Place::Store(keys) = &self.place {
             keys.look(self.head).await;
         }
         self.retry_pending();
@@ -270,7 +285,7 @@ impl Tip {
     /// Whether the head's own log entry is still there (a `stat` on a
     /// filesystem, a `HEAD` on a store).
     async fn own_entry_present(&self) -> Result<bool> {
-        if let Some(dir) = &self.dir {
+        if let Some(dir) = self.dir() {
             return Ok(log_entry::entry_path(dir, self.head).exists());
         }
         let store = self.table.log_store().object_store(None);
@@ -314,10 +329,9 @@ impl Tip {
         let Some(key) = &self.key else { return };
         // In a store, what the key column's look read holds the lookup
         // columns' filters too (a version's bundle carries them all).
-        let filters = match (&self.dir, &self.keys) {
-            (Some(dir), _) => key_filter::read_column(dir, column),
-            (None, Some(keys)) => keys.held(self.head, None, Some(column)),
-            (None, None) => BTreeMap::new(),
+        let filters = match &self.place {
+            Place::Dir(dir) => key_filter::read_column(dir, column),
+            Place::Store(keys) => keys.held(self.head, None, Some(column)),
         };
         self.columns.insert(column, Coverage::new(key.live_files().cloned(), filters));
     }
@@ -358,7 +372,7 @@ impl Tip {
         let bytes = data.get_bytes().map_err(|e| Error::delta(&self.name, e.into()))?;
         // Put-if-absent: where the commit runs on a file system, a
         // conditional put settled by reading on a store (see [`log_entry`]).
-        let created = if let Some(dir) = &self.dir {
+        let created = if let Some(dir) = self.dir() {
             log_entry::write_if_absent(dir, version, &bytes)?
         } else {
             let store = self.table.log_store().object_store(None);
@@ -410,10 +424,9 @@ impl Tip {
     /// Read the sidecars that had not appeared yet (in a store, take
     /// those the last look read).
     fn retry_pending(&mut self) {
-        let read = |v: u64, column: Option<&str>| match (&self.dir, &self.keys) {
-            (Some(dir), _) => key_filter::read_one(dir, v, column),
-            (None, Some(keys)) => keys.held_filter(v, column),
-            (None, None) => None,
+        let read = |v: u64, column: Option<&str>| match &self.place {
+            Place::Dir(dir) => key_filter::read_one(dir, v, column),
+            Place::Store(keys) => keys.held_filter(v, column),
         };
         if let Some(coverage) = &mut self.key {
             coverage.retry_pending(|v| read(v, None));
@@ -503,7 +516,7 @@ impl Tip {
     /// replays is a request (tens of milliseconds), while a checkpoint is
     /// one request however many entries it rewrites.
     fn spacing(&self, interval: u64) -> u64 {
-        if self.dir.is_none() {
+        if self.dir().is_none() {
             return interval;
         }
         interval.max(self.entries.saturating_mul(interval).isqrt())
@@ -755,7 +768,7 @@ mod tests {
         let (_dir, lake) = lake_of_puts(30).await;
         let spec = crate::lake::layout::index_table();
         let tip = Tip::open(lake.root(), &spec).await.unwrap();
-        let log = tip.dir.as_ref().unwrap().join("_delta_log");
+        let log = tip.dir().unwrap().join("_delta_log");
         assert!(log.join(format!("{:020}.json", 0)).exists());
         // On a thread of its own, as a tip runs it (it makes a runtime).
         let (log_store, head) = (tip.table.log_store(), tip.head());
@@ -822,7 +835,7 @@ mod tests {
         let (dir, tip) = tip_of_a_new_table().await;
         assert_eq!(tip.commits_directly(), Ok(()), "sluice's tables: writer version 4");
         let spec = crate::lake::layout::index_table();
-        let log = tip.dir.as_ref().unwrap().join("_delta_log");
+        let log = tip.dir().unwrap().join("_delta_log");
         let upgrade = |version: u64, features: &[&str]| {
             let protocol = serde_json::json!({"protocol": {
                 "minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": features}});
