@@ -280,19 +280,9 @@ async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Resul
     let mut cold = None;
     let mut figures = Vec::new();
     for round in ["cold run", "cached rerun"] {
-        let pipeline = sluice::pipeline::Pipeline::load(&file, &operations, lake.registry())?;
-        let report = super::pipeline::run_with_progress(
-            &lake,
-            pipeline,
-            operations.clone(),
-            None,
-            Some(workers),
-            false,
-        )
-        .await?;
-        super::pipeline::finish(&report)?;
-        let ran: usize = report.steps.iter().map(|s| s.dispatched).sum();
-        let secs = report.seconds;
+        let (secs, ran) =
+            Box::pin(super::bench_load::run_pipeline_file(&lake, &file, &operations, workers))
+                .await?;
         match cold {
             None => {
                 cold = Some(secs);

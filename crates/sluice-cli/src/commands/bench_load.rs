@@ -188,3 +188,25 @@ pub(crate) fn pipeline_text(half: u64) -> String {
          params = {{ metric = \"stats.metrics\", where = \"mean > 0.5\" }}\n"
     )
 }
+
+/// Run the pipeline in `file` on `lake` with `workers` local worker
+/// processes, as `sluice run` does; its seconds and executions dispatched.
+pub(crate) async fn run_pipeline_file(
+    lake: &Lake,
+    file: &std::path::Path,
+    operations: &sluice::pipeline::Operations,
+    workers: usize,
+) -> anyhow::Result<(f64, usize)> {
+    let pipeline = sluice::pipeline::Pipeline::load(file, operations, lake.registry())?;
+    let report = super::pipeline::run_with_progress(
+        lake,
+        pipeline,
+        operations.clone(),
+        None,
+        Some(workers),
+        false,
+    )
+    .await?;
+    super::pipeline::finish(&report)?;
+    Ok((report.seconds, report.steps.iter().map(|s| s.dispatched).sum()))
+}

@@ -241,21 +241,7 @@ pub async fn pipeline_in_store(
     let operations = sluice::pipeline::Operations::linked()?;
     let run = |lake: Lake| {
         let (file, operations) = (file.clone(), operations.clone());
-        async move {
-            let pipeline = sluice::pipeline::Pipeline::load(&file, &operations, lake.registry())?;
-            let report = super::pipeline::run_with_progress(
-                &lake,
-                pipeline,
-                operations,
-                None,
-                Some(workers),
-                false,
-            )
-            .await?;
-            super::pipeline::finish(&report)?;
-            let ran: usize = report.steps.iter().map(|s| s.dispatched).sum();
-            anyhow::Ok((report.seconds, ran))
-        }
+        async move { super::bench_load::run_pipeline_file(&lake, &file, &operations, workers).await }
     };
     let local_root = LakeRoot::from(scratch.join("lake"));
     let (local, _) = Lake::init(&local_root).await?;

@@ -92,10 +92,10 @@ async fn diagnose_staging(area: &StagingArea, out: &mut Diagnosis) -> Result<()>
         StagingArea::Dir(root) => root,
         StagingArea::Store(store) => {
             for object in store.list(&format!("{QUARANTINE_DIR}/")).await? {
-                let Some(folder) = object.relative.strip_suffix(&format!("/{REASON_FILE}")) else {
+                let Some(folder) = object.strip_suffix(&format!("/{REASON_FILE}")) else {
                     continue;
                 };
-                let reason = store.get(&object.relative).await?.unwrap_or_default();
+                let reason = store.get(&object).await?.unwrap_or_default();
                 let reason = String::from_utf8_lossy(&reason).trim().to_owned();
                 out.quarantined.push((area.shown(folder), reason));
             }

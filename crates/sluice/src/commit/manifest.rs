@@ -182,14 +182,14 @@ pub async fn read_all_in(area: &StagingArea) -> Result<Vec<Manifest>> {
     };
     let mut out = Vec::new();
     for object in store.list(&format!("{MANIFEST_DIR}/")).await? {
-        if !object.relative.ends_with(".json") {
+        if !object.ends_with(".json") {
             continue;
         }
-        let Some(text) = store.get(&object.relative).await? else { continue };
-        let shown = area.shown(&object.relative);
+        let Some(text) = store.get(&object).await? else { continue };
+        let shown = area.shown(&object);
         let manifest: Manifest = serde_json::from_slice(&text)
             .map_err(|e| Error::json(shown.display().to_string(), e))?;
-        if object.relative != relative_name(manifest.seq) {
+        if object != relative_name(manifest.seq) {
             return Err(Error::InvalidInput(format!(
                 "{}: the manifest names sequence {}, not its file name's",
                 shown.display(),

@@ -135,7 +135,7 @@ pub async fn requeue_in(area: &StagingArea) -> Result<Vec<PathBuf>> {
     };
     let mut held = std::collections::BTreeSet::new();
     for object in store.list(&format!("{QUARANTINE_DIR}/")).await? {
-        let parts: Vec<&str> = object.relative.splitn(4, '/').collect();
+        let parts: Vec<&str> = object.splitn(4, '/').collect();
         if parts.len() == 4 {
             held.insert(parts[..3].join("/"));
         }

@@ -90,13 +90,6 @@ impl std::fmt::Display for StoreArea {
     }
 }
 
-/// An object below a store area: its name relative to the area, and size.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Listed {
-    pub relative: String,
-    pub size: u64,
-}
-
 impl StoreArea {
     /// The store object at `relative` below the area.
     fn object(&self, relative: &str) -> ObjectPath {
@@ -112,14 +105,14 @@ impl StoreArea {
         Error::Store { what: format!("{doing} {}", self.shown(relative).display()), source }
     }
 
+    /// The lake's root, for the small files it reads and writes whole.
+    fn root(&self) -> LakeRoot {
+        LakeRoot::Store(self.lake.clone())
+    }
+
     /// Put `bytes` at `relative` (a PUT is atomic: whole or absent).
     pub(crate) async fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<()> {
-        self.lake
-            .store()
-            .put(&self.object(relative), bytes.into())
-            .await
-            .map(drop)
-            .map_err(|e| self.failed("staging", relative, e))
+        self.root().write_file(&format!("{STAGING_DIR}/{relative}"), bytes).await
     }
 
     /// Put `bytes` at `relative` unless an object is there: `Ok(true)` when
@@ -136,11 +129,7 @@ impl StoreArea {
 
     /// The bytes at `relative`, `None` when absent.
     pub(crate) async fn get(&self, relative: &str) -> Result<Option<Bytes>> {
-        match self.lake.store().get(&self.object(relative)).await {
-            Ok(got) => got.bytes().await.map(Some).map_err(|e| self.failed("reading", relative, e)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(self.failed("reading", relative, e)),
-        }
+        self.root().read_file(&format!("{STAGING_DIR}/{relative}")).await
     }
 
     /// Whether an object is at `relative`.
@@ -152,9 +141,9 @@ impl StoreArea {
         }
     }
 
-    /// Every object below `relative` (a folder; `""` for the whole area),
-    /// by name.
-    pub(crate) async fn list(&self, relative: &str) -> Result<Vec<Listed>> {
+    /// The names (below the area) of every object below `relative` (a
+    /// folder; `""` for the whole area), sorted.
+    pub(crate) async fn list(&self, relative: &str) -> Result<Vec<String>> {
         let base = self.object("");
         let prefix = self.object(relative);
         let found: Vec<object_store::ObjectMeta> = self
@@ -164,15 +153,14 @@ impl StoreArea {
             .try_collect()
             .await
             .map_err(|e| self.failed("listing", relative, e))?;
-        let mut out: Vec<Listed> = found
+        let mut out: Vec<String> = found
             .into_iter()
             .filter_map(|meta| {
                 let name = meta.location.prefix_match(&base)?;
-                let relative = name.map(|p| p.as_ref().to_owned()).collect::<Vec<_>>().join("/");
-                Some(Listed { relative, size: meta.size })
+                Some(name.map(|p| p.as_ref().to_owned()).collect::<Vec<_>>().join("/"))
             })
             .collect();
-        out.sort_by(|a, b| a.relative.cmp(&b.relative));
+        out.sort();
         Ok(out)
     }
 
@@ -221,8 +209,7 @@ impl StoreArea {
     /// Remove every object below the folder `relative`.
     pub(crate) async fn delete_folder(&self, relative: &str) -> Result<()> {
         let folder = format!("{}/", relative.trim_end_matches('/'));
-        let listed: Vec<String> =
-            self.list(&folder).await?.into_iter().map(|o| o.relative).collect();
+        let listed: Vec<String> = self.list(&folder).await?;
         if listed.is_empty() { Ok(()) } else { self.delete_many(listed).await }
     }
 

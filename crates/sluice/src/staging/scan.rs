@@ -199,12 +199,12 @@ pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingS
     };
     let mut out = StagingScan::default();
     for object in store.list("").await? {
-        let parts: Vec<&str> = object.relative.split('/').collect();
+        let parts: Vec<&str> = object.split('/').collect();
         if parts[0].starts_with('.') {
             continue; // manifests and quarantine
         }
         let Some((step_number, operation)) = parse_step_dir(parts[0]) else {
-            out.foreign.push(area.shown(&object.relative));
+            out.foreign.push(area.shown(&object));
             continue;
         };
         if step.is_some_and(|s| s != step_number) {
@@ -216,7 +216,7 @@ pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingS
             && parts[3][0..2] == *parts[1]
             && parts[3][2..4] == *parts[2];
         if !fits {
-            out.foreign.push(area.shown(&object.relative));
+            out.foreign.push(area.shown(&object));
             continue;
         }
         out.sealed.push(RunDir {

@@ -166,7 +166,7 @@ pub async fn wait_in_area(
         outcome.polls += 1;
         let mut present = BTreeSet::new();
         for step in &steps {
-            present.extend(store.list(step).await?.into_iter().map(|o| o.relative));
+            present.extend(store.list(step).await?);
         }
         let (ready, still): (Vec<_>, Vec<_>) =
             pending.into_iter().partition(|(_, object)| present.contains(object));
