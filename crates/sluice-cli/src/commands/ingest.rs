@@ -6,11 +6,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use indicatif::ProgressStyle;
 use sluice::ingest::{IngestConfig, IngestReport, Ingestor, Mode};
+use sluice::lake::io::location::LakeRoot;
 
 use crate::args::IngestCommand;
 use crate::output::{count, print, text_table};
 
-pub async fn run(command: IngestCommand, lake: Option<&Path>) -> anyhow::Result<()> {
+pub async fn run(command: IngestCommand, lake: Option<&LakeRoot>) -> anyhow::Result<()> {
     let load = |config: &Path| load_config(config, lake);
     match command {
         IngestCommand::Run { config, once: _, watch, workers, json } => {
@@ -127,14 +128,13 @@ async fn ingest(
 
 /// `sluice ingest dedup`: exact duplicate rows out of one table.
 async fn dedup(config: IngestConfig, table: &str, dry_run: bool, json: bool) -> anyhow::Result<()> {
-    let Some(dir) = sluice::lake::layout::ingestion_table_dir(&config.lake, table) else {
+    let Some(spec) = sluice::lake::delta::held::ingestion_table(&config.lake, table).await? else {
         anyhow::bail!(
             "no ingestion table `{table}` in {} (looked in raw/, aggregate/, curated/)",
-            config.lake.display()
+            config.lake
         );
     };
-    let name = table.rsplit('/').next().unwrap_or(table);
-    let report = sluice::ingest::dedup::dedup(&dir, name, dry_run).await?;
+    let report = sluice::ingest::dedup::dedup(&config.lake, &spec, dry_run).await?;
     if json {
         return print(&serde_json::to_string_pretty(&report)?);
     }
@@ -434,7 +434,7 @@ async fn demo(dir: &Path) -> anyhow::Result<()> {
     out.push_str(&format!(
         "\nnext:\n  sluice ingest status --config {c}\n  sluice --lake {l} sql \"SELECT * FROM trips_daily ORDER BY day, zone\"\n  sluice --lake {l} sql \"SELECT * FROM ingest_ledger\"\n  drop more files into {d} and run: sluice ingest run --config {c} --watch\n",
         c = config_path.display(),
-        l = lake_root.display(),
+        l = lake_root,
         d = landing.display()
     ));
     print(out.trim_end())
@@ -442,20 +442,23 @@ async fn demo(dir: &Path) -> anyhow::Result<()> {
 
 /// Load an ingestion config; a lake given by `--lake` or `SLUICE_LAKE` must
 /// be the one the config names (never silently ignored).
-fn load_config(path: &Path, lake: Option<&Path>) -> anyhow::Result<IngestConfig> {
+fn load_config(path: &Path, lake: Option<&LakeRoot>) -> anyhow::Result<IngestConfig> {
     let config = IngestConfig::load(path)?;
     if let Some(given) = lake {
-        let same = |p: &Path| {
-            std::path::absolute(p).map(|a| a.canonicalize().unwrap_or(a)).unwrap_or(p.to_owned())
+        let same = |root: &LakeRoot| match root {
+            LakeRoot::Local(p) => LakeRoot::Local(
+                std::path::absolute(p).map(|a| a.canonicalize().unwrap_or(a)).unwrap_or(p.clone()),
+            ),
+            store => store.clone(),
         };
         if same(given) != same(&config.lake) {
             anyhow::bail!(
                 "--lake (or SLUICE_LAKE) names {}, but {} names the lake {}: `sluice ingest` \
                  writes the lake its config names; drop --lake / unset SLUICE_LAKE, or change \
                  `lake` in the config",
-                given.display(),
+                given,
                 path.display(),
-                config.lake.display()
+                config.lake
             );
         }
     }

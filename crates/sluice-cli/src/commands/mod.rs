@@ -129,10 +129,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline::worker(&root, units.as_deref(), task, per_task).await
         }
         Command::Bench(bench) => Box::pin(bench::run(&root, bench)).await,
-        Command::Ingest(command) => {
-            let given = given.as_ref().map(|root| root.filesystem("sluice ingest")).transpose()?;
-            ingest::run(command, given).await
-        }
+        Command::Ingest(command) => ingest::run(command, given.as_ref()).await,
         Command::StageWorker { workload, from, to } => {
             bench_load::stage_worker(&root, &workload, from, to).await
         }

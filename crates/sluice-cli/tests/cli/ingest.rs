@@ -12,7 +12,7 @@ use crate::crash::fraction;
 pub(crate) const SCHEMA: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: pickup_at, type: timestamp }\n  - { name: zone, type: string, max_length: 16 }\n  - { name: fare, type: \"decimal(8,2)\" }\nprimary_key: [trip_id]\n";
 
 /// raw → aggregate → curated, as in the library's medallion tests.
-const TRANSFORMS: &str = include_str!("../../../sluice/tests/fixtures/medallion.toml");
+pub(crate) const TRANSFORMS: &str = include_str!("../../../sluice/tests/fixtures/medallion.toml");
 
 pub(crate) fn sluice(config: &Path, args: &[&str]) -> std::process::Command {
     let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"));
@@ -94,17 +94,11 @@ fn ingestion_killed_at_random_moments_lands_every_row_exactly_once() {
     };
     let mut killed = 0;
     for k in 0..kills {
-        let mut child = sluice(&config, &["run", "--watch"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(300 + (fraction(k + 9000) * 1700.0) as u64));
-        if child.try_wait().unwrap().is_none() {
-            child.kill().unwrap(); // SIGKILL
-            killed += 1;
-        }
-        child.wait().unwrap();
+        let delay = Duration::from_millis(300 + (fraction(k + 9000) * 1700.0) as u64);
+        killed += u64::from(crate::crash::kill_command_after(
+            sluice(&config, &["run", "--watch"]),
+            delay,
+        ));
     }
     arrivals.join().unwrap();
     assert_eq!(killed, kills, "every run was killed while it ran");
@@ -139,22 +133,29 @@ fn ingestion_killed_at_random_moments_lands_every_row_exactly_once() {
     assert_eq!(status["tables"]["trips"]["rows"], files * rows_per_file);
     // Curated, transformed after commits of processes that were killed at
     // any moment: every key once, totals exactly those of the source rows.
+    let curated = crate::Lake::at(root.join("lake")).ok(&["sql", "--format", "csv", DAILY]);
+    let curated: Vec<String> = curated.lines().skip(1).map(str::to_owned).collect();
+    assert_eq!(
+        curated,
+        expected_daily(files * rows_per_file),
+        "curated totals equal the source rows'"
+    );
+}
+
+/// The curated table of [`TRANSFORMS`], as CSV rows (without the header)
+/// of [`expected_daily`].
+pub(crate) const DAILY: &str = "SELECT CAST(day AS VARCHAR), zone, trips, CAST(revenue * 100 AS BIGINT) FROM daily ORDER BY 1, 2";
+
+/// What [`DAILY`] holds once the first `rows` trips [`write_csv`] writes
+/// are ingested and transformed.
+pub(crate) fn expected_daily(rows: u64) -> Vec<String> {
     let mut expected: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
-    for i in 0..files * rows_per_file {
+    for i in 0..rows {
         let e = expected.entry(format!("2024-01-{:02},Zone{}", 1 + i % 28, i % 9)).or_default();
         e.0 += 1;
         e.1 += (3 + i % 50) * 100 + i % 100;
     }
-    let expected: Vec<String> =
-        expected.into_iter().map(|(k, (n, cents))| format!("{k},{n},{cents}")).collect();
-    let curated = crate::Lake::at(root.join("lake")).ok(&[
-        "sql",
-        "--format",
-        "csv",
-        "SELECT CAST(day AS VARCHAR), zone, trips, CAST(revenue * 100 AS BIGINT) FROM daily ORDER BY 1, 2",
-    ]);
-    let curated: Vec<String> = curated.lines().skip(1).map(str::to_owned).collect();
-    assert_eq!(curated, expected, "curated totals equal the source rows'");
+    expected.into_iter().map(|(k, (n, cents))| format!("{k},{n},{cents}")).collect()
 }
 
 #[test]

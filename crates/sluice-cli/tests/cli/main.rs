@@ -21,6 +21,7 @@ mod protocol;
 mod restore;
 mod slurm;
 mod store_crash;
+mod store_ingest;
 mod stores;
 mod terminal;
 

@@ -2,8 +2,12 @@
 //! and how ingestion runs. Relative paths are relative to the file.
 //!
 //! ```toml
-//! lake = "lake"               # the same lake folder as artifacts
+//! lake = "lake"               # the same lake as artifacts: a folder, or s3://…, az://…, abfss://…
 //! schemas = "schemas"         # one <table>.yaml per raw table
+//!
+//! # [storage]                 # options of a lake in a store, spelt as object_store
+//! # aws_endpoint = "http://127.0.0.1:5555"   # and delta-rs spell them (on top of
+//! # allow_http = "true"                     # the AWS_* / AZURE_* environment)
 //!
 //! [queue]
 //! kind = "local"
@@ -20,7 +24,7 @@
 //! # [queue]
 //! # kind = "azure"
 //! # [queue.azure]
-//! # account = "myaccount"     # key from AZURE_STORAGE_ACCOUNT_KEY, or AZURE_STORAGE_SAS_TOKEN
+//! # account = "myaccount"     # AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN, or Entra ID
 //! # queue = "landing"         # dead letters go to "landing-poison"
 //! # container = "landing"     # blobs arrive as <table>/<file>
 //! # spool = "spool"           # blobs are streamed here before parsing
@@ -56,14 +60,15 @@ use serde::Deserialize;
 
 use super::transform::Transform;
 use crate::error::{Error, Result};
+use crate::lake::io::location::{LakeRoot, local_root};
 
 /// The parsed `lakehouse.toml`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IngestConfig {
     /// The file it was read from.
     pub path: PathBuf,
-    /// The lake's root.
-    pub lake: PathBuf,
+    /// The lake: a folder, or a prefix in an object store.
+    pub lake: LakeRoot,
     /// The schemas folder.
     pub schemas: PathBuf,
     /// The queue.
@@ -134,8 +139,10 @@ impl QueueConfig {
 
 /// `[queue.azure]`: messages on an Azure Storage Queue, each naming a blob
 /// `<table>/<file>` of a container (see [`super::queue::azure`]). The
-/// account key comes from `AZURE_STORAGE_ACCOUNT_KEY` or a SAS token from
-/// `AZURE_STORAGE_SAS_TOKEN`, never from this file.
+/// account key comes from `AZURE_STORAGE_ACCOUNT_KEY`, a SAS token from
+/// `AZURE_STORAGE_SAS_TOKEN`, else an Entra ID token (a service principal's
+/// `AZURE_CLIENT_*` and `AZURE_TENANT_ID`, workload identity, or a managed
+/// identity), never from this file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AzureQueueConfig {
@@ -203,7 +210,9 @@ impl Default for IngestOptions {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
-    lake: PathBuf,
+    lake: String,
+    #[serde(default)]
+    storage: std::collections::HashMap<String, String>,
     #[serde(default = "default_schemas")]
     schemas: PathBuf,
     #[serde(default)]
@@ -273,10 +282,22 @@ impl IngestConfig {
         }
         Ok(IngestConfig {
             path: path.to_path_buf(),
-            lake: resolve(
-                &crate::lake::io::location::local_root_of(&file.lake)
-                    .map_err(|e| bad(format!("lake `{}`: {e}", file.lake.display())))?,
-            ),
+            lake: match LakeRoot::parse(&file.lake) {
+                Ok(LakeRoot::Local(_)) if !file.storage.is_empty() => {
+                    return Err(bad(format!(
+                        "[storage] sets options of a lake in an object store, but lake `{}` is a folder",
+                        file.lake
+                    )));
+                }
+                Ok(LakeRoot::Local(_)) => LakeRoot::Local(resolve(
+                    &local_root(&file.lake)
+                        .map_err(|e| bad(format!("lake `{}`: {e}", file.lake)))?,
+                )),
+                Ok(LakeRoot::Store(store)) if file.storage.is_empty() => LakeRoot::Store(store),
+                Ok(LakeRoot::Store(store)) => LakeRoot::store(store.url().clone(), file.storage)
+                    .map_err(|e| bad(format!("[storage]: {e}")))?,
+                Err(e) => return Err(bad(format!("lake `{}`: {e}", file.lake))),
+            },
             schemas: resolve(&file.schemas),
             queue,
             ingest: file.ingest,
@@ -292,16 +313,33 @@ mod tests {
     #[test]
     fn paths_are_relative_to_the_file_and_defaults_apply() {
         let c = IngestConfig::parse("lake = \"lk\"\n", Path::new("/etc/x/lakehouse.toml")).unwrap();
-        assert_eq!(c.lake, PathBuf::from("/etc/x/lk"));
+        assert_eq!(c.lake, LakeRoot::Local(PathBuf::from("/etc/x/lk")));
         assert_eq!(c.schemas, PathBuf::from("/etc/x/schemas"));
         assert_eq!(c.queue.landing, PathBuf::from("/etc/x/landing"));
         assert_eq!(c.ingest.workers, 2);
         let url =
             IngestConfig::parse("lake = \"file:///data/lk\"\n", Path::new("/c.toml")).unwrap();
-        assert_eq!(url.lake, PathBuf::from("/data/lk"));
-        let refused = IngestConfig::parse("lake = \"s3://b/lk\"\n", Path::new("/c.toml"));
+        assert_eq!(url.lake, LakeRoot::Local(PathBuf::from("/data/lk")));
+        let store = IngestConfig::parse("lake = \"s3://b/lk\"\n", Path::new("/c.toml")).unwrap();
+        assert_eq!(store.lake.to_string(), "s3://b/lk/");
+        let refused = IngestConfig::parse("lake = \"gs://b/lk\"\n", Path::new("/c.toml"));
         let message = refused.unwrap_err().to_string();
-        assert!(message.contains("lake `s3://b/lk`: s3:// is an object store"), "{message}");
+        assert!(message.contains("lake `gs://b/lk`: gs://"), "{message}");
+    }
+
+    #[test]
+    fn storage_options_reach_a_store_lake_and_are_checked() {
+        let text =
+            "lake = \"s3://b/lk\"\n[storage]\naws_region = \"eu-west-1\"\nALLOW_HTTP = \"true\"\n";
+        let c = IngestConfig::parse(text, Path::new("/c.toml")).unwrap();
+        let store = c.lake.store_root().unwrap();
+        assert_eq!(store.options().get("aws_region").map(String::as_str), Some("eu-west-1"));
+        let typo = "lake = \"s3://b/lk\"\n[storage]\naws_regoin = \"eu-west-1\"\n";
+        let message = IngestConfig::parse(typo, Path::new("/c.toml")).unwrap_err().to_string();
+        assert!(message.contains("[storage]") && message.contains("aws_regoin"), "{message}");
+        let folder = "lake = \"lk\"\n[storage]\naws_region = \"eu-west-1\"\n";
+        let message = IngestConfig::parse(folder, Path::new("/c.toml")).unwrap_err().to_string();
+        assert!(message.contains("is a folder"), "{message}");
     }
 
     #[test]

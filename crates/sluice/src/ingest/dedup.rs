@@ -23,6 +23,8 @@ use super::transform::source;
 use crate::error::{Error, Result};
 use crate::lake::append::{self, CommitSpec};
 use crate::lake::delta::table;
+use crate::lake::io::location::LakeRoot;
+use crate::lake::layout::TableSpec;
 
 /// How many times a dedup starts over after another writer committed.
 const MAX_ATTEMPTS: usize = 20;
@@ -44,16 +46,17 @@ pub struct DedupReport {
     pub version: Option<u64>,
 }
 
-/// Remove exact duplicate rows of the table in `dir` (see the module doc).
-pub async fn dedup(dir: &std::path::Path, name: &str, dry_run: bool) -> Result<DedupReport> {
-    // An ingestion table is `<lake>/<layer>/<name>`: begin as a writer of
-    // that lake (lake/writer.rs).
-    let _writer = match dir.parent().and_then(std::path::Path::parent) {
-        Some(root) if !dry_run => Some(crate::lake::writer::ingestion(&root.into()).await?),
-        _ => None,
+/// Remove exact duplicate rows of the ingestion table `spec` of the lake
+/// (see the module doc).
+pub async fn dedup(lake: &LakeRoot, spec: &TableSpec, dry_run: bool) -> Result<DedupReport> {
+    // Begin as a writer of the lake (lake/writer.rs).
+    let _writer = match dry_run {
+        false => Some(crate::lake::writer::ingestion(lake).await?),
+        true => None,
     };
+    let name = spec.name.as_str();
     for _ in 0..MAX_ATTEMPTS {
-        let mut handle = table::open_dir(dir, name).await?;
+        let mut handle = table::open(lake, spec).await?;
         let found = find(&handle, name).await?;
         let mut report = DedupReport {
             table: name.to_owned(),

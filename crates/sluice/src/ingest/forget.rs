@@ -29,7 +29,6 @@
 //! [`Committed`]: super::ledger::Committed
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 use deltalake::DeltaTable;
 use deltalake::kernel::{Action, Add};
@@ -40,6 +39,7 @@ use super::ledger::{self, CommittedFile, FORGOTTEN, FORGOTTEN_KEY, INGEST_KEY, L
 use crate::error::{Error, Result};
 use crate::lake::append::{self, CommitSpec};
 use crate::lake::delta::table;
+use crate::lake::io::location::LakeRoot;
 use crate::lake::layout::TableSpec;
 
 /// How often a repair recomputes and tries again when ingestion commits
@@ -63,12 +63,12 @@ pub struct Forgotten {
 /// in the table and in the ledger of `lake`. `None` when no lost file has
 /// a known origin.
 pub(crate) async fn forget_lost(
-    lake: &Path,
+    lake: &LakeRoot,
     spec: &TableSpec,
     lost: &BTreeSet<String>,
 ) -> Result<Option<Forgotten>> {
     for _ in 0..ATTEMPTS {
-        let mut handle = table::open(&lake.into(), spec).await?;
+        let mut handle = table::open(lake, spec).await?;
         let origins = Origins::replay(&handle, &spec.name).await?;
         let Some((files, removes)) = origins.to_forget(lost) else { return Ok(None) };
         let actions: Vec<Action> = removes.iter().map(|a| append::removal(a, true)).collect();
@@ -109,7 +109,7 @@ pub(crate) async fn forget_lost(
 
 /// The ledger rows saying these files are forgotten.
 async fn record(
-    lake: &Path,
+    lake: &LakeRoot,
     spec: &TableSpec,
     files: &[CommittedFile],
     lost: &BTreeSet<String>,

@@ -21,7 +21,6 @@
 //! again lands whole instead of being skipped as a redelivery.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use deltalake::DeltaTable;
@@ -37,6 +36,8 @@ use crate::lake::append::{self, CommitSpec};
 use crate::lake::delta::handles::Leased;
 use crate::lake::delta::scan::Select;
 use crate::lake::delta::table;
+use crate::lake::io::location::LakeRoot;
+use crate::lake::layout::TableSpec;
 
 /// The commit-metadata key listing a commit's files.
 pub const INGEST_KEY: &str = "sluice_ingest";
@@ -219,8 +220,8 @@ pub struct LedgerRow {
     pub at: i64,
 }
 
-fn ledger_dir(lake: &Path) -> PathBuf {
-    lake.join(crate::lake::layout::INGEST_LEDGER_DIR)
+fn ledger_spec() -> TableSpec {
+    TableSpec::ingestion("ledger", crate::lake::layout::INGEST_LEDGER_DIR)
 }
 
 fn schema() -> SchemaRef {
@@ -240,8 +241,8 @@ fn schema() -> SchemaRef {
     ]))
 }
 
-async fn open(lake: &Path) -> Result<DeltaTable> {
-    table::open_or_create_dir(&ledger_dir(lake), "ledger", &schema(), vec![]).await
+async fn open(lake: &LakeRoot) -> Result<DeltaTable> {
+    table::open_or_create(lake, &ledger_spec(), &schema(), vec![]).await
 }
 
 /// The commit metadata key listing the `ok` rows a ledger commit added
@@ -280,7 +281,7 @@ fn ok_key(row: &LedgerRow) -> String {
 /// order.
 #[derive(Debug)]
 pub struct Ledger {
-    lake: PathBuf,
+    lake: LakeRoot,
     kept: Option<Leased>,
     /// The `ok` rows the ledger holds, as of `known_at`.
     ok: BTreeSet<String>,
@@ -291,14 +292,8 @@ pub struct Ledger {
 
 impl Ledger {
     /// The ledger of `lake` (opened on the first append).
-    pub fn new(lake: &Path) -> Ledger {
-        Ledger {
-            lake: lake.to_path_buf(),
-            kept: None,
-            ok: BTreeSet::new(),
-            max_at: 0,
-            known_at: None,
-        }
+    pub fn new(lake: impl Into<LakeRoot>) -> Ledger {
+        Ledger { lake: lake.into(), kept: None, ok: BTreeSet::new(), max_at: 0, known_at: None }
     }
 
     /// Append rows (one commit, on top of whatever other processes wrote),
@@ -309,7 +304,7 @@ impl Ledger {
         }
         let mut lease = Leased::latest(
             self.kept.take(),
-            Some(&ledger_dir(&self.lake)),
+            self.lake.local().map(|root| table::table_dir(root, &ledger_spec())).as_deref(),
             "ledger",
             open(&self.lake),
         )
@@ -468,11 +463,12 @@ fn batch(rows: &[LedgerRow]) -> Result<RecordBatch> {
 }
 
 /// Every ledger row.
-pub async fn read(lake: &Path) -> Result<Vec<LedgerRow>> {
-    if !table::is_table(&ledger_dir(lake)) {
+pub async fn read(lake: impl Into<LakeRoot>) -> Result<Vec<LedgerRow>> {
+    let lake = lake.into();
+    if !table::exists(&lake, &ledger_spec()).await? {
         return Ok(Vec::new());
     }
-    read_table(&open(lake).await?).await
+    read_table(&open(&lake).await?).await
 }
 
 /// Every ledger row of the ledger table at `handle`'s version.
@@ -568,7 +564,7 @@ mod tests {
     #[tokio::test]
     async fn the_latest_commit_decides_whatever_the_writers_clocks() {
         let dir = tempfile::tempdir().unwrap();
-        let lake = dir.path();
+        let lake = &LakeRoot::from(dir.path());
         let (mut ahead, mut behind) = (Ledger::new(lake), Ledger::new(lake));
         ahead.append(&[row("ok", 2_000_000)]).await.unwrap();
         behind.append(&[row(FORGOTTEN, 10)]).await.unwrap();

@@ -33,7 +33,7 @@ pub mod upsert;
 pub mod writer;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -57,14 +57,15 @@ use self::ledger::LedgerRow;
 use self::parse::{FileError, RowViolation};
 use self::writer::{ReadyFile, Target};
 use crate::error::{Error, Result};
+use crate::lake::layout::TableSpec;
 use crate::lake::{append, delta::table};
 
 /// Rows a worker writes before it closes a data file (bounds its memory).
 const ROWS_PER_DATA_FILE: usize = 1 << 20;
 
-/// Where an ingestion table lives in the lake.
-pub fn table_dir(lake: &Path, table: &str) -> PathBuf {
-    lake.join(crate::lake::layout::RAW_DIR).join(table)
+/// An ingestion table of the raw layer (`<lake>/raw/<table>`).
+pub fn raw_table(table: &str) -> TableSpec {
+    TableSpec::ingestion(table, &format!("{}/{table}", crate::lake::layout::RAW_DIR))
 }
 
 fn rejects_name(table: &str) -> String {
@@ -161,17 +162,20 @@ impl Ingestor {
         check_names(&config, &schemas).await?;
         let mut tables = BTreeMap::new();
         for s in schemas {
-            let dir = table_dir(&config.lake, &s.name);
-            let handle =
-                table::open_or_create_dir(&dir, &s.name, &s.table_schema(), s.partition_by.clone())
-                    .await?;
+            let handle = table::open_or_create(
+                &config.lake,
+                &raw_table(&s.name),
+                &s.table_schema(),
+                s.partition_by.clone(),
+            )
+            .await?;
             let rejects = match s.on_row_error {
                 schema::OnRowError::Reject => {
                     let name = rejects_name(&s.name);
                     Some(
-                        table::open_or_create_dir(
-                            &table_dir(&config.lake, &name),
-                            &name,
+                        table::open_or_create(
+                            &config.lake,
+                            &raw_table(&name),
                             &rejects_schema(),
                             vec![],
                         )
@@ -198,7 +202,7 @@ impl Ingestor {
 
     /// Run the medallion transforms once, in order (see [`transform`]).
     pub async fn transform(&self) -> Result<Vec<transform::TransformReport>> {
-        let _writer = crate::lake::writer::ingestion(&(&self.config.lake).into()).await?;
+        let _writer = crate::lake::writer::ingestion(&self.config.lake).await?;
         transform::run_all(&self.config.lake, &self.config.transforms).await
     }
 
@@ -236,9 +240,9 @@ impl Ingestor {
         let mut targets = BTreeMap::new();
         let mut rejects = BTreeMap::new();
         for (name, parts) in &self.tables {
-            let dir = table_dir(lake, name);
             let mut target =
-                Target::open(&ledger, name, dir, parts.schema.partition_by.clone()).await?;
+                Target::open(&ledger, lake, raw_table(name), parts.schema.partition_by.clone())
+                    .await?;
             if parts.schema.write_mode == schema::WriteMode::Merge {
                 target = target
                     .merging(parts.schema.primary_key.clone(), parts.schema.sequence_by.clone());
@@ -248,7 +252,7 @@ impl Ingestor {
                 let r = rejects_name(name);
                 rejects.insert(
                     name.clone(),
-                    Target::open(&ledger, &r, table_dir(lake, &r), vec![]).await?,
+                    Target::open(&ledger, lake, raw_table(&r), vec![]).await?,
                 );
             }
         }
@@ -263,7 +267,7 @@ impl Ingestor {
     ) -> Result<IngestReport> {
         let clock = Instant::now();
         // The writer protocol's entry (lake/writer.rs): for the whole run.
-        let _writer = crate::lake::writer::ingestion(&(&self.config.lake).into()).await?;
+        let _writer = crate::lake::writer::ingestion(&self.config.lake).await?;
         let (mut targets, mut rejects) = self.targets().await?;
         let mut report = IngestReport::default();
         let mut ledger = ledger::Ledger::new(&self.config.lake);
@@ -675,7 +679,7 @@ impl Ingestor {
         let totals = ledger::totals(&rows);
         let mut tables = BTreeMap::new();
         for name in self.tables.keys() {
-            let handle = table::open_dir(&table_dir(&self.config.lake, name), name).await?;
+            let handle = table::open(&self.config.lake, &raw_table(name)).await?;
             let (files, rows, duplicates, dead) = totals.get(name).copied().unwrap_or_default();
             let version = handle.version().unwrap_or_default();
             let infos: Vec<deltalake::kernel::CommitInfo> =

@@ -25,7 +25,6 @@
 //! same protocol, before the table's own commit.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::time::Instant;
 
 use deltalake::DeltaTable;
@@ -38,6 +37,8 @@ use crate::error::Result;
 use crate::lake::append::{self, CommitSpec};
 use crate::lake::delta::handles::Leased;
 use crate::lake::delta::table;
+use crate::lake::io::location::LakeRoot;
+use crate::lake::layout::TableSpec;
 
 /// A file ready to commit: its data files are written, not committed.
 #[derive(Debug)]
@@ -62,8 +63,10 @@ pub struct ReadyFile {
 pub struct Target {
     /// Table name.
     pub name: String,
-    /// Its folder.
-    pub dir: PathBuf,
+    /// The lake it is in.
+    pub lake: LakeRoot,
+    /// Where in the lake.
+    pub spec: TableSpec,
     /// Partition columns.
     pub partitions: Vec<String>,
     /// Files it holds.
@@ -83,15 +86,17 @@ impl Target {
     /// Open the table and what it holds (`ledger`: every ledger row).
     pub async fn open(
         ledger: &[LedgerRow],
-        name: &str,
-        dir: PathBuf,
+        lake: &LakeRoot,
+        spec: TableSpec,
         partitions: Vec<String>,
     ) -> Result<Target> {
-        let handle = table::open_dir(&dir, name).await?;
+        let name = spec.name.as_str();
+        let handle = table::open(lake, &spec).await?;
         let committed = Committed::load(ledger, &handle, name).await?;
         Ok(Target {
             name: name.to_owned(),
-            dir,
+            lake: lake.clone(),
+            spec,
             partitions,
             committed,
             merge_key: Vec::new(),
@@ -160,7 +165,7 @@ impl Target {
     }
 
     async fn handle(&self) -> Result<DeltaTable> {
-        table::open_dir(&self.dir, &self.name).await
+        table::open(&self.lake, &self.spec).await
     }
 
     /// Commit these files' data files (one per entry of `files`, with their
@@ -248,9 +253,9 @@ impl Target {
     async fn at_head(&mut self) -> Result<Leased> {
         let lease = Leased::latest(
             self.kept.take(),
-            Some(&self.dir),
+            self.lake.local().map(|root| table::table_dir(root, &self.spec)).as_deref(),
             &self.name,
-            table::open_dir(&self.dir, &self.name),
+            table::open(&self.lake, &self.spec),
         )
         .await?;
         let from = self.committed.version + 1;
@@ -384,11 +389,15 @@ async fn with_data_files(
 ) -> Result<Vec<ReadyFile>> {
     let mut kept = Vec::with_capacity(files.len());
     for file in files {
-        let missing = file.adds.iter().find(|a| {
-            let path = object_store::path::Path::from_url_path(&a.path)
-                .map_or_else(|_| a.path.clone(), |p| p.to_string());
-            !target.dir.join(path).is_file()
-        });
+        let mut missing = None;
+        for add in &file.adds {
+            let path = object_store::path::Path::from_url_path(&add.path)
+                .map_or_else(|_| add.path.clone(), |p| p.to_string());
+            if !target.lake.file_exists(&format!("{}/{path}", target.spec.path)).await? {
+                missing = Some(add);
+                break;
+            }
+        }
         match missing {
             None => kept.push(file),
             Some(gone) => {

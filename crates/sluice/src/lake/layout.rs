@@ -20,8 +20,6 @@
 //! table: its short (SQL) name, path, columns, partitioning and the columns
 //! that carry file statistics for data skipping.
 
-use std::path::{Path, PathBuf};
-
 use crate::artifact::value::{ColumnSpec, ColumnType};
 pub use crate::registry::{COMMON_COLUMNS, RESERVED_TABLE_NAMES};
 use crate::registry::{TypeDescriptor, TypeRegistry};
@@ -51,9 +49,15 @@ pub fn manifest_file(staging_root: &std::path::Path, seq: i64) -> std::path::Pat
     staging_root.join(MANIFEST_DIR).join(format!("{seq:012}.json"))
 }
 
-/// The manifest of commit sequence `seq` of the lake at `lake_root`.
-pub fn manifest_path(lake_root: &std::path::Path, seq: i64) -> std::path::PathBuf {
-    manifest_file(&staging_root(lake_root), seq)
+/// The folder of commit manifests in a lake, relative to its root.
+pub fn manifest_folder() -> String {
+    format!("{STAGING_DIR}/{MANIFEST_DIR}")
+}
+
+/// The sequence a manifest's file name (see [`manifest_file`]) stands for.
+pub fn manifest_seq(name: &str) -> Option<i64> {
+    let seq = name.strip_suffix(".json")?;
+    (seq.len() == 12 && seq.bytes().all(|b| b.is_ascii_digit())).then(|| seq.parse().ok())?
 }
 
 /// The partition column of partitioned tables.
@@ -328,23 +332,6 @@ pub const AGGREGATE_DIR: &str = "aggregate";
 /// (`<lake>/curated/<name>`).
 pub const CURATED_DIR: &str = "curated";
 
-/// The folder of an ingestion table named `name` (`trips`, searched in raw,
-/// aggregate and curated, in that order) or `layer/name` (`curated/daily`);
-/// `None` if no such table exists.
-pub fn ingestion_table_dir(root: &Path, name: &str) -> Option<PathBuf> {
-    let is_table = |d: &PathBuf| d.join("_delta_log").is_dir();
-    match name.split_once('/') {
-        Some((layer, table)) => [RAW_DIR, AGGREGATE_DIR, CURATED_DIR]
-            .contains(&layer)
-            .then(|| root.join(layer).join(table))
-            .filter(|d| crate::registry::is_plain_name(table) && is_table(d)),
-        None => [RAW_DIR, AGGREGATE_DIR, CURATED_DIR]
-            .iter()
-            .map(|l| root.join(l).join(name))
-            .find(|d| crate::registry::is_plain_name(name) && is_table(d)),
-    }
-}
-
 /// Folder of the ingestion ledger (`<lake>/ingest/ledger`).
 pub const INGEST_LEDGER_DIR: &str = "ingest/ledger";
 
@@ -393,6 +380,15 @@ pub fn all_tables(registry: &TypeRegistry) -> Vec<TableSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn manifest_names_give_their_sequence() {
+        let name = manifest_file(std::path::Path::new("s"), 42);
+        assert_eq!(manifest_seq(name.file_name().unwrap().to_str().unwrap()), Some(42));
+        for other in ["42.json", "00000000004x.json", "000000000042.json.tmp", "README"] {
+            assert_eq!(manifest_seq(other), None, "{other}");
+        }
+    }
 
     #[test]
     fn builtin_tree_matches_the_documented_layout() {

@@ -105,7 +105,12 @@ impl Lake {
         let lake = Self::load(root.into()).await?;
         let found = match &lake.root {
             LakeRoot::Local(path) => path.is_dir(),
-            LakeRoot::Store(_) => table::exists(&lake.root, &layout::commits_table()).await?,
+            // A prefix holds a lake once it holds sluice's journal, or
+            // ingestion's tables (a lake only `sluice ingest` wrote).
+            LakeRoot::Store(_) => {
+                table::exists(&lake.root, &layout::commits_table()).await?
+                    || !delta::held::ingestion_tables(&lake.root).await?.is_empty()
+            }
         };
         if !found {
             return Err(Error::NotInitialized { what: "lake".into(), path: lake.root.shown("") });
@@ -207,13 +212,15 @@ impl Lake {
 
     /// The latest consistent point of the lake: one version per table, no
     /// commit sequence half visible (see [`snapshot`]). Every table's head
-    /// is read in reverse commit order, then the journal, as
+    /// is read in reverse commit order, then the manifests are listed, then
+    /// the journal is read, as
     /// [`snapshot::resolve`] does, but through the handles this lake keeps,
     /// and the journal is parsed again only when its version moved.
     pub async fn snapshot(&self) -> Result<LakeSnapshot> {
         let heads = journal::heads(&self.root, &self.table_specs(), &self.handles).await?;
+        let pins = snapshot::Pins::listed(&self.root).await?;
         let journal = self.journal().await?;
-        Ok(snapshot::settle(&self.root, heads, &journal, false, &LakePoint::Latest))
+        Ok(snapshot::settle(heads, &journal, &pins, &LakePoint::Latest))
     }
 
     /// The journal at its latest version, parsed once per version.

@@ -167,12 +167,8 @@ pub async fn repair(lake: &Lake) -> Result<IntegrityRepair> {
             let lost: BTreeSet<String> =
                 missing_files(handle, &spec, true).await?.into_iter().collect();
             if !lost.is_empty()
-                && let Some(forgotten) = crate::ingest::forget::forget_lost(
-                    lake.filesystem("forgetting lost ingested files")?,
-                    &spec,
-                    &lost,
-                )
-                .await?
+                && let Some(forgotten) =
+                    crate::ingest::forget::forget_lost(lake.root(), &spec, &lost).await?
             {
                 out.files_forgotten.insert(spec.name.clone(), forgotten);
             }

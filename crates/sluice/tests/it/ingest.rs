@@ -274,9 +274,12 @@ async fn dedup_removes_exact_duplicates_written_outside_sluice_and_keeps_the_res
             .await
             .unwrap();
     }
-    let dry = sluice::ingest::dedup::dedup(&table_dir, "events", true).await.unwrap();
+    let root = sluice::lake::io::location::LakeRoot::from(dir.path());
+    let events = sluice::lake::delta::held::ingestion_table(&root, "events").await.unwrap();
+    let events = events.expect("found in raw/");
+    let dry = sluice::ingest::dedup::dedup(&root, &events, true).await.unwrap();
     assert_eq!((dry.rows_before, dry.duplicates, dry.version), (8, 3, None), "{dry:?}");
-    let done = sluice::ingest::dedup::dedup(&table_dir, "events", false).await.unwrap();
+    let done = sluice::ingest::dedup::dedup(&root, &events, false).await.unwrap();
     assert_eq!((done.rows_before, done.rows_after, done.duplicates), (8, 5, 3), "{done:?}");
     assert!(done.version.is_some() && done.files_rewritten >= 2, "{done:?}");
     let lake = sluice::Lake::open(dir.path()).await.unwrap();
@@ -291,7 +294,7 @@ async fn dedup_removes_exact_duplicates_written_outside_sluice_and_keeps_the_res
         text.lines().skip(1).collect::<Vec<_>>(),
         ["1,d1,a", "2,d1,null", "3,d2,c", "3,d2,other", "4,d2,d"]
     );
-    let again = sluice::ingest::dedup::dedup(&table_dir, "events", false).await.unwrap();
+    let again = sluice::ingest::dedup::dedup(&root, &events, false).await.unwrap();
     assert_eq!((again.duplicates, again.version), (0, None), "idempotent: {again:?}");
 }
 

@@ -125,7 +125,7 @@ async fn curated_totals_match_the_files_and_each_run_reads_only_new_files() {
         s.land(&format!("a{f}.csv"), &csv(f * 200, 200));
     }
     s.ingest_raw().await;
-    let first = transform::run_all(&s.lake(), &transforms).await.unwrap();
+    let first = transform::run_all(&s.lake().into(), &transforms).await.unwrap();
     assert_eq!((first[0].after, first[0].rows_read), (None, 600), "{first:?}");
     assert!(first[0].version.is_some() && first[1].version.is_some(), "{first:?}");
     assert_eq!(s.curated().await, expected(0..600));
@@ -134,7 +134,7 @@ async fn curated_totals_match_the_files_and_each_run_reads_only_new_files() {
         s.land(&format!("a{f}.csv"), &csv(f * 200, 200));
     }
     s.ingest_raw().await;
-    let second = transform::run_all(&s.lake(), &transforms).await.unwrap();
+    let second = transform::run_all(&s.lake().into(), &transforms).await.unwrap();
     // Only the data files the new raw commit added are read.
     assert_eq!(second[0].after, Some(first[0].to), "{second:?}");
     assert_eq!(second[0].rows_read, 400, "only the two new files' rows: {second:?}");
@@ -147,7 +147,7 @@ async fn curated_totals_match_the_files_and_each_run_reads_only_new_files() {
     assert_eq!(s.curated().await, expected(0..1000));
 
     // Nothing new upstream: nothing read, nothing committed.
-    let third = transform::run_all(&s.lake(), &transforms).await.unwrap();
+    let third = transform::run_all(&s.lake().into(), &transforms).await.unwrap();
     assert!(third.iter().all(|r| r.version.is_none() && r.rows_read == 0), "{third:?}");
 
     // The aggregate appended one partial row per (day, zone) per run and is
@@ -183,7 +183,7 @@ async fn racing_transform_runs_apply_every_upstream_version_once() {
         let runs: Vec<_> = (0..4)
             .map(|_| {
                 let (lake, transforms) = (s.lake(), transforms.clone());
-                tokio::spawn(async move { transform::run_all(&lake, &transforms).await })
+                tokio::spawn(async move { transform::run_all(&lake.into(), &transforms).await })
             })
             .collect();
         let mut applied = 0;
@@ -225,6 +225,6 @@ async fn a_broken_transform_is_a_clear_error_and_stops_nothing_else() {
         primary_key: vec![],
         on_match: Default::default(),
     }];
-    let err = transform::run_all(&s.lake(), &unnamed).await.unwrap_err().to_string();
+    let err = transform::run_all(&s.lake().into(), &unnamed).await.unwrap_err().to_string();
     assert!(err.contains("count(*)") && err.contains("AS name"), "{err}");
 }

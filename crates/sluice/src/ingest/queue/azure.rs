@@ -78,6 +78,28 @@ struct DeadMessage {
     at: String,
 }
 
+/// The Entra ID credential object_store's Azure support resolves from the
+/// environment for `account` (it fetches, caches and renews tokens).
+fn entra(
+    account: &str,
+    azure: &AzureQueueConfig,
+) -> Result<object_store::azure::AzureCredentialProvider> {
+    let mut builder = MicrosoftAzureBuilder::from_env()
+        .with_account(account)
+        .with_container_name(&azure.container);
+    if let Some(url) = &azure.blob_endpoint {
+        builder = builder.with_endpoint(url.clone()).with_allow_http(url.starts_with("http:"));
+    }
+    let store = builder.build().map_err(|e| Error::Azure {
+        what: format!("Entra ID credentials for the Azure queue `{}`", azure.queue),
+        message: format!(
+            "{e}. Help: set {KEY_ENV} (the account key), {SAS_ENV} (a SAS token with queue and \
+             blob access), or AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and AZURE_TENANT_ID"
+        ),
+    })?;
+    Ok(store.credentials().clone())
+}
+
 impl AzureQueue {
     /// Connect to the queue, its dead-letter queue and the container,
     /// creating both queues when missing.
@@ -95,13 +117,10 @@ impl AzureQueue {
             (None, None) if azure.use_emulator => {
                 (Credential::key(EMULATOR_KEY)?, Some(EMULATOR_KEY.to_owned()))
             }
-            (None, None) => {
-                return Err(Error::InvalidInput(format!(
-                    "the Azure queue `{}` needs credentials: set {KEY_ENV} (the account key) or \
-                     {SAS_ENV} (a SAS token with queue and blob access)",
-                    azure.queue
-                )));
-            }
+            // Entra ID, as object_store finds it for blobs: a service
+            // principal (AZURE_CLIENT_ID, AZURE_CLIENT_SECRET,
+            // AZURE_TENANT_ID), workload identity, or a managed identity.
+            (None, None) => (Credential::Entra(entra(&account, azure)?), None),
         };
         let queue_endpoint = match (&azure.queue_endpoint, azure.use_emulator) {
             (Some(url), _) => url.clone(),
@@ -124,7 +143,7 @@ impl AzureQueue {
         {
             tracing::debug!(error = %e, "could not create the container (it may exist)");
         }
-        let queue = QueueClient::new(&queue_endpoint, &account, &azure.queue, credential)?;
+        let queue = QueueClient::new(&queue_endpoint, &account, &azure.queue, credential.clone())?;
         let dead_name =
             azure.dead_letter_queue.clone().unwrap_or_else(|| format!("{}-poison", azure.queue));
         let dead = queue.sibling(&dead_name)?;
@@ -138,9 +157,10 @@ impl AzureQueue {
         if let Some(url) = azure.blob_endpoint.as_ref().filter(|_| !azure.use_emulator) {
             builder = builder.with_endpoint(url.clone()).with_allow_http(url.starts_with("http:"));
         }
-        builder = match key {
-            Some(k) => builder.with_access_key(k),
-            None => builder.with_config(
+        builder = match (&credential, key) {
+            (Credential::Entra(provider), _) => builder.with_credentials(provider.clone()),
+            (_, Some(k)) => builder.with_access_key(k),
+            (_, None) => builder.with_config(
                 AzureConfigKey::SasKey,
                 std::env::var(SAS_ENV).unwrap_or_default().trim_start_matches('?'),
             ),

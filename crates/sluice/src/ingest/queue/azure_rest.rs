@@ -1,6 +1,9 @@
 //! A small client for the Azure Queue Storage REST API: the seven calls the
 //! ingestion queue needs (create, put, get, peek, update, delete, count),
-//! signed with the account key (Shared Key) or authorised by a SAS token.
+//! signed with the account key (Shared Key), authorised by a SAS token, or
+//! by an Entra ID token (a service principal, workload identity or managed
+//! identity, as object_store resolves them for blobs, from the same
+//! `AZURE_*` variables; object_store fetches and renews the token).
 //!
 //! Why not a crate: the official `azure_storage_queue` (1.x) authenticates
 //! with Entra tokens or SAS URLs only, so an account key — what Azurite and
@@ -35,6 +38,9 @@ pub enum Credential {
     Key(Vec<u8>),
     /// A SAS token (the query string, without `?`).
     Sas(String),
+    /// Entra ID: bearer tokens from object_store's provider (which caches
+    /// and renews them).
+    Entra(object_store::azure::AzureCredentialProvider),
 }
 
 impl std::fmt::Debug for Credential {
@@ -42,6 +48,7 @@ impl std::fmt::Debug for Credential {
         f.write_str(match self {
             Credential::Key(_) => "Credential::Key(<redacted>)",
             Credential::Sas(_) => "Credential::Sas(<redacted>)",
+            Credential::Entra(_) => "Credential::Entra(<redacted>)",
         })
     }
 }
@@ -338,7 +345,12 @@ struct Account<'a> {
 
 impl Account<'_> {
     /// One attempt of a request, dated and signed now.
-    fn request(&self, method: &Method, url: &Url, body: &str) -> reqwest::RequestBuilder {
+    async fn request(
+        &self,
+        method: &Method,
+        url: &Url,
+        body: &str,
+    ) -> Result<reqwest::RequestBuilder> {
         let date = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
         let length = body.len();
         let content_type = if length > 0 { "application/xml" } else { "" };
@@ -362,7 +374,35 @@ impl Account<'_> {
                 format!("SharedKey {}:{}", self.name, BASE64.encode(tag.as_ref())),
             );
         }
-        request.body(body.to_owned())
+        if let Credential::Entra(provider) = self.credential {
+            use object_store::azure::AzureCredential;
+            let token = provider.get_credential().await.map_err(|e| Error::Azure {
+                what: format!("an Entra ID token for account `{}`", self.name),
+                message: format!(
+                    "{e}. Help: set AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN or \
+                     AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and AZURE_TENANT_ID, or run where a \
+                     managed identity is assigned"
+                ),
+            })?;
+            request = match token.as_ref() {
+                AzureCredential::BearerToken(token) => {
+                    request.header("authorization", format!("Bearer {token}"))
+                }
+                other => {
+                    return Err(Error::Azure {
+                        what: format!("authorising a queue request of account `{}`", self.name),
+                        message: format!(
+                            "the credential chain gave {} where a token was expected",
+                            match other {
+                                AzureCredential::AccessKey(_) => "an account key",
+                                _ => "a SAS token",
+                            }
+                        ),
+                    });
+                }
+            };
+        }
+        Ok(request.body(body.to_owned()))
     }
 
     /// Send a request; returns status, body and the one response header the
@@ -399,7 +439,7 @@ impl Account<'_> {
         let mut attempt = 0;
         let response = loop {
             attempt += 1;
-            let sent = self.request(&method, &url, &body).send().await;
+            let sent = self.request(&method, &url, &body).await?.send().await;
             let wait = match &sent {
                 Ok(response) if !retried(response.status()) => None,
                 Ok(response) => Some(retry_after(response).unwrap_or_else(|| backoff(attempt))),
@@ -558,6 +598,69 @@ mod tests {
             }
         });
         (format!("http://{address}/devstoreaccount1"), seen)
+    }
+
+    /// A server on 127.0.0.1 that answers each connection with the next of
+    /// `answers` (status line and headers, body), and keeps each request.
+    async fn recording(
+        answers: Vec<(&'static str, &'static str)>,
+    ) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = seen.clone();
+        tokio::spawn(async move {
+            for (head, body) in answers {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut request = vec![0u8; 64 * 1024];
+                let n = socket.read(&mut request).await.unwrap_or_default();
+                kept.lock().unwrap().push(String::from_utf8_lossy(&request[..n]).into_owned());
+                let reply = format!(
+                    "{head}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                socket.write_all(reply.as_bytes()).await.unwrap();
+            }
+        });
+        (format!("http://{address}"), seen)
+    }
+
+    /// A service principal's token, fetched once from the authority (here
+    /// a local server standing in for Entra ID) and sent as a bearer token
+    /// with every queue request.
+    #[tokio::test]
+    async fn an_entra_id_token_authorises_queue_requests() {
+        let token = r#"{"access_token":"tok-123","expires_in":3600,"token_type":"Bearer"}"#;
+        let (base, seen) = recording(vec![
+            ("HTTP/1.1 200 OK\r\ncontent-type: application/json", token),
+            ("HTTP/1.1 201 Created", ""),
+            ("HTTP/1.1 204 No Content", ""),
+        ])
+        .await;
+        let store = object_store::azure::MicrosoftAzureBuilder::new()
+            .with_account("acct")
+            .with_container_name("c")
+            .with_client_id("app")
+            .with_client_secret("s3cret")
+            .with_tenant_id("tenant")
+            .with_authority_host(base.clone())
+            .with_allow_http(true)
+            .build()
+            .unwrap();
+        let credential = Credential::Entra(store.credentials().clone());
+        assert!(!format!("{credential:?}").contains("s3cret"));
+        let queue =
+            QueueClient::new(&format!("{base}/acct"), "acct", "events", credential).unwrap();
+        queue.create().await.unwrap();
+        queue.create().await.unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 3, "one token for both requests: {seen:?}");
+        assert!(seen[0].starts_with("POST /tenant/oauth2/v2.0/token"), "{}", seen[0]);
+        for request in &seen[1..] {
+            assert!(request.starts_with("PUT /acct/events"), "{request}");
+            assert!(request.to_lowercase().contains("authorization: bearer tok-123"), "{request}");
+        }
     }
 
     #[tokio::test]

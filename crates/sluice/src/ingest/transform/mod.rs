@@ -31,7 +31,6 @@ mod apply;
 pub mod source;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use deltalake::DeltaTable;
@@ -43,7 +42,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::lake::delta::table;
-use crate::lake::layout::{AGGREGATE_DIR, CURATED_DIR, RAW_DIR};
+use crate::lake::io::location::LakeRoot;
+use crate::lake::layout::{AGGREGATE_DIR, CURATED_DIR, RAW_DIR, TableSpec};
 use crate::registry::is_plain_name;
 
 /// How many times a transform starts over after losing its commit.
@@ -103,15 +103,15 @@ impl Transform {
         }
     }
 
-    /// The upstream table's folder and name.
-    pub fn upstream_dir(&self, lake: &Path) -> (PathBuf, &str) {
+    /// The upstream table (named as its folder is).
+    pub fn upstream_table(&self) -> TableSpec {
         let (layer, name) = self.upstream();
-        (lake.join(layer).join(name), name)
+        TableSpec::ingestion(name, &format!("{layer}/{name}"))
     }
 
-    /// Its table's folder.
-    pub fn table_dir(&self, lake: &Path) -> PathBuf {
-        lake.join(self.layer.dir()).join(&self.name)
+    /// Its table.
+    pub fn table(&self) -> TableSpec {
+        TableSpec::ingestion(&self.name, &format!("{}/{}", self.layer.dir(), self.name))
     }
 
     /// The application id its watermark is recorded under.
@@ -222,19 +222,18 @@ pub struct TransformStatus {
 }
 
 /// Where `t` stands.
-pub async fn status(lake: &Path, t: &Transform) -> Result<TransformStatus> {
-    let (up_dir, up_name) = t.upstream_dir(lake);
-    let dir = t.table_dir(lake);
+pub async fn status(lake: &LakeRoot, t: &Transform) -> Result<TransformStatus> {
+    let (up, own) = (t.upstream_table(), t.table());
     let mut out = TransformStatus {
         layer: t.layer.dir().to_owned(),
         from: t.from.clone(),
         ..Default::default()
     };
-    if table::is_table(&up_dir) {
-        out.upstream_version = table::open_dir(&up_dir, up_name).await?.version();
+    if table::exists(lake, &up).await? {
+        out.upstream_version = table::open(lake, &up).await?.version();
     }
-    if table::is_table(&dir) {
-        let handle = table::open_dir(&dir, &t.name).await?;
+    if table::exists(lake, &own).await? {
+        let handle = table::open(lake, &own).await?;
         out.version = handle.version();
         out.applied = watermark(&handle, t).await?;
     }
@@ -254,7 +253,7 @@ impl Output {
 }
 
 /// Run every transform once, in order.
-pub async fn run_all(lake: &Path, transforms: &[Transform]) -> Result<Vec<TransformReport>> {
+pub async fn run_all(lake: &LakeRoot, transforms: &[Transform]) -> Result<Vec<TransformReport>> {
     let mut reports = Vec::with_capacity(transforms.len());
     for t in transforms {
         reports.push(run(lake, t).await?);
@@ -264,20 +263,22 @@ pub async fn run_all(lake: &Path, transforms: &[Transform]) -> Result<Vec<Transf
 
 /// Apply what the upstream gained since the transform last ran (see the
 /// module doc).
-pub async fn run(lake: &Path, t: &Transform) -> Result<TransformReport> {
-    let (up_dir, up_name) = t.upstream_dir(lake);
-    let dir = t.table_dir(lake);
+pub async fn run(lake: &LakeRoot, t: &Transform) -> Result<TransformReport> {
+    let (up, own) = (t.upstream_table(), t.table());
+    let up_name = up.name.as_str();
     let mut report =
         TransformReport { name: t.name.clone(), from: t.from.clone(), ..Default::default() };
     for attempt in 1..=MAX_ATTEMPTS {
         report.attempts = attempt;
-        if !table::is_table(&up_dir) {
+        if !table::exists(lake, &up).await? {
             return Ok(report); // nothing has landed upstream yet
         }
-        let upstream = table::open_dir(&up_dir, up_name).await?;
+        let upstream = table::open(lake, &up).await?;
         let to = upstream.version().unwrap_or_default();
-        let downstream =
-            if table::is_table(&dir) { Some(table::open_dir(&dir, &t.name).await?) } else { None };
+        let downstream = match table::exists(lake, &own).await? {
+            true => Some(table::open(lake, &own).await?),
+            false => None,
+        };
         let after = match &downstream {
             Some(d) => watermark(d, t).await?,
             None => None,
@@ -299,7 +300,7 @@ pub async fn run(lake: &Path, t: &Transform) -> Result<TransformReport> {
             if output.batches.is_empty() {
                 return Ok(report);
             }
-            create(&dir, t, &output.schema).await?;
+            create(lake, &own, t, &output.schema).await?;
             continue; // read the watermark of the table as it now is
         };
         let applied = match t.layer {
@@ -362,10 +363,10 @@ async fn evaluate(t: &Transform, up_name: &str, rows: source::NewRows) -> Result
 
 /// Create the transform's table from its SQL's columns (all nullable: the
 /// SQL decides what it returns).
-async fn create(dir: &Path, t: &Transform, schema: &SchemaRef) -> Result<()> {
+async fn create(lake: &LakeRoot, own: &TableSpec, t: &Transform, schema: &SchemaRef) -> Result<()> {
     let fields: Vec<_> =
         schema.fields().iter().map(|f| f.as_ref().clone().with_nullable(true)).collect();
-    table::open_or_create_dir(dir, &t.name, &Schema::new(fields), t.partition_by.clone()).await?;
+    table::open_or_create(lake, own, &Schema::new(fields), t.partition_by.clone()).await?;
     Ok(())
 }
 

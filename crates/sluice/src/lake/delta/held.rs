@@ -20,6 +20,27 @@ pub async fn ingestion_tables(root: &LakeRoot) -> Result<Vec<TableSpec>> {
     }
 }
 
+/// The ingestion table `name` names — `trips`, looked for in raw,
+/// aggregate and curated, in that order, or `curated/daily` — if the lake
+/// holds it.
+pub async fn ingestion_table(root: &LakeRoot, name: &str) -> Result<Option<TableSpec>> {
+    let layers = [RAW_DIR, AGGREGATE_DIR, CURATED_DIR];
+    let (layers, table): (Vec<&str>, &str) = match name.split_once('/') {
+        Some((layer, table)) => (layers.into_iter().filter(|l| *l == layer).collect(), table),
+        None => (layers.to_vec(), name),
+    };
+    if !crate::registry::is_plain_name(table) {
+        return Ok(None);
+    }
+    for layer in layers {
+        let spec = TableSpec::ingestion(table, &format!("{layer}/{table}"));
+        if super::table::exists(root, &spec).await? {
+            return Ok(Some(spec));
+        }
+    }
+    Ok(None)
+}
+
 /// [`ingestion_tables`] of a lake in a store: its layers listed.
 async fn ingestion_tables_in_store(store: &StoreRoot) -> Result<Vec<TableSpec>> {
     let folders = async |relative: &str| -> Result<Vec<String>> {

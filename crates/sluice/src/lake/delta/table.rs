@@ -14,7 +14,6 @@ use deltalake::parquet::file::properties::{BloomFilterPosition, WriterProperties
 use deltalake::parquet::schema::types::ColumnPath;
 use deltalake::protocol::SaveMode;
 use deltalake::{DeltaTable, TableProperty};
-use url::Url;
 
 use crate::error::{Error, Result};
 use crate::lake::io::location::LakeRoot;
@@ -214,13 +213,6 @@ fn unloaded(root: &LakeRoot, relative: &str, name: &str) -> Result<DeltaTable> {
     builder(root, relative, name)?.build().map_err(|e| Error::delta(name, e))
 }
 
-fn table_url(dir: &Path) -> Result<Url> {
-    let absolute = std::path::absolute(dir).map_err(|e| Error::io(dir, e))?;
-    Url::from_directory_path(&absolute).map_err(|()| {
-        Error::InvalidInput(format!("{}: cannot be used as a table location", absolute.display()))
-    })
-}
-
 /// What [`ensure`] did to a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnsureOutcome {
@@ -282,41 +274,48 @@ pub async fn ensure_opened(
     Ok((EnsureOutcome::Created, None))
 }
 
-/// Open the table in `dir`, creating it with the columns of `schema` (and
-/// the same table properties as sluice's own tables) if the folder holds
-/// none. For tables whose schema is declared outside sluice's layout
-/// (ingestion).
-pub async fn open_or_create_dir(
-    dir: &Path,
-    name: &str,
+/// Open the table `spec` names, creating it with the columns of `schema`
+/// (and the same table properties as sluice's own tables) if the lake
+/// holds none. For tables whose schema is declared outside sluice's layout
+/// (ingestion: `spec` gives the name and the place).
+pub async fn open_or_create(
+    root: &LakeRoot,
+    spec: &TableSpec,
     schema: &deltalake::arrow::datatypes::Schema,
     partition_columns: Vec<String>,
 ) -> Result<DeltaTable> {
     use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
-    if is_table(dir) {
-        return open_dir(dir, name).await;
+    if exists(root, spec).await? {
+        return open(root, spec).await;
     }
+    let name = &spec.name;
     let delta: deltalake::kernel::StructType =
         schema.try_into_kernel().map_err(|e| Error::arrow(format!("the schema of `{name}`"), e))?;
     let columns: Vec<StructField> = delta.fields().cloned().collect();
-    std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-    let table =
-        DeltaTable::try_from_url(table_url(dir)?).await.map_err(|e| Error::delta(name, e))?;
-    let created = table
+    if let Some(root) = root.local() {
+        let dir = table_dir(root, spec);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+    }
+    let mut create = unloaded(root, &spec.path, name)?
         .create()
         .with_table_name(name)
         .with_columns(columns)
         .with_partition_columns(partition_columns)
         .with_configuration_property(TableProperty::EnableChangeDataFeed, Some("true"))
-        .with_save_mode(SaveMode::Ignore)
-        .await;
-    match created {
+        .with_save_mode(SaveMode::Ignore);
+    if root.store_root().is_some() {
+        create = create.with_configuration_property(
+            TableProperty::CheckpointInterval,
+            Some(STORE_CHECKPOINT_INTERVAL.to_string()),
+        );
+    }
+    match create.await {
         Ok(created) => Ok(created),
         // Another process created it between our check and our commit of
         // version 0 (put-if-absent: one of us wins): use theirs.
-        Err(e) if is_table(dir) => {
-            tracing::debug!(table = name, error = %e, "lost the race to create the table");
-            open_dir(dir, name).await
+        Err(e) if exists(root, spec).await? => {
+            tracing::debug!(table = %name, error = %e, "lost the race to create the table");
+            open(root, spec).await
         }
         Err(e) => Err(Error::delta(name, e)),
     }
@@ -380,17 +379,6 @@ pub async fn open(root: &LakeRoot, spec: &TableSpec) -> Result<DeltaTable> {
     let mut table = open_unloaded(root, spec).await?;
     table.load().await.map_err(|e| Error::delta(&spec.name, e))?;
     Ok(table)
-}
-
-/// Open the table in `dir` at its latest version; `name` is for messages.
-pub async fn open_dir(dir: &Path, name: &str) -> Result<DeltaTable> {
-    if !is_table(dir) {
-        return Err(Error::NotInitialized {
-            what: format!("table `{name}`"),
-            path: dir.to_path_buf(),
-        });
-    }
-    deltalake::open_table(table_url(dir)?).await.map_err(|e| Error::delta(name, e))
 }
 
 /// Open a table without loading its state (for time travel).
@@ -932,9 +920,8 @@ mod tests {
             Field::new("x", DataType::Int64, true),
         ]);
         let spec = TableSpec::ingestion("t", "t");
-        let table_dir = dir.path().join("t");
-        let mut table =
-            open_or_create_dir(&table_dir, "t", &schema, vec!["p".into()]).await.unwrap();
+        let root = LakeRoot::from(dir.path());
+        let mut table = open_or_create(&root, &spec, &schema, vec!["p".into()]).await.unwrap();
         let empty = active_files(&table, &spec).unwrap();
         assert!(empty.is_empty(), "{empty:?}");
         for partitions in [vec!["a", "b"], vec!["c d%e/f", "g"]] {
@@ -984,7 +971,8 @@ mod tests {
         let schema = Schema::new(vec![Field::new("x", DataType::Int64, true)]);
         let spec = TableSpec::ingestion("t", "t");
         let table_dir = dir.path().join("t");
-        open_or_create_dir(&table_dir, "t", &schema, vec![]).await.unwrap();
+        let root = LakeRoot::from(dir.path());
+        open_or_create(&root, &spec, &schema, vec![]).await.unwrap();
         let log = table_dir.join("_delta_log");
         let entry = |v: u64| log.join(format!("{v:020}.json"));
         let bare = |v: u64| {
@@ -997,7 +985,7 @@ mod tests {
         }
         assert_eq!(reached_version(&table_dir), Some(0));
         assert_eq!(latest_version(&dir.path().into(), &spec).await.unwrap(), 40);
-        let table = open_dir(&table_dir, "t").await.unwrap();
+        let table = open(&root, &spec).await.unwrap();
         deltalake::checkpoints::create_checkpoint(&table, None).await.unwrap();
         for v in 41..=140 {
             bare(v);

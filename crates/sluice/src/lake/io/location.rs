@@ -186,6 +186,61 @@ impl LakeRoot {
         }
     }
 
+    /// Whether a file is at `relative` (a `stat`, or one HEAD).
+    pub async fn file_exists(&self, relative: &str) -> Result<bool> {
+        match self {
+            LakeRoot::Local(root) => Ok(root.join(relative).is_file()),
+            LakeRoot::Store(store) => {
+                let object = store.object(relative);
+                match object_store::ObjectStoreExt::head(&**store.store(), &object).await {
+                    Ok(_) => Ok(true),
+                    Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(source) => Err(Error::Store {
+                        what: format!("looking for {}", self.shown(relative).display()),
+                        source,
+                    }),
+                }
+            }
+        }
+    }
+
+    /// The names of the files directly in the folder at `relative` (none
+    /// when there is no such folder), in no order.
+    pub async fn list_names(&self, relative: &str) -> Result<Vec<String>> {
+        match self {
+            LakeRoot::Local(root) => {
+                let dir = root.join(relative);
+                let entries = match std::fs::read_dir(&dir) {
+                    Ok(entries) => entries,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                    Err(e) => return Err(Error::io(&dir, e)),
+                };
+                let mut names = Vec::new();
+                for entry in entries {
+                    let entry = entry.map_err(|e| Error::io(&dir, e))?;
+                    names.extend(entry.file_name().to_str().map(str::to_owned));
+                }
+                Ok(names)
+            }
+            LakeRoot::Store(store) => {
+                let folder = store.object(relative);
+                let listed =
+                    store.store().list_with_delimiter(Some(&folder)).await.map_err(|source| {
+                        Error::Store {
+                            what: format!("listing {}", self.shown(relative).display()),
+                            source,
+                        }
+                    })?;
+                Ok(listed
+                    .objects
+                    .iter()
+                    .filter_map(|m| m.location.filename())
+                    .map(str::to_owned)
+                    .collect())
+            }
+        }
+    }
+
     /// Where `relative` is, as messages show it.
     pub fn shown(&self, relative: &str) -> PathBuf {
         match self {
@@ -252,6 +307,17 @@ impl fmt::Debug for LakeRoot {
         match self {
             LakeRoot::Local(path) => f.debug_tuple("Local").field(path).finish(),
             LakeRoot::Store(store) => f.debug_tuple("Store").field(&store.to_string()).finish(),
+        }
+    }
+}
+
+/// The same lake: the same folder, or the same URL.
+impl PartialEq for LakeRoot {
+    fn eq(&self, other: &LakeRoot) -> bool {
+        match (self, other) {
+            (LakeRoot::Local(a), LakeRoot::Local(b)) => a == b,
+            (LakeRoot::Store(a), LakeRoot::Store(b)) => a.url == b.url,
+            _ => false,
         }
     }
 }

@@ -12,8 +12,13 @@
 //!    table before its version was read has its `started` row in the journal;
 //! 2. a sequence still in flight (a `started` row with no `completed` or
 //!    `abandoned` one, whose committer may still be running or whose manifest
-//!    is still on disk) caps every table at the version it recorded before
-//!    its first commit;
+//!    is still in the staging area) caps every table at the version it
+//!    recorded before its first commit. The manifests are listed after the
+//!    heads and before the journal: a manifest is written before its
+//!    sequence's first table commit and removed after its `completed` row,
+//!    so a sequence whose committer died and whose manifest was not listed
+//!    either had committed nothing when the heads were read, or is
+//!    completed in the journal read after;
 //! 3. a completed sequence that is now visible in some tables and not in
 //!    others (it committed while the versions were read, or a cap cut through
 //!    it) is hidden everywhere: each table is capped below its commit;
@@ -26,7 +31,7 @@
 //! The same resolution, applied to the journal as it was at a sequence's
 //! completion or at an instant, gives time travel for the whole lake.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
 
@@ -77,10 +82,11 @@ pub async fn resolve(
     specs: &[TableSpec],
     point: &LakePoint,
 ) -> Result<LakeSnapshot> {
-    let (heads, journal, historical) = match point {
+    let (heads, journal, pins) = match point {
         LakePoint::Latest => {
             let heads = journal::versions(root, specs).await?;
-            (heads, journal::read(root, None).await?, false)
+            let pins = Pins::listed(root).await?;
+            (heads, journal::read(root, None).await?, pins)
         }
         LakePoint::Sequence(seq) => {
             let journal = journal::read(root, None).await?;
@@ -100,12 +106,12 @@ pub async fn resolve(
                 journal.into_entries().into_iter().filter(|e| e.position <= position).collect(),
                 Some(position),
             );
-            (heads, prefix, true)
+            (heads, prefix, Pins::Every)
         }
         LakePoint::Time(at) => {
             let heads = versions_at(root, specs, *at).await?;
             let journal = journal_at(root, *at).await?;
-            (heads, journal, true)
+            (heads, journal, Pins::Every)
         }
         LakePoint::Tables(given) => {
             let mut versions = journal::versions(root, specs).await?;
@@ -122,23 +128,49 @@ pub async fn resolve(
             });
         }
     };
-    Ok(settle(root, heads, &journal, historical, point))
+    Ok(settle(heads, &journal, &pins, point))
+}
+
+/// Which unfinished sequences of a journal hold readers back.
+#[derive(Debug, Clone)]
+pub enum Pins {
+    /// Every one: the journal is a past one, read as it was.
+    Every,
+    /// Those that may still finish (see [`pins_readers`]), given the
+    /// sequences whose manifests were listed after the heads were read and
+    /// before the journal was.
+    Live(BTreeSet<i64>),
+}
+
+impl Pins {
+    /// The latest journal's pins: the manifests in the lake's staging area
+    /// now (one listing; list them after reading the heads and before
+    /// reading the journal).
+    pub async fn listed(root: &LakeRoot) -> Result<Pins> {
+        let names = root.list_names(&layout::manifest_folder()).await?;
+        Ok(Pins::Live(names.iter().filter_map(|n| layout::manifest_seq(n)).collect()))
+    }
+
+    fn hold(&self, open: &JournalEntry) -> bool {
+        match self {
+            Pins::Every => true,
+            Pins::Live(manifests) => pins_readers(manifests, open),
+        }
+    }
 }
 
 /// Steps 2 and 3 of [`resolve`]: cap `heads` (read in reverse commit order,
 /// before `journal`) so that every commit sequence of the journal is wholly
-/// visible or wholly invisible. `historical`: the journal is a past one, so
-/// every unfinished sequence in it caps the tables.
+/// visible or wholly invisible.
 pub fn settle(
-    root: &LakeRoot,
     heads: BTreeMap<String, u64>,
     journal: &Journal,
-    historical: bool,
+    pins: &Pins,
     point: &LakePoint,
 ) -> LakeSnapshot {
     let mut cut = heads;
     for open in journal.unfinished() {
-        if historical || pins_readers(root, open) {
+        if pins.hold(open) {
             for (table, before) in &open.table_versions {
                 cap(&mut cut, table, *before);
             }
@@ -156,15 +188,13 @@ pub fn settle(
 }
 
 /// Whether an unfinished sequence still holds readers back: it is a restore
-/// (`recover` finishes it from its journal row alone), its manifest is on
-/// disk (a committer or `recover` will finish it) or its committer may be
-/// alive. A sequence whose committer is certainly dead and whose manifest is
+/// (`recover` finishes it from its journal row alone), its committer may be
+/// alive, or its manifest was listed (a committer or `recover` will finish
+/// it). A sequence whose committer is certainly dead and whose manifest is
 /// gone can never finish; readers do not wait for it (`recover` records it
 /// as abandoned).
-fn pins_readers(root: &LakeRoot, open: &JournalEntry) -> bool {
-    open.is_restore()
-        || root.local().is_some_and(|root| layout::manifest_path(root, open.seq).exists())
-        || !crate::host::owner_is_dead(&open.owner)
+fn pins_readers(manifests: &BTreeSet<i64>, open: &JournalEntry) -> bool {
+    open.is_restore() || !crate::host::owner_is_dead(&open.owner) || manifests.contains(&open.seq)
 }
 
 fn cap(cut: &mut BTreeMap<String, u64>, table: &str, version: u64) {
@@ -306,6 +336,29 @@ mod tests {
             let seen = e.table_commits.iter().filter(|(t, v)| **v <= cut[t.as_str()]).count();
             seen == 0 || seen == e.table_commits.len()
         }));
+    }
+
+    #[test]
+    fn a_dead_committers_sequence_holds_readers_back_while_its_manifest_is_listed() {
+        // Sequence 2's committer died after committing metrics v5 (its
+        // started row recorded metrics 4, executions 2).
+        let dead = format!("{}:4194303:5", crate::host::machine());
+        assert!(crate::host::owner_is_dead(&dead));
+        let journal = Journal::new(
+            vec![JournalEntry { owner: dead, ..started(2, &[("metrics", 4), ("executions", 2)]) }],
+            Some(1),
+        );
+        let heads: BTreeMap<String, u64> =
+            [("metrics", 5), ("executions", 2)].map(|(t, v)| (t.to_owned(), v)).into();
+        let listed = settle(heads.clone(), &journal, &Pins::Live([2].into()), &LakePoint::Latest);
+        assert_eq!(listed.versions["metrics"], 4, "its manifest says it will be finished");
+        // With no manifest it can never finish (it committed nothing before
+        // the heads were read, or its completed row is in the journal).
+        let gone =
+            settle(heads.clone(), &journal, &Pins::Live(BTreeSet::new()), &LakePoint::Latest);
+        assert_eq!(gone.versions["metrics"], 5);
+        let past = settle(heads, &journal, &Pins::Every, &LakePoint::Latest);
+        assert_eq!(past.versions["metrics"], 4, "a past journal's unfinished sequences all hold");
     }
 
     #[test]
