@@ -289,10 +289,16 @@ impl IngestConfig {
                         file.lake
                     )));
                 }
-                Ok(LakeRoot::Local(_)) => LakeRoot::Local(resolve(
-                    &local_root(&file.lake)
-                        .map_err(|e| bad(format!("lake `{}`: {e}", file.lake)))?,
-                )),
+                // Absolute: its tables are opened by URL.
+                Ok(LakeRoot::Local(_)) => {
+                    let folder = resolve(
+                        &local_root(&file.lake)
+                            .map_err(|e| bad(format!("lake `{}`: {e}", file.lake)))?,
+                    );
+                    LakeRoot::Local(
+                        std::path::absolute(&folder).map_err(|e| Error::io(&folder, e))?,
+                    )
+                }
                 Ok(LakeRoot::Store(store)) if file.storage.is_empty() => LakeRoot::Store(store),
                 Ok(LakeRoot::Store(store)) => LakeRoot::store(store.url().clone(), file.storage)
                     .map_err(|e| bad(format!("[storage]: {e}")))?,
@@ -325,6 +331,13 @@ mod tests {
         let refused = IngestConfig::parse("lake = \"gs://b/lk\"\n", Path::new("/c.toml"));
         let message = refused.unwrap_err().to_string();
         assert!(message.contains("lake `gs://b/lk`: gs://"), "{message}");
+    }
+
+    #[test]
+    fn a_relative_config_path_gives_an_absolute_lake_folder() {
+        let c = IngestConfig::parse("lake = \"lk\"\n", Path::new("lakehouse.toml")).unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(c.lake, LakeRoot::Local(cwd.join("lk")));
     }
 
     #[test]

@@ -103,6 +103,7 @@ impl LakeRoot {
         match self {
             LakeRoot::Local(root) => {
                 let dir = root.join(relative);
+                let dir = std::path::absolute(&dir).map_err(|e| Error::io(&dir, e))?;
                 Url::from_directory_path(&dir).map_err(|()| {
                     Error::InvalidInput(format!(
                         "{}: cannot be used as a table location",
