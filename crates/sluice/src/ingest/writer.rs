@@ -61,8 +61,6 @@ pub struct ReadyFile {
 
 /// One table the writer commits to.
 pub struct Target {
-    /// Table name.
-    pub name: String,
     /// The lake it is in.
     pub lake: LakeRoot,
     /// Where in the lake.
@@ -94,7 +92,6 @@ impl Target {
         let handle = table::open(lake, &spec).await?;
         let committed = Committed::load(ledger, &handle, name).await?;
         Ok(Target {
-            name: name.to_owned(),
             lake: lake.clone(),
             spec,
             partitions,
@@ -127,18 +124,18 @@ impl Target {
         if self.merge_key.is_empty() {
             return append::try_commit_next(
                 &mut lease.table,
-                &self.name,
+                &self.spec.name,
                 &self.partitions,
                 adds,
                 spec,
             )
             .await;
         }
-        let rows = super::transform::source::read(&lease.table, &self.name, adds).await?;
+        let rows = super::transform::source::read(&lease.table, &self.spec.name, adds).await?;
         if rows.rows == 0 {
             return append::try_commit_next(
                 &mut lease.table,
-                &self.name,
+                &self.spec.name,
                 &self.partitions,
                 &[],
                 spec,
@@ -146,16 +143,17 @@ impl Target {
             .await;
         }
         let sequence = self.sequence_by.as_deref();
-        let source = upsert::last_per_key(&rows.batches, &self.merge_key, sequence, &self.name)?;
+        let source =
+            upsert::last_per_key(&rows.batches, &self.merge_key, sequence, &self.spec.name)?;
         let on_match =
             upsert::OnMatch { columns: BTreeMap::new(), sequence_by: self.sequence_by.clone() };
         let merged = upsert::merge(
             lease.table.clone(),
-            &self.name,
+            &self.spec.name,
             vec![source],
             &self.merge_key,
             &on_match,
-            spec.properties_on(&lease.table, &self.name)?,
+            spec.properties_on(&lease.table, &self.spec.name)?,
         )
         .await?;
         if merged.is_some() {
@@ -235,7 +233,7 @@ impl Target {
                 return Ok(outcome);
             }
             self.kept = Some(lease);
-            tracing::debug!(table = %self.name, "another writer took the version; checking again");
+            tracing::debug!(table = %self.spec.name, "another writer took the version; checking again");
         }
     }
 
@@ -254,12 +252,12 @@ impl Target {
         let lease = Leased::latest(
             self.kept.take(),
             self.lake.local().map(|root| table::table_dir(root, &self.spec)).as_deref(),
-            &self.name,
+            &self.spec.name,
             table::open(&self.lake, &self.spec),
         )
         .await?;
         let from = self.committed.version + 1;
-        self.committed.catch_up(&lease.table, &self.name, from).await?;
+        self.committed.catch_up(&lease.table, &self.spec.name, from).await?;
         Ok(lease)
     }
 
@@ -357,7 +355,7 @@ pub async fn flush(
             }
         };
         ledger_rows.push(LedgerRow {
-            table: target.name.clone(),
+            table: target.spec.name.clone(),
             file_key: file.message.key(),
             content_hash: file.hash.clone(),
             rows: if status == "ok" { file.rows as i64 } else { 0 },
@@ -422,7 +420,7 @@ pub async fn repair_ledger(ledger: &mut Ledger, target: &mut Target) -> Result<u
     let rows: Vec<LedgerRow> = missing
         .iter()
         .map(|(f, version)| LedgerRow {
-            table: target.name.clone(),
+            table: target.spec.name.clone(),
             file_key: f.key.clone(),
             content_hash: f.hash.clone(),
             rows: f.rows as i64,

@@ -134,11 +134,7 @@ impl StoreArea {
 
     /// Whether an object is at `relative`.
     pub(crate) async fn exists(&self, relative: &str) -> Result<bool> {
-        match self.lake.store().head(&self.object(relative)).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(self.failed("looking for", relative, e)),
-        }
+        self.root().file_exists(&format!("{STAGING_DIR}/{relative}")).await
     }
 
     /// The names (below the area) of every object below `relative` (a
