@@ -26,6 +26,11 @@ impl StoreLake {
         command
     }
 
+    /// The environment that reaches the store.
+    pub(crate) fn env(&self) -> &[(&'static str, String)] {
+        &self.env
+    }
+
     pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().unwrap()
     }
@@ -225,7 +230,7 @@ inputs = { t = "square.t" }
 }
 
 /// Every file below `dir`.
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+pub(crate) fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = entry.path();

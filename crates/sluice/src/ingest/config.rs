@@ -11,7 +11,8 @@
 //!
 //! [queue]
 //! kind = "local"
-//! landing = "landing"         # files arrive as landing/<table>/<file>
+//! landing = "landing"         # files arrive as landing/<table>/<file>; or a prefix
+//!                             # in a store: "s3://bucket/landing" (spool = "spool")
 //! visibility_timeout_secs = 300
 //! max_attempts = 3            # failed attempts, then the file is dead-lettered
 //! max_deliveries = 100        # deliveries without an outcome (its processes died), then too
@@ -87,8 +88,17 @@ pub struct QueueConfig {
     pub kind: String,
     /// The Azure queue and container, when `kind = "azure"`.
     pub azure: Option<AzureQueueConfig>,
-    /// The landing directory.
+    /// The landing zone: a directory, or a prefix in an object store
+    /// (`s3://…`, `az://…`, `abfss://…`: see [`Self::landing_store`]).
     pub landing: PathBuf,
+    /// The landing prefix, when `landing` names one in an object store
+    /// (read with the `[storage]` options and the environment's
+    /// credentials, as the lake is).
+    #[serde(skip)]
+    pub landing_store: Option<LakeRoot>,
+    /// A local folder files of a landing prefix are streamed to before
+    /// they are parsed.
+    pub spool: PathBuf,
     /// A claimed file not acknowledged within this time is delivered again.
     pub visibility_timeout_secs: u64,
     /// Failed attempts before a file is dead-lettered.
@@ -119,6 +129,8 @@ impl Default for QueueConfig {
             kind: "local".into(),
             azure: None,
             landing: PathBuf::from("landing"),
+            landing_store: None,
+            spool: PathBuf::from("spool"),
             visibility_timeout_secs: 300,
             max_attempts: 3,
             max_deliveries: 100,
@@ -276,16 +288,36 @@ impl IngestConfig {
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
         let mut queue = file.queue.clone();
-        queue.landing = resolve(&queue.landing);
+        let landing = queue.landing.to_string_lossy().into_owned();
+        queue.landing_store = match LakeRoot::parse(&landing) {
+            Ok(LakeRoot::Store(store)) if queue.kind == "local" => Some(
+                LakeRoot::store(store.url().clone(), file.storage.clone())
+                    .map_err(|e| bad(format!("[storage]: {e}")))?,
+            ),
+            Ok(LakeRoot::Store(_)) => {
+                return Err(bad(format!(
+                    "landing `{landing}` is a prefix in a store, but queue kind is `{}`",
+                    queue.kind
+                )));
+            }
+            Ok(LakeRoot::Local(_)) => None,
+            Err(e) => return Err(bad(format!("landing `{landing}`: {e}"))),
+        };
+        if queue.landing_store.is_none() {
+            queue.landing = resolve(&queue.landing);
+        }
+        queue.spool = resolve(&queue.spool);
         if let Some(azure) = &mut queue.azure {
             azure.spool = resolve(&azure.spool);
         }
         Ok(IngestConfig {
             path: path.to_path_buf(),
             lake: match LakeRoot::parse(&file.lake) {
-                Ok(LakeRoot::Local(_)) if !file.storage.is_empty() => {
+                Ok(LakeRoot::Local(_))
+                    if !file.storage.is_empty() && queue.landing_store.is_none() =>
+                {
                     return Err(bad(format!(
-                        "[storage] sets options of a lake in an object store, but lake `{}` is a folder",
+                        "[storage] sets options of an object store, but lake `{}` is a folder and so is the landing zone",
                         file.lake
                     )));
                 }
@@ -353,6 +385,26 @@ mod tests {
         let folder = "lake = \"lk\"\n[storage]\naws_region = \"eu-west-1\"\n";
         let message = IngestConfig::parse(folder, Path::new("/c.toml")).unwrap_err().to_string();
         assert!(message.contains("is a folder"), "{message}");
+    }
+
+    #[test]
+    fn a_landing_prefix_in_a_store_takes_the_storage_options() {
+        let text = "lake = \"lk\"\n[storage]\naws_region = \"eu-west-1\"\n\
+                    [queue]\nlanding = \"s3://b/landing\"\n";
+        let c = IngestConfig::parse(text, Path::new("/etc/x/lakehouse.toml")).unwrap();
+        let landing = c.queue.landing_store.expect("a landing prefix");
+        assert_eq!(landing.to_string(), "s3://b/landing/");
+        let store = landing.store_root().unwrap();
+        assert_eq!(store.options().get("aws_region").map(String::as_str), Some("eu-west-1"));
+        assert_eq!(c.queue.spool, PathBuf::from("/etc/x/spool"));
+        assert_eq!(c.lake, LakeRoot::Local(PathBuf::from("/etc/x/lk")));
+        let gcs = "lake = \"lk\"\n[queue]\nlanding = \"gs://b/landing\"\n";
+        let message = IngestConfig::parse(gcs, Path::new("/c.toml")).unwrap_err().to_string();
+        assert!(message.contains("landing `gs://b/landing`"), "{message}");
+        let azure = "lake = \"lk\"\n[queue]\nkind = \"azure\"\nlanding = \"s3://b/l\"\n\
+                     [queue.azure]\nqueue = \"q\"\ncontainer = \"c\"\nuse_emulator = true\n";
+        let message = IngestConfig::parse(azure, Path::new("/c.toml")).unwrap_err().to_string();
+        assert!(message.contains("queue kind is `azure`"), "{message}");
     }
 
     #[test]

@@ -21,16 +21,11 @@
 //! meanwhile; that unit is committed by the next commit, never lost.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
-use object_store::ObjectStoreExt;
-use object_store::path::Path as ObjectPath;
 
 use super::paths;
 use crate::error::{Error, Result};
-use crate::lake::io::location::{LakeRoot, StoreRoot};
+use crate::lake::io::location::LakeRoot;
+pub(crate) use crate::lake::io::store_area::StoreArea;
 use crate::lake::layout::STAGING_DIR;
 
 /// Where a lake's workers stage and its committer reads.
@@ -42,18 +37,14 @@ pub enum StagingArea {
     Store(StoreArea),
 }
 
-/// The `_staging/` prefix of a lake in an object store.
-#[derive(Clone)]
-pub struct StoreArea {
-    lake: Arc<StoreRoot>,
-}
-
 impl StagingArea {
     /// The staging area of the lake at `root`.
     pub fn of_lake(root: &LakeRoot) -> StagingArea {
         match root {
             LakeRoot::Local(path) => StagingArea::Dir(super::default_root(path)),
-            LakeRoot::Store(store) => StagingArea::Store(StoreArea { lake: store.clone() }),
+            LakeRoot::Store(store) => {
+                StagingArea::Store(StoreArea::new(store.clone(), STAGING_DIR))
+            }
         }
     }
 
@@ -83,145 +74,6 @@ impl std::fmt::Debug for StagingArea {
         }
     }
 }
-
-impl std::fmt::Display for StoreArea {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{STAGING_DIR}/", self.lake)
-    }
-}
-
-impl StoreArea {
-    /// The store object at `relative` below the area.
-    fn object(&self, relative: &str) -> ObjectPath {
-        self.lake.object(&format!("{STAGING_DIR}/{relative}"))
-    }
-
-    /// Where `relative` is, as messages show it.
-    pub(crate) fn shown(&self, relative: &str) -> PathBuf {
-        PathBuf::from(format!("{self}{relative}"))
-    }
-
-    fn failed(&self, doing: &str, relative: &str, source: object_store::Error) -> Error {
-        Error::Store { what: format!("{doing} {}", self.shown(relative).display()), source }
-    }
-
-    /// The lake's root, for the small files it reads and writes whole.
-    fn root(&self) -> LakeRoot {
-        LakeRoot::Store(self.lake.clone())
-    }
-
-    /// Put `bytes` at `relative` (a PUT is atomic: whole or absent).
-    pub(crate) async fn put(&self, relative: &str, bytes: Vec<u8>) -> Result<()> {
-        self.root().write_file(&format!("{STAGING_DIR}/{relative}"), bytes).await
-    }
-
-    /// Put `bytes` at `relative` unless an object is there: `Ok(true)` when
-    /// it holds ours (this call's, or an earlier attempt's whose answer was
-    /// lost), `Ok(false)` when another writer's.
-    pub(crate) async fn put_if_absent(&self, relative: &str, bytes: &[u8]) -> Result<bool> {
-        crate::lake::io::log_entry::put_if_absent(
-            self.lake.store().as_ref(),
-            &self.object(relative),
-            bytes,
-        )
-        .await
-    }
-
-    /// The bytes at `relative`, `None` when absent.
-    pub(crate) async fn get(&self, relative: &str) -> Result<Option<Bytes>> {
-        self.root().read_file(&format!("{STAGING_DIR}/{relative}")).await
-    }
-
-    /// Whether an object is at `relative`.
-    pub(crate) async fn exists(&self, relative: &str) -> Result<bool> {
-        self.root().file_exists(&format!("{STAGING_DIR}/{relative}")).await
-    }
-
-    /// The names (below the area) of every object below `relative` (a
-    /// folder; `""` for the whole area), sorted.
-    pub(crate) async fn list(&self, relative: &str) -> Result<Vec<String>> {
-        let base = self.object("");
-        let prefix = self.object(relative);
-        let found: Vec<object_store::ObjectMeta> = self
-            .lake
-            .store()
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .map_err(|e| self.failed("listing", relative, e))?;
-        let mut out: Vec<String> = found
-            .into_iter()
-            .filter_map(|meta| {
-                let name = meta.location.prefix_match(&base)?;
-                Some(name.map(|p| p.as_ref().to_owned()).collect::<Vec<_>>().join("/"))
-            })
-            .collect();
-        out.sort();
-        Ok(out)
-    }
-
-    /// Remove the object at `relative` (absent is fine).
-    pub(crate) async fn delete(&self, relative: &str) -> Result<()> {
-        self.delete_many(vec![relative.to_owned()]).await
-    }
-
-    /// Remove the objects at `relatives` (absent ones are fine), in as few
-    /// requests as the store allows (S3 and Azure delete in batches). A
-    /// removal is idempotent, so a batch that fails (Azure's batch POST is
-    /// not retried by the client: a connection the emulator closed fails
-    /// it) is sent again, up to [`DELETE_ATTEMPTS`] times.
-    pub(crate) async fn delete_many(&self, relatives: Vec<String>) -> Result<()> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let locations: Vec<object_store::Result<ObjectPath>> =
-                relatives.iter().map(|r| Ok(self.object(r))).collect();
-            let outcome: object_store::Result<Vec<ObjectPath>> = self
-                .lake
-                .store()
-                .delete_stream(futures::stream::iter(locations).boxed())
-                .or_else(|e| async move {
-                    match e {
-                        object_store::Error::NotFound { path, .. } => Ok(ObjectPath::from(path)),
-                        e => Err(e),
-                    }
-                })
-                .try_collect()
-                .await;
-            match outcome {
-                Ok(_) => return Ok(()),
-                Err(e) if attempt < DELETE_ATTEMPTS => {
-                    tracing::debug!(error = %e, attempt, "removing staged objects failed; again");
-                    tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
-                }
-                Err(e) => {
-                    let first = relatives.first().map_or("", String::as_str);
-                    return Err(self.failed("removing", first, e));
-                }
-            }
-        }
-    }
-
-    /// Remove every object below the folder `relative`.
-    pub(crate) async fn delete_folder(&self, relative: &str) -> Result<()> {
-        let folder = format!("{}/", relative.trim_end_matches('/'));
-        let listed: Vec<String> = self.list(&folder).await?;
-        if listed.is_empty() { Ok(()) } else { self.delete_many(listed).await }
-    }
-
-    /// Copy the object at `from` to `to` (both below the area).
-    pub(crate) async fn copy(&self, from: &str, to: &str) -> Result<()> {
-        self.lake
-            .store()
-            .copy(&self.object(from), &self.object(to))
-            .await
-            .map_err(|e| self.failed("copying", from, e))
-    }
-}
-
-/// How many times a batch of removals is sent before its failure is
-/// reported.
-const DELETE_ATTEMPTS: u32 = 4;
 
 /// A unit's folder relative to the area: `{step}_{op}/{id[0:2]}/{id[2:4]}/{id}`.
 pub(crate) fn unit_relative(step: i32, operation: &str, name: &str) -> Result<String> {

@@ -1,8 +1,11 @@
 //! Where files come from: a queue with at-least-once delivery, visibility
 //! timeouts, acknowledgements, negative acknowledgements and dequeue counts.
-//! Two backends with the same semantics:
+//! Three backends with the same semantics:
 //!
 //! - [`local`]: a landing directory; a claim is an atomic rename.
+//! - [`store`]: a landing prefix in S3 or Azure Blob Storage; a claim is
+//!   a marker object created if absent, the file is streamed to a local
+//!   spool file before parsing.
 //! - [`azure`]: an Azure Storage Queue whose messages name blobs of a
 //!   container; the blob is streamed to a local spool file before parsing.
 //!
@@ -19,6 +22,7 @@
 pub mod azure;
 mod azure_rest;
 pub mod local;
+pub mod store;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -28,6 +32,7 @@ pub use azure_rest::{
     Credential, EMULATOR_ACCOUNT, EMULATOR_KEY, QueueClient, QueueMessage, create_container,
 };
 pub use local::LocalQueue;
+pub use store::StoreQueue;
 
 use super::config::QueueConfig;
 use crate::error::Result;
@@ -60,6 +65,11 @@ pub struct Message {
 pub enum Delivery {
     /// A claimed file of the landing directory.
     Local,
+    /// A claimed delivery of a file in a landing prefix.
+    Store {
+        /// Failed deliveries before this one.
+        failures: u32,
+    },
     /// A received Azure queue message.
     Azure {
         /// The service's message id.
@@ -129,6 +139,8 @@ pub struct DeadLetter {
 pub enum Queue {
     /// A landing directory.
     Local(Box<LocalQueue>),
+    /// A landing prefix in an object store.
+    Store(Box<StoreQueue>),
     /// An Azure Storage Queue.
     Azure(Box<AzureQueue>),
 }
@@ -140,7 +152,12 @@ impl Queue {
             Some(azure) if config.kind == "azure" => {
                 Queue::Azure(Box::new(AzureQueue::open(config, azure).await?))
             }
-            _ => Queue::Local(Box::new(LocalQueue::new(config)?)),
+            _ => match &config.landing_store {
+                Some(crate::lake::LakeRoot::Store(landing)) => {
+                    Queue::Store(Box::new(StoreQueue::new(landing.clone(), config)))
+                }
+                _ => Queue::Local(Box::new(LocalQueue::new(config)?)),
+            },
         })
     }
 
@@ -148,6 +165,7 @@ impl Queue {
     pub fn describe(&self) -> String {
         match self {
             Queue::Local(q) => format!("landing directory {}", q.landing().display()),
+            Queue::Store(q) => q.describe(),
             Queue::Azure(q) => q.describe(),
         }
     }
@@ -157,14 +175,16 @@ impl Queue {
     pub fn watch(&self) -> Option<watch::LandingWatch> {
         match self {
             Queue::Local(q) => watch::LandingWatch::start(q.landing(), q.settle()),
-            Queue::Azure(_) => None,
+            Queue::Store(_) | Queue::Azure(_) => None,
         }
     }
 
-    /// Deliver expired claims again (the Azure service does this itself).
+    /// Deliver expired claims again (the Azure service does this itself;
+    /// a landing prefix removes the markers of files that are gone).
     pub async fn reap(&self) -> Result<usize> {
         match self {
             Queue::Local(q) => q.reap(),
+            Queue::Store(q) => q.reap().await,
             Queue::Azure(_) => Ok(0),
         }
     }
@@ -173,6 +193,7 @@ impl Queue {
     pub async fn receive(&self, max: usize) -> Result<Vec<Message>> {
         match self {
             Queue::Local(q) => q.receive(max),
+            Queue::Store(q) => q.receive(max).await,
             Queue::Azure(q) => q.receive(max).await,
         }
     }
@@ -182,6 +203,7 @@ impl Queue {
     pub async fn fetch(&self, message: &Message) -> std::result::Result<(), String> {
         match self {
             Queue::Local(_) => Ok(()),
+            Queue::Store(q) => q.fetch(message).await,
             Queue::Azure(q) => q.fetch(message).await,
         }
     }
@@ -190,6 +212,7 @@ impl Queue {
     pub async fn ack(&self, message: &Message) -> Result<()> {
         match self {
             Queue::Local(q) => q.ack(message),
+            Queue::Store(q) => q.ack(message).await,
             Queue::Azure(q) => q.ack(message).await,
         }
     }
@@ -199,6 +222,7 @@ impl Queue {
     pub async fn nack(&self, message: &Message, reason: &str) -> Result<bool> {
         match self {
             Queue::Local(q) => q.nack(message, reason),
+            Queue::Store(q) => q.nack(message, reason).await,
             Queue::Azure(q) => q.nack(message, reason).await,
         }
     }
@@ -207,6 +231,7 @@ impl Queue {
     pub async fn dead_letters(&self) -> Result<Vec<DeadLetter>> {
         match self {
             Queue::Local(q) => Ok(q.dead_letters()),
+            Queue::Store(q) => q.dead_letters().await,
             Queue::Azure(q) => q.dead_letters().await,
         }
     }
@@ -216,6 +241,7 @@ impl Queue {
     pub async fn retry_dead(&self, which: &[String]) -> Result<Vec<String>> {
         match self {
             Queue::Local(q) => q.retry_dead(which),
+            Queue::Store(q) => q.retry_dead(which).await,
             Queue::Azure(q) => q.retry_dead(which).await,
         }
     }
@@ -224,6 +250,7 @@ impl Queue {
     pub async fn depth(&self) -> Result<QueueDepth> {
         match self {
             Queue::Local(q) => Ok(q.depth()),
+            Queue::Store(q) => q.depth().await,
             Queue::Azure(q) => q.depth().await,
         }
     }

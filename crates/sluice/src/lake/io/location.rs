@@ -128,16 +128,7 @@ impl LakeRoot {
                 Err(e) => Err(Error::io(root.join(relative), e)),
             },
             LakeRoot::Store(store) => {
-                let failed = |source| Error::Store {
-                    what: format!("reading {}", self.shown(relative).display()),
-                    source,
-                };
-                let object = store.object(relative);
-                match object_store::ObjectStoreExt::get(&**store.store(), &object).await {
-                    Ok(got) => got.bytes().await.map(Some).map_err(failed),
-                    Err(object_store::Error::NotFound { .. }) => Ok(None),
-                    Err(e) => Err(failed(e)),
-                }
+                store.read_object(&store.object(relative), &self.shown(relative)).await
             }
         }
     }
@@ -153,14 +144,7 @@ impl LakeRoot {
                 std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))
             }
             LakeRoot::Store(store) => {
-                let object = store.object(relative);
-                object_store::ObjectStoreExt::put(&**store.store(), &object, bytes.into())
-                    .await
-                    .map(drop)
-                    .map_err(|source| Error::Store {
-                        what: format!("writing {}", self.shown(relative).display()),
-                        source,
-                    })
+                store.write_object(&store.object(relative), bytes, &self.shown(relative)).await
             }
         }
     }
@@ -192,15 +176,7 @@ impl LakeRoot {
         match self {
             LakeRoot::Local(root) => Ok(root.join(relative).is_file()),
             LakeRoot::Store(store) => {
-                let object = store.object(relative);
-                match object_store::ObjectStoreExt::head(&**store.store(), &object).await {
-                    Ok(_) => Ok(true),
-                    Err(object_store::Error::NotFound { .. }) => Ok(false),
-                    Err(source) => Err(Error::Store {
-                        what: format!("looking for {}", self.shown(relative).display()),
-                        source,
-                    }),
-                }
+                store.object_exists(&store.object(relative), &self.shown(relative)).await
             }
         }
     }
@@ -252,6 +228,49 @@ impl LakeRoot {
 }
 
 impl StoreRoot {
+    /// The bytes of the small object `object` (`None` when absent);
+    /// `shown` names it in errors.
+    pub(crate) async fn read_object(
+        &self,
+        object: &object_store::path::Path,
+        shown: &Path,
+    ) -> Result<Option<bytes::Bytes>> {
+        let failed = |source| Error::Store { what: format!("reading {}", shown.display()), source };
+        match object_store::ObjectStoreExt::get(&*self.store, object).await {
+            Ok(got) => got.bytes().await.map(Some).map_err(failed),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(failed(e)),
+        }
+    }
+
+    /// Write the object `object` whole (one PUT).
+    pub(crate) async fn write_object(
+        &self,
+        object: &object_store::path::Path,
+        bytes: Vec<u8>,
+        shown: &Path,
+    ) -> Result<()> {
+        object_store::ObjectStoreExt::put(&*self.store, object, bytes.into())
+            .await
+            .map(drop)
+            .map_err(|source| Error::Store { what: format!("writing {}", shown.display()), source })
+    }
+
+    /// Whether the object `object` exists (one HEAD).
+    pub(crate) async fn object_exists(
+        &self,
+        object: &object_store::path::Path,
+        shown: &Path,
+    ) -> Result<bool> {
+        match object_store::ObjectStoreExt::head(&*self.store, object).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(source) => {
+                Err(Error::Store { what: format!("looking for {}", shown.display()), source })
+            }
+        }
+    }
+
     /// The lake's URL (it may carry credentials: show it through
     /// [`Display`](fmt::Display), which leaves them out).
     pub fn url(&self) -> &Url {

@@ -6,8 +6,10 @@
 //! conditional put settled by reading on a store). The stores themselves
 //! ([`storage`]), the lake's location ([`location`]), the courtesy lock
 //! ([`lock`]), the count of store requests ([`requests`]), the Delta log
-//! entries a process keeps once read from a store ([`log_cache`]) and the
-//! reader of one Parquet file ([`file_reader`]) live
+//! entries a process keeps once read from a store ([`log_cache`]), a
+//! folder in a store read and written object by object ([`store_area`]:
+//! staging and landing prefixes) and the reader of one Parquet file
+//! ([`file_reader`]) live
 //! here too, so that what sits above them names no file system call.
 
 #[cfg(test)]
@@ -19,3 +21,4 @@ pub(in crate::lake) mod log_cache;
 pub mod log_entry;
 pub mod requests;
 pub mod storage;
+pub mod store_area;
