@@ -149,7 +149,31 @@ pub async fn exists(root: &LakeRoot, spec: &TableSpec) -> Result<bool> {
     }
 }
 
+/// Tables of a store this process has seen exist, by URL: a table is
+/// never removed from a lake, so each is looked for once per process
+/// (every open and every lake point asks, one request each).
+fn known_tables() -> &'static std::sync::Mutex<std::collections::HashSet<String>> {
+    static KNOWN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    KNOWN.get_or_init(Default::default)
+}
+
 async fn exists_in_store(
+    store: &crate::lake::io::location::StoreRoot,
+    relative: &str,
+) -> Result<bool> {
+    let known = format!("{store}{relative}");
+    if known_tables().lock().is_ok_and(|k| k.contains(&known)) {
+        return Ok(true);
+    }
+    let found = look_for_table(store, relative).await?;
+    if found && let Ok(mut k) = known_tables().lock() {
+        k.insert(known);
+    }
+    Ok(found)
+}
+
+async fn look_for_table(
     store: &crate::lake::io::location::StoreRoot,
     relative: &str,
 ) -> Result<bool> {

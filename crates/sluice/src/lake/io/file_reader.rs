@@ -9,7 +9,10 @@
 //!
 //! A small file (most of a lake of small commits) is read whole with its
 //! footer, in one request, and its bloom filters and pages are then cut
-//! from those bytes: on an object store, three requests become one.
+//! from those bytes: on an object store, three requests become one. Such
+//! files are kept whole too (bounded, like the footers), so a process that
+//! reads the same small file again — a worker reading one input after
+//! another from the same index and data files — makes no request at all.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -42,7 +45,33 @@ const READ_WHOLE_UP_TO: u64 = FOOTER_PREFETCH as u64;
 /// those of about 65M ids.
 const CACHED_BLOOM_BYTES: usize = 128 << 20;
 
+/// Bytes of small files kept whole; the cache is emptied when it would
+/// grow beyond this (at least 512 files of the largest size kept).
+const CACHED_WHOLE_BYTES: usize = 32 << 20;
+
 type Footers = Mutex<HashMap<String, Arc<ParquetMetaData>>>;
+
+/// Small files read whole, by key, and their bytes.
+#[derive(Default)]
+struct Wholes {
+    bytes: usize,
+    files: HashMap<String, Bytes>,
+}
+
+fn wholes() -> &'static Mutex<Wholes> {
+    static WHOLES: OnceLock<Mutex<Wholes>> = OnceLock::new();
+    WHOLES.get_or_init(Mutex::default)
+}
+
+fn keep_whole(key: &str, bytes: &Bytes) {
+    if let Ok(mut cache) = wholes().lock() {
+        if cache.bytes + bytes.len() > CACHED_WHOLE_BYTES {
+            *cache = Wholes::default();
+        }
+        cache.bytes += bytes.len();
+        cache.files.insert(key.to_owned(), bytes.clone());
+    }
+}
 
 fn footers() -> &'static Footers {
     static FOOTERS: OnceLock<Footers> = OnceLock::new();
@@ -76,13 +105,11 @@ impl FileReader {
     /// The file `path` (relative to the table at `table_uri`, as the log
     /// names it) of `size` bytes.
     pub(crate) fn new(store: Arc<dyn ObjectStore>, table_uri: &str, path: &str, size: u64) -> Self {
-        FileReader {
-            store,
-            path: deltalake::Path::from(path),
-            size,
-            key: format!("{}/{path}", table_uri.trim_end_matches('/')),
-            whole: None,
-        }
+        let key = format!("{}/{path}", table_uri.trim_end_matches('/'));
+        let whole = (size <= READ_WHOLE_UP_TO)
+            .then(|| wholes().lock().ok().and_then(|c| c.files.get(&key).cloned()))
+            .flatten();
+        FileReader { store, path: deltalake::Path::from(path), size, key, whole }
     }
 }
 
@@ -186,9 +213,11 @@ impl AsyncFileReader for FileReader {
                 return Ok(metadata);
             }
             let size = self.size;
-            if size <= READ_WHOLE_UP_TO {
+            if size <= READ_WHOLE_UP_TO && self.whole.is_none() {
                 let got = self.store.get(&self.path).await.map_err(external)?;
-                self.whole = Some(got.bytes().await.map_err(external)?);
+                let bytes = got.bytes().await.map_err(external)?;
+                keep_whole(&self.key, &bytes);
+                self.whole = Some(bytes);
             }
             let metadata = Arc::new(
                 ParquetMetaDataReader::new()
@@ -317,6 +346,17 @@ mod tests {
             let page = reader.get_bytes(start..start + len).await.unwrap();
             assert_eq!(page.len() as u64, len);
             assert_eq!(counted_at(&url).since(&before).get, expected, "{name}");
+        }
+        // Read again by a new reader (the next lookup): the small file from
+        // memory, the large one's pages from the store.
+        for (name, size, expected) in [("small.parquet", small_size, 0), ("large.parquet", size, 1)]
+        {
+            let before = counted_at(&url);
+            let mut reader = FileReader::new(store.clone(), &uri, name, size);
+            let metadata = reader.get_metadata(None).await.unwrap();
+            let (start, len) = metadata.row_group(0).column(0).byte_range();
+            assert_eq!(reader.get_bytes(start..start + len).await.unwrap().len() as u64, len);
+            assert_eq!(counted_at(&url).since(&before).get, expected, "{name} again");
         }
     }
 }

@@ -16,6 +16,14 @@
 //! A failed read is never kept, so an entry not there yet is asked for
 //! again.
 //!
+//! Small data files of a table (`part-….parquet` up to a MiB, which a
+//! Delta writer names with a fresh UUID and never rewrites) are kept too:
+//! read whole at the first read that shows their size (a reader's footer
+//! read), so that the footer's metadata and pages are cut from memory. The
+//! journal, the edges and the index of a lake of small commits are read
+//! again by every step of a pipeline, and each read was three requests or
+//! more per file.
+//!
 //! A table deleted and made again at the same URL reuses its entries'
 //! names: a listing or `HEAD` that shows an entry with another tag or
 //! modification time than the one kept drops it (delta-rs lists the log
@@ -65,6 +73,19 @@ fn cache() -> &'static Mutex<Cache> {
 /// A checkpoint larger than this is served from its whole read but not
 /// kept.
 const MAX_CHECKPOINT_BYTES: u64 = 16 << 20;
+
+/// Data files up to this size are kept when read whole.
+const MAX_DATA_FILE_BYTES: u64 = 1 << 20;
+
+/// Whether `location` is a data file of a Delta table: a `part-….parquet`
+/// outside the log and the staging area.
+fn data_file(location: &Path) -> bool {
+    let parts: Vec<_> = location.parts().collect();
+    let Some((name, folders)) = parts.split_last() else { return false };
+    name.as_ref().starts_with("part-")
+        && name.as_ref().ends_with(".parquet")
+        && !folders.iter().any(|f| f.as_ref() == "_delta_log" || f.as_ref() == "_staging")
+}
 
 /// What of a Delta log `location` is, if it is an immutable part of one
 /// (a commit entry or a checkpoint in a `_delta_log` folder).
@@ -124,7 +145,7 @@ impl LogCached {
     /// Drop what is kept of `meta`'s object if the store now shows another
     /// object there.
     fn check(bucket: &str, meta: &ObjectMeta) {
-        if logged(&meta.location).is_none() {
+        if logged(&meta.location).is_none() && !data_file(&meta.location) {
             return;
         }
         let Ok(mut cache) = cache().lock() else { return };
@@ -205,7 +226,10 @@ impl ObjectStore for LogCached {
             Some(LogFile::Checkpoint(_)) => plain(&options),
             None => false,
         };
-        if keep && let Some(kept) = self.kept(location) {
+        let data = !keep && plain(&options) && data_file(location);
+        if (keep || data)
+            && let Some(kept) = self.kept(location)
+        {
             return answer(kept, options.range.as_ref());
         }
         let head = options.head;
@@ -216,9 +240,17 @@ impl ObjectStore for LogCached {
         if head {
             Self::check(&self.bucket, &got.meta);
         }
-        if !keep {
+        let small = data && got.meta.size <= MAX_DATA_FILE_BYTES;
+        if !keep && !small {
             return Ok(got);
         }
+        // A part of a small data file (a reader's footer, then its pages):
+        // the whole file, once, instead of every part each time.
+        let got = if keep || got.range == (0..got.meta.size) {
+            got
+        } else {
+            self.inner.get_opts(location, GetOptions::default()).await?
+        };
         let (meta, attributes) = (got.meta.clone(), got.attributes.clone());
         let bytes = got.bytes().await?;
         let kept = Kept { bytes, meta, attributes };
@@ -272,7 +304,7 @@ mod tests {
     }
 
     #[test]
-    fn only_log_entries_and_checkpoints_are_kept() {
+    fn log_entries_and_checkpoints_are_told_from_other_log_files() {
         let at = |p: &str| logged(&Path::from(p));
         assert_eq!(at("lake/t/_delta_log/00000000000000000003.json"), Some(LogFile::Commit(3)));
         for checkpoint in [
@@ -293,6 +325,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_small_data_file_is_kept_whole_a_large_or_staged_one_is_not() {
+        use super::super::requests::counted_at;
+        use object_store::GetRange;
+        let (store, url) = counted("data");
+        let bytes = Bytes::from(vec![7u8; 1000]);
+        let data = Path::from("lake/t/origin_step_number=1/part-00000-0a1b-c000.zstd.parquet");
+        let staged = Path::from("lake/_staging/1_op/aa/bb/x/part-00000-0a1b-c000.zstd.parquet");
+        for path in [&data, &staged] {
+            store.put(path, bytes.clone().into()).await.unwrap();
+        }
+        // A footer read whose prefetch covers the file (as a reader's does).
+        let footer = |path: &Path| {
+            let store = store.clone();
+            let path = path.clone();
+            async move {
+                let options =
+                    GetOptions { range: Some(GetRange::Suffix(4096)), ..Default::default() };
+                store.get_opts(&path, options).await.unwrap().bytes().await.unwrap()
+            }
+        };
+        // The first part read shows a small file: it is read whole then.
+        let before = counted_at(&url);
+        assert_eq!(store.get_range(&data, 10..20).await.unwrap().as_ref(), &[7u8; 10]);
+        assert_eq!(footer(&data).await, bytes);
+        assert_eq!(store.get_range(&data, 990..1000).await.unwrap().as_ref(), &[7u8; 10]);
+        assert_eq!(counted_at(&url).since(&before).get, 2, "a part, the whole, then memory");
+        // A large one is not.
+        let large = Path::from("lake/t/part-00001-0a1b-c000.zstd.parquet");
+        store.put(&large, Bytes::from(vec![1u8; (2 << 20) + 1]).into()).await.unwrap();
+        let before = counted_at(&url);
+        for _ in 0..2 {
+            assert_eq!(store.get_range(&large, 0..4).await.unwrap().as_ref(), &[1u8; 4]);
+        }
+        assert_eq!(counted_at(&url).since(&before).get, 2, "a large file is read in parts");
+        let before = counted_at(&url);
+        footer(&staged).await;
+        footer(&staged).await;
+        assert_eq!(counted_at(&url).since(&before).get, 2, "a staged file is read each time");
+    }
+
+    #[tokio::test]
     async fn an_entry_is_read_once_and_a_missing_one_is_asked_again() {
         use super::super::requests::counted_at;
         let (store, url) = counted("once");
@@ -305,12 +378,12 @@ mod tests {
             assert_eq!(bytes.as_ref(), b"{\"add\":{}}");
         }
         assert_eq!(counted_at(&url).since(&before).get, 1, "read once, then from memory");
-        let other = Path::from("t/part-0.parquet");
-        store.put(&other, Bytes::from_static(b"data").into()).await.unwrap();
+        let other = Path::from("t/_delta_log/_last_checkpoint");
+        store.put(&other, Bytes::from_static(b"{}").into()).await.unwrap();
         let before = counted_at(&url);
         store.get(&other).await.unwrap();
         store.get(&other).await.unwrap();
-        assert_eq!(counted_at(&url).since(&before).get, 2, "data files are not kept");
+        assert_eq!(counted_at(&url).since(&before).get, 2, "the checkpoint hint is not kept");
     }
 
     #[tokio::test]

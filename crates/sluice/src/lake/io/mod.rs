@@ -6,11 +6,11 @@
 //! conditional put settled by reading on a store). The stores themselves
 //! ([`storage`]), the lake's location ([`location`]), the courtesy lock
 //! ([`lock`]), the count of store requests ([`requests`]), the Delta log
-//! entries a process keeps once read from a store ([`log_cache`]), a
-//! folder in a store read and written object by object ([`store_area`]:
-//! staging and landing prefixes) and the reader of one Parquet file
-//! ([`file_reader`]) live
-//! here too, so that what sits above them names no file system call.
+//! entries and small data files a process keeps once read from a store
+//! ([`log_cache`]), a folder in a store read and written object by object
+//! ([`store_area`]: staging and landing prefixes) and the reader of one
+//! Parquet file ([`file_reader`]) live here too, so that what sits above
+//! them names no file system call.
 
 #[cfg(test)]
 pub(in crate::lake) mod faulty_store;
