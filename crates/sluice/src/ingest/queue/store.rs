@@ -44,7 +44,6 @@ const CLAIMS: &str = ".sluice/claims";
 const FAILED: &str = ".sluice/failed";
 const DONE: &str = ".sluice/done";
 const DEAD: &str = ".sluice/dead";
-const STATE: &str = ".sluice/";
 
 /// The landing-prefix queue.
 #[derive(Debug, Clone)]
@@ -132,18 +131,21 @@ impl StoreQueue {
     }
 
     /// Every landed file (`table/file` → state), and the objects directly
-    /// in the prefix (outside any table folder).
+    /// in the prefix (outside any table folder): a listing of the prefix's
+    /// folders, one of each table's, one of the claims and one of the
+    /// failures.
     async fn survey(&self) -> Result<(BTreeMap<String, FileState>, Vec<String>)> {
         let mut files: BTreeMap<String, FileState> = BTreeMap::new();
-        let mut loose = Vec::new();
-        for (name, at) in self.area.list_dated("").await? {
-            if name.starts_with(STATE) || name.split('/').any(|part| part.starts_with('.')) {
-                continue; // sluice's own state; writers' temporary names
-            }
-            if name.contains('/') {
+        // Table by table: `.sluice/` (its archive grows with every file)
+        // is never listed whole.
+        let (tables, mut loose) = self.area.children("").await?;
+        loose.retain(|name| !name.starts_with('.'));
+        for table in tables.iter().filter(|t| !t.starts_with('.')) {
+            for (name, at) in self.area.list_dated(&format!("{table}/")).await? {
+                if name.split('/').any(|part| part.starts_with('.')) {
+                    continue; // writers' temporary names
+                }
                 files.entry(name).or_default().landed = Some(at);
-            } else {
-                loose.push(name);
             }
         }
         for (name, at) in self.area.list_dated(&format!("{CLAIMS}/")).await? {

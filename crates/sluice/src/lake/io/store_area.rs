@@ -140,6 +140,25 @@ impl StoreArea {
         Ok(out)
     }
 
+    /// The folders and the objects directly in the folder `relative` (one
+    /// listing with a delimiter: nothing deeper is listed), by name.
+    pub(crate) async fn children(&self, relative: &str) -> Result<(Vec<String>, Vec<String>)> {
+        let folder = self.object(relative);
+        let listed = self
+            .lake
+            .store()
+            .list_with_delimiter(Some(&folder))
+            .await
+            .map_err(|e| self.failed("listing", relative, e))?;
+        let name = |p: &ObjectPath| p.filename().map(str::to_owned);
+        let mut folders: Vec<String> = listed.common_prefixes.iter().filter_map(name).collect();
+        let mut files: Vec<String> =
+            listed.objects.iter().filter_map(|m| name(&m.location)).collect();
+        folders.sort();
+        files.sort();
+        Ok((folders, files))
+    }
+
     /// Stream the object at `relative` into the local file `to` (memory
     /// stays bounded whatever its size). `Ok(false)` when there is no such
     /// object.
