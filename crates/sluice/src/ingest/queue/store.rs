@@ -323,24 +323,40 @@ impl StoreQueue {
     /// not, then remove it, then its markers. A crash between the removal
     /// and the markers' leaves markers [`reap`](Self::reap) removes; one
     /// before the removal delivers the file again, and the commit finds it
-    /// already ingested.
+    /// already ingested (and [`archive`](Self::archive) finds it archived).
     pub async fn ack(&self, message: &Message) -> Result<()> {
         self.forget_spool(message);
         let key = message.key();
         if self.config.after_ingest == "archive" {
-            let mut to = format!("{DONE}/{key}");
-            if self.area.exists(&to).await? {
-                to = format!("{to}.{}", Utc::now().timestamp_millis());
-            }
-            match self.area.copy(&key, &to).await {
-                Ok(()) => {}
-                // Gone already: another delivery of it was acknowledged.
-                Err(_) if !self.area.exists(&key).await? => {}
-                Err(e) => return Err(e),
-            }
+            self.archive(&key).await?;
         }
         self.area.delete(&key).await?;
         self.forget_markers(&key).await
+    }
+
+    /// Copy the file `key` to the archive, once. A copy already archived
+    /// under its name is this very object when it is as large and was
+    /// written no earlier (an acknowledgement killed between its copy and
+    /// its removal, done again); a file of the same name landed after an
+    /// earlier one was archived is newer than that archive, and is kept
+    /// beside it under a name suffixed with the time.
+    async fn archive(&self, key: &str) -> Result<()> {
+        let Some(landed) = self.area.meta(key).await? else {
+            // Gone already: another delivery of it was acknowledged.
+            return Ok(());
+        };
+        let mut to = format!("{DONE}/{key}");
+        if let Some(archived) = self.area.meta(&to).await? {
+            if archived.size == landed.size && archived.last_modified >= landed.last_modified {
+                return Ok(());
+            }
+            to = format!("{to}.{}", Utc::now().timestamp_millis());
+        }
+        match self.area.copy(key, &to).await {
+            Ok(()) => Ok(()),
+            Err(_) if !self.area.exists(key).await? => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The attempt failed: deliver again after attempt × `retry_delay_ms`,
@@ -580,6 +596,29 @@ mod tests {
             .collect();
         assert_eq!(dead, vec![format!("{UNROUTED}/loose.csv")]);
         assert!(q.retry_dead(&[]).await.unwrap().is_empty(), "unrouted files stay dead");
+    }
+
+    #[tokio::test]
+    async fn an_acknowledgement_done_again_archives_once_and_a_newer_file_beside_it() {
+        let (q, _spool) = queue(3, 300);
+        land(&q, "trips/a.csv", "x\n1\n").await;
+        let m = q.receive(1).await.unwrap();
+        // Killed between the archive's copy and the removal: done again.
+        q.area.copy("trips/a.csv", ".sluice/done/trips/a.csv").await.unwrap();
+        q.ack(&m[0]).await.unwrap();
+        assert_eq!(q.area.list(".sluice/done/").await.unwrap(), vec![".sluice/done/trips/a.csv"]);
+        assert!(!q.area.exists("trips/a.csv").await.unwrap());
+
+        // A new file of the same name, landed after that archive.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        land(&q, "trips/a.csv", "x\n2\n3\n").await;
+        let m = q.receive(1).await.unwrap();
+        q.ack(&m[0]).await.unwrap();
+        let done = q.area.list(".sluice/done/").await.unwrap();
+        assert_eq!(done.len(), 2, "{done:?}");
+        assert!(done[1].starts_with(".sluice/done/trips/a.csv."), "{done:?}");
+        let newer = q.area.get(&done[1]).await.unwrap().unwrap();
+        assert_eq!(&newer[..], b"x\n2\n3\n");
     }
 
     #[test]

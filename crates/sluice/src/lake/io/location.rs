@@ -262,9 +262,19 @@ impl StoreRoot {
         object: &object_store::path::Path,
         shown: &Path,
     ) -> Result<bool> {
+        Ok(self.object_meta(object, shown).await?.is_some())
+    }
+
+    /// What the store says of the object at `object` (size, time, tag),
+    /// `None` when absent.
+    pub(crate) async fn object_meta(
+        &self,
+        object: &object_store::path::Path,
+        shown: &Path,
+    ) -> Result<Option<object_store::ObjectMeta>> {
         match object_store::ObjectStoreExt::head(&*self.store, object).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Ok(meta) => Ok(Some(meta)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(source) => {
                 Err(Error::Store { what: format!("looking for {}", shown.display()), source })
             }

@@ -110,6 +110,11 @@ impl StoreArea {
         self.lake.object_exists(&self.object(relative), &self.shown(relative)).await
     }
 
+    /// What the store says of the object at `relative`, `None` when absent.
+    pub(crate) async fn meta(&self, relative: &str) -> Result<Option<object_store::ObjectMeta>> {
+        self.lake.object_meta(&self.object(relative), &self.shown(relative)).await
+    }
+
     /// The names (below the area) of every object below `relative` (a
     /// folder; `""` for the whole area), sorted.
     pub(crate) async fn list(&self, relative: &str) -> Result<Vec<String>> {
