@@ -287,11 +287,49 @@ async fn types(root: &LakeRoot, as_json: bool) -> anyhow::Result<()> {
     print(&text_table(&["type", "table", "from", "columns (? = nullable)"], &rows))
 }
 
+/// `sluice get` of a `file_ref`: the referenced file's bytes (read from the
+/// lake's store when kept there), checked against the reference's hash
+/// before any of them is written out.
+async fn get_referenced_file(
+    lake: &Lake,
+    artifact: &sluice::Artifact,
+    output: Option<&Path>,
+) -> anyhow::Result<()> {
+    let temp = match output {
+        Some(path) => {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            path.with_file_name(format!(
+                ".{}.sluice-get-{}",
+                name.unwrap_or_default(),
+                std::process::id()
+            ))
+        }
+        None => {
+            std::env::temp_dir().join(format!("sluice-get-{}-{}", artifact.id, std::process::id()))
+        }
+    };
+    let copied = lake.copy_referenced_file(artifact, &temp).await;
+    let written = copied.map_err(anyhow::Error::from).and_then(|()| match output {
+        Some(path) => std::fs::rename(&temp, path).map_err(|e| sluice::Error::io(path, e).into()),
+        None => {
+            let mut file = std::fs::File::open(&temp).map_err(|e| sluice::Error::io(&temp, e))?;
+            std::io::copy(&mut file, &mut std::io::stdout().lock())
+                .map(drop)
+                .map_err(|e| sluice::Error::io("<stdout>", e).into())
+        }
+    });
+    let _ = std::fs::remove_file(&temp);
+    written
+}
+
 /// `sluice get`: an artifact's content as a file of its own.
 async fn get(root: &LakeRoot, id: &str, output: Option<&Path>) -> anyhow::Result<()> {
     use std::io::{IsTerminal, Write};
     let lake = Lake::open(root).await?;
     let artifact = lake.get(lake.resolve(id).await?).await?;
+    if artifact.type_key == sluice::artifact::FILE_REF {
+        return get_referenced_file(&lake, &artifact, output).await;
+    }
     let imp = lake.registry().get(&artifact.type_key)?;
     let Some(path) = output else {
         let binary = matches!(artifact.field("format").as_str(), Some("parquet" | "arrow"));

@@ -229,6 +229,56 @@ pairing = "cross"
     assert_eq!(f.count("SELECT count(*) FROM execution_edges e JOIN executions x ON e.execution_run_id = x.execution_run_id WHERE x.origin_step_number = 6 AND e.direction = 'input'"), 18);
 }
 
+/// Units of one run that each write a file output of the same name keep
+/// each its own bytes: the lake keeps files by content, so one never
+/// overwrites another that an artifact already references; the next
+/// command gets each file, checked, and `get` returns it.
+#[test]
+fn file_outputs_of_one_name_are_kept_apart_and_read_back() {
+    let f = Fixture::new();
+    let pipeline = r#"name = "files"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 4, rows = 5 }
+
+[[step]]
+name = "report"
+operation = "command"
+command = ["sh", "-c", "cat inputs/t/* > outputs/r/report.txt"]
+inputs = { t = "gen.data" }
+outputs = { r = "file_ref" }
+
+[[step]]
+name = "readback"
+operation = "command"
+command = ["sh", "-c", "cp inputs/r/* outputs/t/back.csv"]
+inputs = { r = "report.r" }
+outputs = { t = "data" }
+"#;
+    let report = f.run_ok(pipeline);
+    assert_eq!(step(&report, "report")["outputs"]["r"], 4);
+    assert_eq!(step(&report, "readback")["outputs"]["t"], 4);
+    let contents = |sql: &str| -> BTreeSet<String> {
+        f.ids(sql).iter().map(|id| f.lake.ok(&["get", id])).collect()
+    };
+    let tables = contents("SELECT artifact_id FROM data WHERE origin_step_number = 1");
+    assert_eq!(tables.len(), 4);
+    assert_eq!(contents("SELECT artifact_id FROM file_refs"), tables, "`get` of each kept file");
+    // Each readback unit's copy is a table gen made, byte for byte (so the
+    // same artifact): no fifth table.
+    assert_eq!(f.count("SELECT count(*) FROM data"), 4, "each unit read its own kept file");
+    let hashes = f.ids("SELECT content_hash FROM file_refs");
+    let paths = f.ids("SELECT path FROM file_refs");
+    assert_eq!((hashes.len(), paths.len()), (4, 4));
+    for path in paths {
+        let path = std::path::Path::new(&path);
+        assert!(path.ends_with("report.txt") && path.starts_with(&f.lake.root), "{path:?}");
+        let hash = blake3::hash(&std::fs::read(path).unwrap()).to_hex().to_string();
+        assert!(hashes.contains(&hash), "{path:?} holds the bytes its reference names");
+    }
+}
+
 #[test]
 fn partial_failure_is_recorded_and_a_rerun_runs_only_the_failed_units() {
     let f = Fixture::new();

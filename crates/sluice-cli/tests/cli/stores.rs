@@ -4,6 +4,7 @@
 //! users give them. Without an emulator these tests fail in CI and are
 //! skipped with a note elsewhere.
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Output};
@@ -174,6 +175,20 @@ batch = { artifacts_per_unit = 2 }
 name = "stats"
 operation = "compute_metrics"
 inputs = { t = "square.t" }
+
+[[step]]
+name = "report"
+operation = "command"
+command = ["sh", "-c", "cat inputs/t/* > outputs/r/report.txt"]
+inputs = { t = "square.t" }
+outputs = { r = "file_ref" }
+
+[[step]]
+name = "readback"
+operation = "command"
+command = ["sh", "-c", 'echo "{\"bytes\": $(cat inputs/r/* | wc -c)}" > outputs/m/size.json']
+inputs = { r = "report.r" }
+outputs = { m = "metric" }
 "#,
     )
     .unwrap();
@@ -183,16 +198,35 @@ inputs = { t = "square.t" }
     let dispatched = |report: &Value| -> u64 {
         report["steps"].as_array().unwrap().iter().map(|s| s["dispatched"].as_u64().unwrap()).sum()
     };
-    assert_eq!(dispatched(&report), 6 + 3 + 6, "{report:#}");
+    assert_eq!(dispatched(&report), 6 + 3 + 6 + 6 + 6, "{report:#}");
     let csv = |sql: &str| lake.ok(&["sql", "--format", "csv", sql]);
     assert_eq!(csv("SELECT count(*) AS n FROM data"), "n\n12\n");
     assert_eq!(csv("SELECT count(*) AS n FROM metrics WHERE origin_step_number = 3"), "n\n6\n");
     assert_eq!(
         csv("SELECT count(*) AS n, count(DISTINCT execution_spec_id) AS d FROM executions \
              WHERE success"),
-        "n,d\n15,15\n",
+        "n,d\n27,27\n",
         "one successful execution per unit"
     );
+    // The command's file outputs, all named report.txt, are kept in the
+    // store apart (by content), read back by the next command's units and
+    // by `get`: each is exactly the table it was made from.
+    let refs = csv("SELECT artifact_id, path FROM file_refs ORDER BY path");
+    let refs: Vec<(&str, &str)> =
+        refs.lines().skip(1).map(|l| l.split_once(',').unwrap()).collect();
+    assert_eq!(refs.len(), 6, "{refs:?}");
+    let tables: BTreeSet<String> = csv("SELECT artifact_id FROM data WHERE origin_step_number = 2")
+        .lines()
+        .skip(1)
+        .map(|id| lake.ok(&["get", id]))
+        .collect();
+    let mut kept = BTreeSet::new();
+    for (id, path) in &refs {
+        assert!(path.starts_with(&format!("{}/files/", lake.url)), "{path}");
+        assert!(path.ends_with("/report.txt"), "{path}");
+        kept.insert(lake.ok(&["get", id]));
+    }
+    assert_eq!(kept, tables, "every kept file holds its own table's bytes");
     let again: Value =
         serde_json::from_str(&lake.ok(&["run", path, "--workers", "2", "--json"])).unwrap();
     assert_eq!(dispatched(&again), 0, "a rerun is cached: {again:#}");
@@ -213,7 +247,7 @@ inputs = { t = "square.t" }
         std::fs::write(&pipeline, changed).unwrap();
         let report: Value =
             serde_json::from_str(&lake.ok(&["run", path, "--backend", "slurm", "--json"])).unwrap();
-        assert_eq!(dispatched(&report), 6 + 3 + 6, "{report:#}");
+        assert_eq!(dispatched(&report), 6 + 3 + 6 + 6 + 6, "{report:#}");
         assert_eq!(csv("SELECT count(*) AS n FROM data"), "n\n24\n");
         let scripts = walk(&lake.cwd.path().join(".sluice-slurm"));
         let script = scripts.iter().find(|p| p.ends_with("task.sh")).expect("a task script");

@@ -125,18 +125,25 @@ impl Draft {
         let path_text = absolute.to_str().ok_or_else(|| {
             Error::InvalidInput(format!("{}: path is not valid UTF-8", absolute.display()))
         })?;
+        let name = absolute.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        Ok(Self::kept_file(path_text, hasher.finalize().to_hex().as_str(), meta.len(), name))
+    }
+
+    /// A reference to a file whose hash and size are known: one the lake
+    /// keeps (at an absolute path, or a URL in its store).
+    pub(crate) fn kept_file(location: &str, content_hash: &str, size: u64, name: &str) -> Self {
         let mut draft = Draft::new(
             FILE_REF,
             Fields::from([
-                ("content_hash".into(), FieldValue::String(hasher.finalize().to_hex().to_string())),
-                ("path".into(), FieldValue::String(path_text.to_owned())),
-                ("size_bytes".into(), FieldValue::Int(meta.len() as i64)),
+                ("content_hash".into(), FieldValue::String(content_hash.to_owned())),
+                ("path".into(), FieldValue::String(location.to_owned())),
+                ("size_bytes".into(), FieldValue::Int(size as i64)),
             ]),
         );
-        if let Some(name) = absolute.file_name().and_then(|n| n.to_str()) {
+        if !name.is_empty() {
             draft = draft.with_original_name(name);
         }
-        Ok(draft.with_external_path(path_text))
+        draft.with_external_path(location)
     }
 
     /// A draft of any registered type from a JSON object of its columns

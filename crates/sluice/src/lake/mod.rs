@@ -13,6 +13,7 @@ pub mod config;
 pub mod delta;
 pub mod io;
 pub mod journal;
+pub(crate) mod kept_files;
 pub mod keys;
 pub mod layout;
 pub mod read;

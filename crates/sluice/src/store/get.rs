@@ -181,6 +181,26 @@ impl Lake {
         }
     }
 
+    /// Copy the file a `file_ref` artifact references to `to` (from the
+    /// lake's store when it is kept there), checking that its bytes are
+    /// still the referenced ones.
+    pub async fn copy_referenced_file(
+        &self,
+        artifact: &Artifact,
+        to: &std::path::Path,
+    ) -> Result<()> {
+        if artifact.type_key != crate::artifact::FILE_REF {
+            return Err(Error::InvalidInput(format!(
+                "artifact {} is a {}, not a file_ref",
+                artifact.id, artifact.type_key
+            )));
+        }
+        let location = artifact.field("path").as_str().unwrap_or_default();
+        let hash = artifact.field("content_hash").as_str().unwrap_or_default();
+        let referrer = format!("artifact {}", artifact.id);
+        crate::lake::kept_files::fetch(self.root(), location, hash, &referrer, to).await
+    }
+
     /// Read one artifact by id.
     pub async fn get(&self, id: ArtifactId) -> Result<Artifact> {
         self.get_many(&[id]).await?.remove(&id).ok_or_else(|| Error::ArtifactNotFound(id.to_hex()))

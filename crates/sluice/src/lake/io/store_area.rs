@@ -187,6 +187,30 @@ impl StoreArea {
         Ok(true)
     }
 
+    /// Write the local file `from` as the object at `relative`, streamed
+    /// (one PUT, or a multipart upload for a large file: either way the
+    /// object appears whole or not at all).
+    pub(crate) async fn upload(&self, relative: &str, from: &std::path::Path) -> Result<()> {
+        use tokio::io::AsyncWriteExt;
+        let mut file = tokio::fs::File::open(from).await.map_err(|e| Error::io(from, e))?;
+        let mut writer = object_store::buffered::BufWriter::new(
+            self.lake.store().clone(),
+            self.object(relative),
+        );
+        let copied = tokio::io::copy(&mut file, &mut writer).await;
+        let written = match copied {
+            Ok(_) => writer.shutdown().await,
+            Err(e) => {
+                let _ = writer.abort().await;
+                Err(e)
+            }
+        };
+        written.map_err(|e| Error::Store {
+            what: format!("writing {} from {}", self.shown(relative).display(), from.display()),
+            source: object_store::Error::Generic { store: "sluice", source: Box::new(e) },
+        })
+    }
+
     /// Remove the object at `relative` (absent is fine).
     pub(crate) async fn delete(&self, relative: &str) -> Result<()> {
         self.delete_many(vec![relative.to_owned()]).await

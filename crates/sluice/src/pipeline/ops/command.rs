@@ -128,7 +128,7 @@ impl Operation for CommandOp {
             let dir = inputs_dir.join(role);
             mkdir(&dir)?;
             for artifact in artifacts {
-                let stem = materialize(artifact, &dir, &stems)?;
+                let stem = materialize(ctx, artifact, &dir, &stems)?;
                 stems.insert(stem, artifact.id);
             }
         }
@@ -230,6 +230,7 @@ pub fn tail(text: &str, max: usize) -> String {
 
 /// Write one input into `dir`; returns the stem it was given.
 fn materialize(
+    ctx: &UnitContext,
     artifact: &Artifact,
     dir: &Path,
     taken: &BTreeMap<String, ArtifactId>,
@@ -258,7 +259,6 @@ fn materialize(
             write(format!("{stem}.{}", format.name()), bytes)?;
         }
         (crate::artifact::FILE_REF, _) => {
-            let target = Path::new(artifact.field("path").as_str().unwrap_or_default());
             let ext = artifact
                 .field("extension")
                 .as_str()
@@ -266,7 +266,7 @@ fn materialize(
                 .map(|e| format!(".{e}"))
                 .unwrap_or_default();
             let copy = dir.join(format!("{stem}{ext}"));
-            std::fs::copy(target, &copy).map_err(|e| Error::io(target, e))?;
+            ctx.block_on(ctx.lake.copy_referenced_file(artifact, &copy))?;
             read_only(&copy)?;
         }
         _ => {
@@ -303,15 +303,9 @@ fn output_draft(ctx: &UnitContext, type_key: &str, file: &Path) -> Result<Draft>
             Draft::data_from_file(file)?
         }
         crate::artifact::FILE_REF => {
-            // The sandbox is removed: keep the file under the lake.
-            let dir =
-                ctx.lake.filesystem("a command's file output")?.join("files").join(&ctx.run_id);
-            mkdir(&dir)?;
-            let kept = dir.join(&name);
-            std::fs::rename(file, &kept)
-                .or_else(|_| std::fs::copy(file, &kept).map(drop))
-                .map_err(|e| Error::io(&kept, e))?;
-            Draft::file_ref(&kept)?
+            // The sandbox is removed: the lake keeps the file.
+            let kept = ctx.block_on(crate::lake::kept_files::keep(ctx.lake.root(), file, &name))?;
+            Draft::kept_file(&kept.location, &kept.content_hash, kept.size, &name)
         }
         custom => Draft::from_json_object(ctx.lake.registry(), custom, &read_json()?)?,
     })
