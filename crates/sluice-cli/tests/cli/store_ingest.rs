@@ -99,7 +99,15 @@ fn kill_loop(make: fn() -> Option<StoreLake>, landing_at: Landing) {
     }
     arrivals.join().unwrap();
     assert_eq!(killed, kills, "every run was killed while it ran");
-    let out = ingest(&lake, &["run", "--once", "--json"]).output().unwrap();
+    let mut out = ingest(&lake, &["run", "--once", "--json"]).output().unwrap();
+    if !out.status.success() {
+        // A request the emulator left unanswered (a stalled machine) fails
+        // the run with the raw rows committed; the next run catches up.
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(stderr.contains("error sending request"), "{stderr}");
+        eprintln!("the drain run failed on a transport error, run again:\n{stderr}");
+        out = ingest(&lake, &["run", "--once", "--json"]).output().unwrap();
+    }
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let rows = (files * rows_per_file) as i64;
