@@ -115,18 +115,16 @@ impl Draft {
     /// path and size. The file is hashed here, streamed in chunks.
     pub fn file_ref(path: &Path) -> Result<Self> {
         let absolute = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
-        let file = std::fs::File::open(&absolute).map_err(|e| Error::io(&absolute, e))?;
-        let meta = file.metadata().map_err(|e| Error::io(&absolute, e))?;
+        let meta = std::fs::metadata(&absolute).map_err(|e| Error::io(&absolute, e))?;
         if !meta.is_file() {
             return Err(Error::InvalidInput(format!("{}: not a regular file", absolute.display())));
         }
-        let mut hasher = blake3::Hasher::new();
-        hasher.update_reader(file).map_err(|e| Error::io(&absolute, e))?;
+        let (content_hash, size) = hash_file(&absolute)?;
         let path_text = absolute.to_str().ok_or_else(|| {
             Error::InvalidInput(format!("{}: path is not valid UTF-8", absolute.display()))
         })?;
         let name = absolute.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        Ok(Self::kept_file(path_text, hasher.finalize().to_hex().as_str(), meta.len(), name))
+        Ok(Self::kept_file(path_text, &content_hash, size, name))
     }
 
     /// A reference to a file whose hash and size are known: one the lake
@@ -317,6 +315,33 @@ impl Artifact {
         serde_json::from_str(text)
             .map_err(|e| Error::json(format!("content of artifact {}", self.id), e))
     }
+}
+
+/// BLAKE3 (hex) and size of the file at `path`, streamed in chunks (never
+/// read whole into memory).
+pub(crate) fn hash_file(path: &Path) -> Result<(String, u64)> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update_reader(file).map_err(|e| Error::io(path, e))?;
+    Ok((hasher.finalize().to_hex().to_string(), hasher.count()))
+}
+
+/// Check that the file at `path` (shown as `shown`) still holds the bytes
+/// `content_hash` names: a file changed or moved since `referrer`
+/// referenced it is an error naming it, never silently other content.
+pub(crate) fn check_referenced(
+    path: &Path,
+    shown: &str,
+    content_hash: &str,
+    referrer: &str,
+) -> Result<()> {
+    if hash_file(path)?.0 == content_hash {
+        return Ok(());
+    }
+    Err(Error::InvalidInput(format!(
+        "{shown}: the file changed since {referrer} referenced it (its BLAKE3 is no longer \
+         {content_hash})"
+    )))
 }
 
 #[cfg(test)]

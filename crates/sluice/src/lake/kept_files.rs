@@ -41,7 +41,7 @@ pub(crate) async fn keep(root: &LakeRoot, file: &Path, name: &str) -> Result<Kep
     if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\']) {
         return Err(Error::InvalidInput(format!("`{name}`: not a file name to keep a file as")));
     }
-    let (content_hash, size) = hash_file(file)?;
+    let (content_hash, size) = crate::artifact::hash_file(file)?;
     let relative = format!("{FILES}/{content_hash}/{name}");
     let location = match root {
         LakeRoot::Local(lake) => keep_on_disk(file, &lake.join(&relative))?,
@@ -88,8 +88,8 @@ fn keep_on_disk(file: &Path, kept: &Path) -> Result<String> {
 
 /// Copy the file `location` names (a path, or a URL in this lake's store)
 /// to `to`, and check that its bytes are still the ones `content_hash`
-/// names: a file changed or moved since `referrer` referenced it is an
-/// error naming it, never silently other content.
+/// names ([`check_referenced`](crate::artifact::check_referenced)); a copy
+/// that fails the check is removed.
 pub(crate) async fn fetch(
     root: &LakeRoot,
     location: &str,
@@ -110,15 +110,11 @@ pub(crate) async fn fetch(
             std::fs::copy(location, to).map_err(|e| Error::io(location, e))?;
         }
     }
-    let (found, _) = hash_file(to)?;
-    if found != content_hash {
+    let checked = crate::artifact::check_referenced(to, location, content_hash, referrer);
+    if checked.is_err() {
         let _ = std::fs::remove_file(to);
-        return Err(Error::InvalidInput(format!(
-            "{location}: the file changed since {referrer} referenced it (its BLAKE3 is no \
-             longer {content_hash})"
-        )));
     }
-    Ok(())
+    checked
 }
 
 /// The store and the object below the lake that `location` names, when it
@@ -144,14 +140,6 @@ fn in_store<'a>(
              credentials only below the lake"
         ))),
     }
-}
-
-/// BLAKE3 (hex) and size of the local file `path`, streamed.
-fn hash_file(path: &Path) -> Result<(String, u64)> {
-    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-    let mut hasher = blake3::Hasher::new();
-    hasher.update_reader(file).map_err(|e| Error::io(path, e))?;
-    Ok((hasher.finalize().to_hex().to_string(), hasher.count()))
 }
 
 #[cfg(test)]

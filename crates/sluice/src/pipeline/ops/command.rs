@@ -108,10 +108,7 @@ impl Operation for CommandOp {
         }
         let mut out = BTreeMap::new();
         for path in paths {
-            let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
-            let mut hasher = blake3::Hasher::new();
-            hasher.update_reader(file).map_err(|e| Error::io(&path, e))?;
-            out.insert(path.display().to_string(), hasher.finalize().to_hex().to_string());
+            out.insert(path.display().to_string(), crate::artifact::hash_file(&path)?.0);
         }
         Ok(out)
     }

@@ -121,15 +121,8 @@ impl Operation for IngestFiles {
 /// hashed on all cores (streamed, never read whole into memory).
 fn content_keys(files: &[std::path::PathBuf]) -> Result<Vec<serde_json::Value>> {
     crate::host::on_cores(files, |path| {
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-        let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        let mut hasher = blake3::Hasher::new();
-        hasher.update_reader(file).map_err(|e| Error::io(path, e))?;
-        Ok(serde_json::json!({
-            "path": path.to_string_lossy(),
-            "size": size,
-            "blake3": hasher.finalize().to_hex().to_string(),
-        }))
+        let (blake3, size) = crate::artifact::hash_file(path)?;
+        Ok(serde_json::json!({ "path": path.to_string_lossy(), "size": size, "blake3": blake3 }))
     })
     .into_iter()
     .collect()

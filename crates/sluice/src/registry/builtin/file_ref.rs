@@ -59,17 +59,12 @@ impl ArtifactType for FileRefType {
     /// never silently other content.
     fn export(&self, artifact: &Artifact, out: &mut dyn std::io::Write) -> Result<()> {
         let path = std::path::PathBuf::from(artifact.field("path").as_str().unwrap_or_default());
-        let expected = artifact.field("content_hash").as_str().unwrap_or_default().to_owned();
-        let mut hasher = blake3::Hasher::new();
-        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
-        hasher.update_reader(file).map_err(|e| Error::io(&path, e))?;
-        if hasher.finalize().to_hex().as_str() != expected {
-            return Err(Error::InvalidInput(format!(
-                "{}: the file changed since artifact {} referenced it (its BLAKE3 is no longer {expected})",
-                path.display(),
-                artifact.id
-            )));
-        }
+        crate::artifact::check_referenced(
+            &path,
+            &path.display().to_string(),
+            artifact.field("content_hash").as_str().unwrap_or_default(),
+            &format!("artifact {}", artifact.id),
+        )?;
         let mut file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
         std::io::copy(&mut file, out).map_err(|e| Error::io(&path, e))?;
         Ok(())
