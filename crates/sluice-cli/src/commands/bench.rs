@@ -12,14 +12,17 @@ use super::bench_results::{self, Figure};
 use crate::args::{BenchArgs, BenchCommand, Workload};
 use crate::output::print;
 
-/// The limit of a commit: every staged Parquet file read, and its rows
-/// written as one zstd Parquet file per table (file name) with arrow and
-/// parquet directly, into a scratch folder that is removed. Returns the
-/// seconds and the number of files read.
+/// The limit of a commit: every staged unit read, each table file in it
+/// decoded (Arrow IPC or Parquet, as staged), and the rows written as one
+/// zstd Parquet file per table with arrow and parquet directly, into a
+/// scratch folder that is removed. Returns the seconds and the number of
+/// table files decoded.
 fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
+    use deltalake::arrow::record_batch::RecordBatch;
     use deltalake::parquet::arrow::ArrowWriter;
     use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let mut files = Vec::new();
+    use sluice::staging::bundle::{FileFormat, UNIT_OBJECT, decode_ipc, table_of, unpack};
+    let mut units = Vec::new();
     let mut dirs = vec![staging.to_path_buf()];
     while let Some(dir) = dirs.pop() {
         for entry in
@@ -28,8 +31,8 @@ fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
             let path = entry?.path();
             if path.is_dir() {
                 dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "parquet") {
-                files.push(path);
+            } else if path.file_name().is_some_and(|n| n == UNIT_OBJECT) {
+                units.push(path);
             }
         }
     }
@@ -38,25 +41,35 @@ fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
     let started = Instant::now();
     let mut writers: std::collections::HashMap<String, ArrowWriter<std::fs::File>> =
         Default::default();
-    for path in &files {
-        let reader =
-            ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path)?)?.build()?;
-        let table = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        for batch in reader {
-            let batch = batch?;
-            // A table's staged files share its schema.
-            let writer = match writers.entry(table.clone()) {
-                std::collections::hash_map::Entry::Occupied(w) => w.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    let file = std::fs::File::create(out.join(format!("{}.parquet", v.key())))?;
-                    v.insert(ArrowWriter::try_new(
-                        file,
-                        batch.schema(),
-                        Some(sluice::lake::delta::table::writer_properties()),
-                    )?)
-                }
+    let mut files = 0;
+    for path in &units {
+        let object = bytes::Bytes::from(std::fs::read(path)?);
+        for (name, data) in
+            unpack(&object).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        {
+            let Some((table, format)) = table_of(&name) else { continue };
+            files += 1;
+            let batches: Vec<RecordBatch> = match format {
+                FileFormat::Ipc => decode_ipc(data)?.1,
+                FileFormat::Parquet => ParquetRecordBatchReaderBuilder::try_new(data)?
+                    .build()?
+                    .collect::<Result<_, _>>()?,
             };
-            writer.write(&batch)?;
+            for batch in batches {
+                // A table's staged files share its schema.
+                let writer = match writers.entry(table.to_owned()) {
+                    std::collections::hash_map::Entry::Occupied(w) => w.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        let file = std::fs::File::create(out.join(format!("{}.parquet", v.key())))?;
+                        v.insert(ArrowWriter::try_new(
+                            file,
+                            batch.schema(),
+                            Some(sluice::lake::delta::table::writer_properties()),
+                        )?)
+                    }
+                };
+                writer.write(&batch)?;
+            }
         }
     }
     for (_, writer) in writers {
@@ -64,7 +77,7 @@ fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
     }
     let secs = started.elapsed().as_secs_f64();
     std::fs::remove_dir_all(&out)?;
-    Ok((secs, files.len()))
+    Ok((secs, files))
 }
 
 pub async fn run(root: &sluice::lake::LakeRoot, args: BenchArgs) -> anyhow::Result<()> {
@@ -207,7 +220,7 @@ async fn commit(
         let secs = report.duration.as_secs_f64();
         if let Some((limit_secs, files)) = limit {
             lines.push(format!(
-                "limit: the same {files} staged files read and rewritten as one zstd Parquet file per table by arrow/parquet alone (no Delta, no validation): {limit_secs:.3} s; ratio limit / commit = {:.2} (goal ≥ 0.5)",
+                "limit: the same {files} staged table files read and rewritten as one zstd Parquet file per table by arrow/parquet alone (no Delta, no validation): {limit_secs:.3} s; ratio limit / commit = {:.2} (goal ≥ 0.5)",
                 limit_secs / secs
             ));
             figures.push(

@@ -5,11 +5,14 @@
 //! passes; otherwise it is quarantined with the reason, and the rest of the
 //! commit goes on. Validation re-derives, it never trusts:
 //!
-//! 1. the directory and every entry in it are real (no symbolic links), every
-//!    file is a known table file and a readable Parquet file;
+//! 1. the directory and every entry in it are real (no symbolic links); it
+//!    holds its unit object alone (or, staged by an older sluice, loose
+//!    Parquet files), and every file in it is a known table's file and
+//!    readable: an Arrow IPC stream (`{table}.arrow`) or a Parquet file
+//!    (`{table}.parquet`), each table once;
 //! 2. every file's columns are the table's columns, with the table's types,
 //!    and no nulls in required columns;
-//! 3. `executions.parquet` holds exactly one row, whose run id, step and
+//! 3. the sentinel (the `executions` table's file) holds exactly one row, whose run id, step and
 //!    operation are those of the directory it sits in; every edge row names
 //!    the same run. A batch directory's sentinel holds one row per execution,
 //!    each with a distinct valid run id and the directory's step and
@@ -58,7 +61,8 @@ use crate::artifact::{Artifact, ArtifactId, Draft};
 use crate::host::Ceiling;
 use crate::lake::layout::{self, STEP_COLUMN, TableKind, TableSpec};
 use crate::registry::TypeRegistry;
-use crate::staging::{RunDir, SENTINEL};
+use crate::staging::RunDir;
+use crate::staging::bundle::{FileFormat, UNIT_OBJECT, table_of};
 use crate::store::rows::artifacts_from_batch;
 
 /// The largest binary value a Delta (Arrow `Binary`) column holds.
@@ -79,9 +83,17 @@ pub struct LoadedRun {
     pub referenced: BTreeSet<ArtifactId>,
     /// Its executions, in the sentinel's order.
     pub executions: Vec<StagedRun>,
+    /// The staged file each table's rows came from, by table (what
+    /// rejections name: `metrics.arrow`, `data.parquet`).
+    pub files: BTreeMap<String, String>,
 }
 
 impl LoadedRun {
+    /// The staged file of `table`, as rejections name it.
+    fn file(&self, table: &str) -> String {
+        file_of(&self.files, table)
+    }
+
     /// What its staged rows hold in memory, decoded.
     pub fn decoded_bytes(&self) -> u64 {
         self.tables.values().flatten().map(|b| b.get_array_memory_size() as u64).sum()
@@ -135,21 +147,28 @@ impl LoadedRun {
         }
         self.artifacts.retain(|id, _| outputs.contains(id));
         // The edges were checked when the directory was loaded.
-        self.referenced = referenced_ids(&self.tables)
+        self.referenced = referenced_ids(&self.tables, &self.files)
             .map_err(|e| crate::error::Error::Internal(format!("kept edges: {e}")))?;
         Ok(())
     }
+}
+
+/// The staged file of `table` in `files`; a table a unit did not stage
+/// (a missing sentinel, say) is named as a folder of loose files names it.
+fn file_of(files: &BTreeMap<String, String>, table: &str) -> String {
+    files.get(table).cloned().unwrap_or_else(|| format!("{table}.parquet"))
 }
 
 /// The artifact ids the staged edge rows refer to; an edge naming something
 /// that is not an artifact id is rejected.
 fn referenced_ids(
     tables: &BTreeMap<String, Vec<RecordBatch>>,
+    files: &BTreeMap<String, String>,
 ) -> Result<BTreeSet<ArtifactId>, Rejection> {
     let mut referenced = BTreeSet::new();
     for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
         let Some(batches) = tables.get(&edges.name) else { continue };
-        let file = format!("{}.parquet", edges.name);
+        let file = file_of(files, &edges.name);
         for column in ["artifact_id", "source_artifact_id", "target_artifact_id"] {
             referenced.extend(ids(batches, column, &file)?);
         }
@@ -210,10 +229,15 @@ struct Footprint {
 }
 
 impl Footprint {
-    /// Add one file's decoded size; refuse the run once committing it would
-    /// need more than the ceiling.
+    /// Add one Parquet file's decoded size, from its footer.
     fn add(&mut self, metadata: &ParquetMetaData) -> Result<(), Rejection> {
-        self.decoded += decoded_size(metadata);
+        self.add_bytes(decoded_size(metadata))
+    }
+
+    /// Add `bytes` decoded; refuse the run once committing it would need
+    /// more than the ceiling.
+    fn add_bytes(&mut self, bytes: u64) -> Result<(), Rejection> {
+        self.decoded += bytes;
         let Some(ceiling) = self.ceiling else { return Ok(()) };
         let needed = self.decoded.saturating_mul(super::MEMORY_LIMIT_SHARE);
         if needed <= ceiling.bytes {
@@ -289,7 +313,19 @@ fn decode_parquet<R: ChunkReader + 'static>(
     let plain = ArrowReaderMetadata::load(&input, ArrowReaderOptions::new()).map_err(bad)?;
     footprint.add(plain.metadata())?;
     let declared = plain.schema().clone();
-    let wide: Vec<Field> = declared
+    let options = ArrowReaderOptions::new().with_schema(Arc::new(widened(&declared)));
+    let metadata = ArrowReaderMetadata::try_new(plain.metadata().clone(), options).map_err(bad)?;
+    let reader =
+        ParquetRecordBatchReaderBuilder::new_with_metadata(input, metadata).build().map_err(bad)?;
+    let batches =
+        reader.collect::<Result<Vec<RecordBatch>, _>>().map_err(|e| bad(ParquetError::from(e)))?;
+    Ok((declared, batches))
+}
+
+/// `schema` with its binary columns as `LargeBinary`, so that no size of
+/// staged data overflows a 32-bit offset.
+fn widened(schema: &Schema) -> Schema {
+    let wide: Vec<Field> = schema
         .fields()
         .iter()
         .map(|f| match f.data_type() {
@@ -297,13 +333,41 @@ fn decode_parquet<R: ChunkReader + 'static>(
             _ => f.as_ref().clone(),
         })
         .collect();
-    let options = ArrowReaderOptions::new().with_schema(Arc::new(Schema::new(wide)));
-    let metadata = ArrowReaderMetadata::try_new(plain.metadata().clone(), options).map_err(bad)?;
-    let reader =
-        ParquetRecordBatchReaderBuilder::new_with_metadata(input, metadata).build().map_err(bad)?;
-    let batches =
-        reader.collect::<Result<Vec<RecordBatch>, _>>().map_err(|e| bad(ParquetError::from(e)))?;
-    Ok((declared, batches))
+    Schema::new_with_metadata(wide, schema.metadata().clone())
+}
+
+/// Decode a staged Arrow IPC stream: its own schema (for checking) and
+/// its batches, binary columns widened to `LargeBinary` as
+/// [`decode_parquet`] reads them. An IPC stream's bodies are its decoded
+/// buffers, so its length is what it adds to `footprint`.
+fn decode_ipc(
+    bytes: bytes::Bytes,
+    name: &str,
+    footprint: &mut Footprint,
+) -> Result<(Arc<Schema>, Vec<RecordBatch>), Rejection> {
+    let bad = |e: &dyn std::fmt::Display| Rejection {
+        file: Some(name.into()),
+        reason: format!("unreadable Arrow IPC: {e}"),
+    };
+    footprint.add_bytes(bytes.len() as u64)?;
+    let (declared, batches) = crate::staging::bundle::decode_ipc(bytes).map_err(|e| bad(&e))?;
+    if !declared.fields().iter().any(|f| f.data_type() == &DataType::Binary) {
+        return Ok((declared, batches));
+    }
+    let wide = Arc::new(widened(&declared));
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(wide.fields())
+            .map(|(column, field)| {
+                deltalake::arrow::compute::cast(column, field.data_type()).map_err(|e| bad(&e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        out.push(RecordBatch::try_new(wide.clone(), columns).map_err(|e| bad(&e))?);
+    }
+    Ok((declared, out))
 }
 
 fn check_schema(spec: &TableSpec, schema: &Schema, file: &str) -> Result<(), Rejection> {
@@ -442,34 +506,56 @@ pub(crate) fn load_fetched(
     dir: &RunDir,
     object: Option<&bytes::Bytes>,
 ) -> Result<LoadedRun, Rejection> {
-    let unit = crate::staging::bundle::UNIT_OBJECT;
-    let Some(object) = object else { return reject(Some(unit), "gone") };
-    let files = crate::staging::bundle::unpack(object)
-        .map_err(|why| Rejection { file: Some(unit.into()), reason: why })?;
+    let Some(object) = object else { return reject(Some(UNIT_OBJECT), "gone") };
     let mut footprint = Footprint { decoded: 0, ceiling: crate::host::memory_ceiling() };
-    let by_file = staged_files(tables);
-    let mut read = BTreeMap::new();
-    for (name, bytes) in &files {
-        let Some(spec) = by_file.get(name) else {
-            return reject(Some(name), "unexpected file in a run directory");
-        };
-        let (schema, batches) = decode_parquet(bytes.clone(), name, &mut footprint)?;
-        check_schema(spec, &schema, name)?;
-        check_values(spec, &batches, name)?;
-        read.insert(spec.name.clone(), batches);
-    }
+    let read = read_object(tables, object, &mut footprint)?;
     validated(registry, dir, read)
 }
+
+/// Checks 1, 2, 6 and 7 of a unit object: every file in it a known table
+/// file and a readable Parquet file with the table's columns and types.
+fn read_object(
+    tables: &[TableSpec],
+    object: &bytes::Bytes,
+    footprint: &mut Footprint,
+) -> Result<Staged, Rejection> {
+    let files = crate::staging::bundle::unpack(object)
+        .map_err(|why| Rejection { file: Some(UNIT_OBJECT.into()), reason: why })?;
+    let by_table = staged_tables(tables);
+    let (mut read, mut names) = (BTreeMap::new(), BTreeMap::new());
+    for (name, bytes) in &files {
+        let Some((spec, format)) =
+            table_of(name).and_then(|(table, format)| Some((by_table.get(table)?, format)))
+        else {
+            return reject(Some(name), "unexpected file in a run directory");
+        };
+        let (schema, batches) = match format {
+            FileFormat::Parquet => decode_parquet(bytes.clone(), name, footprint)?,
+            FileFormat::Ipc => decode_ipc(bytes.clone(), name, footprint)?,
+        };
+        check_schema(spec, &schema, name)?;
+        check_values(spec, &batches, name)?;
+        if read.insert(spec.name.clone(), batches).is_some() {
+            return reject(Some(name), "twice in the unit");
+        }
+        names.insert(spec.name.clone(), name.clone());
+    }
+    Ok((read, names))
+}
+
+/// A unit's rows by table, and the file each table's rows came from.
+type Staged = (BTreeMap<String, Vec<RecordBatch>>, BTreeMap<String, String>);
 
 /// Checks 3 to 5 of a unit whose files were read (checks 1, 2, 6, 7).
 fn validated(
     registry: &TypeRegistry,
     dir: &RunDir,
-    tables: BTreeMap<String, Vec<RecordBatch>>,
+    (tables, files): Staged,
 ) -> Result<LoadedRun, Rejection> {
     let mut loaded = LoadedRun {
         dir: dir.clone(),
         tables,
+        files,
         artifacts: BTreeMap::new(),
         referenced: BTreeSet::new(),
         executions: Vec::new(),
@@ -483,12 +569,12 @@ fn validated(
     Ok(loaded)
 }
 
-/// The tables a unit may stage, by file name.
-fn staged_files(tables: &[TableSpec]) -> BTreeMap<String, &TableSpec> {
+/// The tables a unit may stage, by name.
+fn staged_tables(tables: &[TableSpec]) -> BTreeMap<&str, &TableSpec> {
     tables
         .iter()
         .filter(|spec| !matches!(spec.kind, TableKind::Steps | TableKind::Commits))
-        .map(|spec| (format!("{}.parquet", spec.name), spec))
+        .map(|spec| (spec.name.as_str(), spec))
         .collect()
 }
 
@@ -499,14 +585,14 @@ fn read_files(
     tables: &[TableSpec],
     dir: &RunDir,
     footprint: &mut Footprint,
-) -> Result<BTreeMap<String, Vec<RecordBatch>>, Rejection> {
-    let by_file = staged_files(tables);
+) -> Result<Staged, Rejection> {
+    let by_table = staged_tables(tables);
     let failed = |e: std::io::Error| Rejection { file: None, reason: format!("cannot list: {e}") };
     let meta = std::fs::symlink_metadata(&dir.path).map_err(failed)?;
     if !meta.is_dir() {
         return reject(None, "the run directory is a symbolic link or not a directory");
     }
-    let mut out = BTreeMap::new();
+    let mut entries = Vec::new();
     for entry in std::fs::read_dir(&dir.path).map_err(failed)? {
         let entry = entry.map_err(failed)?;
         let name = entry.file_name().to_string_lossy().into_owned();
@@ -517,15 +603,33 @@ fn read_files(
         if !kind.is_file() {
             return reject(Some(&name), "not a regular file (staging holds no links or folders)");
         }
-        let Some(spec) = by_file.get(&name) else {
+        entries.push((name, entry.path()));
+    }
+    if entries.iter().any(|(name, _)| name == UNIT_OBJECT) {
+        if let Some((name, _)) = entries.iter().find(|(name, _)| name != UNIT_OBJECT) {
+            return reject(Some(name), format!("unexpected file beside {UNIT_OBJECT}"));
+        }
+        let path = dir.path.join(UNIT_OBJECT);
+        let object = std::fs::read(&path).map_err(|e| Rejection {
+            file: Some(UNIT_OBJECT.into()),
+            reason: format!("cannot read: {e}"),
+        })?;
+        return read_object(tables, &bytes::Bytes::from(object), footprint);
+    }
+    // Loose files: a unit staged by an older sluice.
+    let (mut out, mut names) = (BTreeMap::new(), BTreeMap::new());
+    for (name, path) in entries {
+        let table = table_of(&name).filter(|(_, format)| *format == FileFormat::Parquet);
+        let Some(spec) = table.and_then(|(table, _)| by_table.get(table)) else {
             return reject(Some(&name), "unexpected file in a run directory");
         };
-        let (schema, batches) = read_parquet(&entry.path(), &name, footprint)?;
+        let (schema, batches) = read_parquet(&path, &name, footprint)?;
         check_schema(spec, &schema, &name)?;
         check_values(spec, &batches, &name)?;
         out.insert(spec.name.clone(), batches);
+        names.insert(spec.name.clone(), name);
     }
-    Ok(out)
+    Ok((out, names))
 }
 
 /// Check 3a: one execution row naming this directory's run, step and
@@ -534,18 +638,19 @@ fn read_files(
 fn check_executions(loaded: &LoadedRun) -> Result<Vec<StagedRun>, Rejection> {
     let dir = &loaded.dir;
     let executions = layout::executions_table();
+    let sentinel = loaded.file(&executions.name);
     let Some(exec) = loaded.tables.get(&executions.name) else {
-        return reject(Some(SENTINEL), "missing");
+        return reject(Some(&sentinel), "missing");
     };
     let rows = loaded.rows(&executions.name);
     if !dir.is_batch() && rows != 1 {
         return reject(
-            Some(SENTINEL),
+            Some(&sentinel),
             format!("holds {rows} rows; a run directory holds one execution"),
         );
     }
     if rows == 0 {
-        return reject(Some(SENTINEL), "holds no execution");
+        return reject(Some(&sentinel), "holds no execution");
     }
     let run_ids = values(exec, "execution_run_id");
     let operations = values(exec, "operation_name");
@@ -556,9 +661,9 @@ fn check_executions(loaded: &LoadedRun) -> Result<Vec<StagedRun>, Rejection> {
         let step = batch.column_by_name(STEP_COLUMN);
         let success = batch.column_by_name("success");
         for r in 0..batch.num_rows() {
-            steps.push(step.and_then(|a| read_value(SENTINEL, a.as_ref(), r).ok()?.as_int()));
+            steps.push(step.and_then(|a| read_value(&sentinel, a.as_ref(), r).ok()?.as_int()));
             successes.push(
-                success.and_then(|a| read_value(SENTINEL, a.as_ref(), r).ok()?.as_bool())
+                success.and_then(|a| read_value(&sentinel, a.as_ref(), r).ok()?.as_bool())
                     == Some(true),
             );
         }
@@ -568,7 +673,7 @@ fn check_executions(loaded: &LoadedRun) -> Result<Vec<StagedRun>, Rejection> {
     for (i, run_id) in run_ids.into_iter().enumerate() {
         if !dir.is_batch() && run_id != dir.run_id {
             return reject(
-                Some(SENTINEL),
+                Some(&sentinel),
                 format!(
                     "execution_run_id `{run_id}` does not match the directory `{}`",
                     dir.run_id
@@ -576,15 +681,15 @@ fn check_executions(loaded: &LoadedRun) -> Result<Vec<StagedRun>, Rejection> {
             );
         }
         if let Err(e) = crate::staging::paths::validate_run_id(&run_id) {
-            return reject(Some(SENTINEL), e.to_string());
+            return reject(Some(&sentinel), e.to_string());
         }
         if !seen.insert(run_id.clone()) {
-            return reject(Some(SENTINEL), format!("run `{run_id}` is listed twice"));
+            return reject(Some(&sentinel), format!("run `{run_id}` is listed twice"));
         }
         let (step, operation) = (steps.get(i).copied().flatten(), operations.get(i));
         if step != Some(i64::from(dir.step)) || operation != Some(&dir.operation) {
             return reject(
-                Some(SENTINEL),
+                Some(&sentinel),
                 format!(
                     "run `{run_id}`: step {step:?} / operation `{}` do not match the directory `{}_{}`",
                     operation.map_or("", String::as_str),
@@ -610,7 +715,7 @@ fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<ArtifactId>, Rejection
         loaded.executions.iter().enumerate().map(|(i, e)| (e.run_id.clone(), i)).collect();
     for edges in [layout::execution_edges_table(), layout::artifact_edges_table()] {
         let Some(batches) = loaded.tables.get(&edges.name) else { continue };
-        let file = format!("{}.parquet", edges.name);
+        let file = loaded.file(&edges.name);
         let runs = values(batches, "execution_run_id");
         if let Some(other) = runs.iter().find(|r| !position.contains_key(*r)) {
             return reject(Some(&file), format!("edge of another run `{other}`"));
@@ -625,7 +730,7 @@ fn check_edges(loaded: &mut LoadedRun) -> Result<BTreeSet<ArtifactId>, Rejection
             }
         }
     }
-    referenced_ids(&loaded.tables)
+    referenced_ids(&loaded.tables, &loaded.files)
 }
 
 /// Check 3c (batches): every artifact is the output of one of the batch's
@@ -638,7 +743,7 @@ fn check_outputs(loaded: &LoadedRun) -> Result<(), Rejection> {
         loaded.executions.iter().flat_map(|e| e.outputs.iter()).collect();
     match loaded.artifacts.keys().find(|id| !outputs.contains(id)) {
         Some(id) => reject(
-            Some("execution_edges.parquet"),
+            Some(&loaded.file(&layout::execution_edges_table().name)),
             format!("artifact {id} is the output of no execution of the batch"),
         ),
         None => Ok(()),
@@ -658,7 +763,7 @@ fn check_content(
     for descriptor in registry.descriptors() {
         let spec = TableSpec::content(descriptor);
         let Some(batches) = loaded.tables.get(&spec.name) else { continue };
-        let file = format!("{}.parquet", spec.name);
+        let file = loaded.file(&spec.name);
         let bad = |reason: String| Rejection { file: Some(file.clone()), reason };
         let columns: Vec<String> = descriptor.columns.iter().map(|c| c.name.clone()).collect();
         for batch in batches {
@@ -711,7 +816,8 @@ fn check_index(loaded: &LoadedRun, steps: &BTreeMap<ArtifactId, i32>) -> Result<
     let index = layout::index_table();
     let empty = Vec::new();
     let batches = loaded.tables.get(&index.name).unwrap_or(&empty);
-    let ids = ids(batches, "artifact_id", "index.parquet")?;
+    let file = loaded.file(&index.name);
+    let ids = ids(batches, "artifact_id", &file)?;
     let indexed: BTreeMap<ArtifactId, String> =
         ids.iter().copied().zip(values(batches, "artifact_type")).collect();
     if indexed != loaded.artifacts {
@@ -729,7 +835,7 @@ fn check_index(loaded: &LoadedRun, steps: &BTreeMap<ArtifactId, i32>) -> Result<
             .map(|(k, v)| (k.to_hex(), v))
             .collect();
         return reject(
-            Some("index.parquet"),
+            Some(&file),
             format!(
                 "does not list the run's artifacts (not indexed: {missing:?}; unknown or mistyped: {extra:?})"
             ),
@@ -743,7 +849,7 @@ fn check_index(loaded: &LoadedRun, steps: &BTreeMap<ArtifactId, i32>) -> Result<
             let id = &ids[row];
             if step != steps.get(id).map(|s| i64::from(*s)) {
                 return reject(
-                    Some("index.parquet"),
+                    Some(&file),
                     format!(
                         "artifact {id} is indexed at step {step:?} but its content row is at step {:?}",
                         steps.get(id)

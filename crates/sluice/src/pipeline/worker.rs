@@ -18,7 +18,7 @@ use crate::artifact::{Artifact, ArtifactId, canonical_json};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::records::{ArtifactEdge, Direction, ExecutionEdge, ExecutionRecord};
-use crate::staging::{SENTINEL, StagedExecution, StagingArea, StagingWriter, area, paths};
+use crate::staging::{StagedExecution, StagingArea, StagingWriter, area, paths};
 
 fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
@@ -88,7 +88,7 @@ pub async fn stage_failure(
     match writer.area() {
         StagingArea::Dir(root) => {
             let dir = paths::run_dir(root, step, operation, run_id)?;
-            if dir.join(SENTINEL).exists() {
+            if crate::staging::is_sealed(&dir) {
                 return Ok(());
             }
             if dir.exists() {

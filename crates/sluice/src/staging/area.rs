@@ -95,10 +95,21 @@ pub(crate) fn block_on<F: std::future::Future>(future: F) -> Result<F::Output> {
 }
 
 /// Remove committed units: in a store, their objects in one batch of
-/// removals; in a folder, [`remove_run`] each.
+/// removals; in a folder, [`remove_run`] each, on all cores.
 pub(crate) async fn remove_units(area: &StagingArea, units: &[&super::RunDir]) -> Result<()> {
     match area {
-        StagingArea::Dir(root) => units.iter().try_for_each(|run| remove_run(root, run)),
+        // Removing a file and its folder is a journal transaction each
+        // (about 160 µs together on this project's disk): spread over the
+        // cores, where they overlap.
+        StagingArea::Dir(root) => {
+            let root = root.clone();
+            let units: Vec<super::RunDir> = units.iter().map(|run| (*run).clone()).collect();
+            tokio::task::spawn_blocking(move || {
+                crate::host::on_cores(&units, |run| remove_run(&root, run)).into_iter().collect()
+            })
+            .await
+            .map_err(|e| Error::task("removing committed units", e))?
+        }
         StagingArea::Store(_) if units.is_empty() => Ok(()),
         StagingArea::Store(store) => {
             store.delete_many(units.iter().map(|run| unit_object(run)).collect()).await

@@ -18,8 +18,42 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-/// The object holding a unit in a store, below the unit's folder.
+/// The object holding a unit, in the unit's folder (in a store or on disk).
 pub const UNIT_OBJECT: &str = "unit.sluice";
+
+/// How a file inside a unit object holds its table's rows, from its
+/// name's extension: `{table}.arrow` an Arrow IPC stream (small rows),
+/// `{table}.parquet` a Parquet file (large rows, and every file of units
+/// an older sluice staged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileFormat {
+    /// An Arrow IPC stream.
+    Ipc,
+    /// A Parquet file.
+    Parquet,
+}
+
+/// The table a staged file holds rows of, and how.
+pub fn table_of(name: &str) -> Option<(&str, FileFormat)> {
+    if let Some(table) = name.strip_suffix(".arrow") {
+        return Some((table, FileFormat::Ipc));
+    }
+    name.strip_suffix(".parquet").map(|table| (table, FileFormat::Parquet))
+}
+
+/// The schema and batches of an Arrow IPC stream.
+pub fn decode_ipc(
+    bytes: Bytes,
+) -> Result<
+    (deltalake::arrow::datatypes::SchemaRef, Vec<deltalake::arrow::record_batch::RecordBatch>),
+    deltalake::arrow::error::ArrowError,
+> {
+    let reader =
+        deltalake::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)?;
+    let schema = reader.schema();
+    let batches = reader.collect::<Result<Vec<_>, _>>()?;
+    Ok((schema, batches))
+}
 
 /// The last bytes of every unit object.
 const MAGIC: &[u8; 8] = b"SLUICEU1";

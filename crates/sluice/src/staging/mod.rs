@@ -3,32 +3,39 @@
 //! ```text
 //!  worker A ─┐   staging_root/
 //!  worker B ─┼─▶   {step}_{op}/{id[0:2]}/{id[2:4]}/{run_id}/
-//!  worker C ─┘       metrics.parquet … index.parquet artifact_edges.parquet
-//!                    execution_edges.parquet executions.parquet  ◀─ sentinel, last
-//!                                     │
+//!  worker C ─┘       unit.sluice   ◀─ one object: a Parquet file per table
+//!                                     │   touched, the sentinel among them
 //!  committer ◀── scan (sealed only) ──┘
 //! ```
 //!
+//! A unit is one object ([`bundle`]) holding one Parquet file per table it
+//! touches (`metrics.parquet` … `index.parquet`, `artifact_edges.parquet`,
+//! `execution_edges.parquet`, and `executions.parquet`, the sentinel). The
+//! object appears whole or not at all — by rename in a folder, by a put if
+//! absent in a store — so its appearance seals the unit, and a commit of N
+//! units opens N files. (Before, a folder held the five files loose and the
+//! sentinel, written last, sealed it; such folders are still committed.)
+//!
 //! A worker with many small units may stage a *batch* instead: one directory
-//! `{step}_{op}/{b[0:2]}/{b[2:4]}/{b}.batch/` with the same files, each holding
-//! the rows of all its executions, and one sentinel listing them all. A
-//! commit of N small executions then reads 5·N/K files instead of 5·N
-//! (opening and decoding a tiny Parquet file is most of what such a commit
-//! costs), and every guarantee stays: a batch is sealed by its sentinel
-//! like a run directory, validated and quarantined whole (one worker wrote
-//! it), and committed in part when some of its runs are already in the lake.
+//! `{step}_{op}/{b[0:2]}/{b[2:4]}/{b}.batch/` whose object holds the rows of
+//! all its executions, and a sentinel listing them all. A commit of N small
+//! executions then reads N/K objects and decodes 5·N/K Parquet files
+//! instead of 5·N (decoding a tiny Parquet file is most of what such a
+//! commit costs), and every guarantee stays: a batch is sealed like a run
+//! directory, validated and quarantined whole (one worker wrote it), and
+//! committed in part when some of its runs are already in the lake.
 //!
 //! Invariants:
 //! 1. A worker writes only inside its own run directory; names that could
 //!    escape it (`..`, `/`, NUL, absurd length) are rejected.
-//! 2. Every file appears atomically (temporary name, then rename).
-//! 3. `executions.parquet` is written last; a directory without it is never
-//!    committed.
-//! 4. On shared filesystems, files and then the directory are fsynced, and
-//!    the orchestrator waits with the NFS-safe protocol in [`wait`].
-//! 5. In an object store ([`area`]) the layout is the same below the lake's
-//!    `_staging/` prefix, and a unit's files are one object
-//!    ([`bundle::UNIT_OBJECT`]) put if absent: written and sealed at once.
+//! 2. A unit appears atomically (a temporary name, then rename; in a
+//!    store, one put if absent); a directory without its unit object (or,
+//!    from an older sluice, without its sentinel) is never committed.
+//! 3. On shared filesystems, the unit object and then its directory are
+//!    fsynced, and the orchestrator waits with the NFS-safe protocol in
+//!    [`wait`].
+//! 4. In an object store ([`area`]) the layout is the same below the lake's
+//!    `_staging/` prefix.
 
 pub mod area;
 pub mod bundle;
@@ -39,8 +46,15 @@ pub mod synthetic;
 pub mod wait;
 pub mod writer;
 
-/// The file whose presence seals a run directory.
+/// The file of a unit that holds its executions, written last: inside
+/// the unit object, and loose in a folder staged by an older sluice.
 pub const SENTINEL: &str = "executions.parquet";
+
+/// Whether the folder of a unit is sealed: its unit object is there (or,
+/// staged by an older sluice as loose files, its sentinel).
+pub fn is_sealed(dir: &std::path::Path) -> bool {
+    dir.join(bundle::UNIT_OBJECT).is_file() || dir.join(SENTINEL).is_file()
+}
 
 /// The default staging root of a lake.
 pub fn default_root(lake_root: &std::path::Path) -> std::path::PathBuf {

@@ -42,15 +42,23 @@ impl RunDir {
     }
 
     /// The run ids of the executions the directory holds: its name, or for a
-    /// batch the run ids its sentinel lists (an error names the sentinel
-    /// when it is missing or unreadable).
+    /// batch the run ids its sentinel lists (an error names the unit when
+    /// it is missing or unreadable).
     pub fn staged_run_ids(&self) -> Result<Vec<String>> {
         if !self.is_batch() {
             return Ok(vec![self.run_id.clone()]);
         }
-        let path = self.path.join(SENTINEL);
-        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
-        sentinel_run_ids(file, &path)
+        let unit = self.path.join(super::bundle::UNIT_OBJECT);
+        match std::fs::read(&unit) {
+            Ok(object) => sentinel_in(bytes::Bytes::from(object), &unit),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // Loose files, staged by an older sluice.
+                let path = self.path.join(SENTINEL);
+                let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+                sentinel_run_ids(file, &path)
+            }
+            Err(e) => Err(Error::io(&unit, e)),
+        }
     }
 
     /// [`RunDir::staged_run_ids`] of a unit in `area`.
@@ -58,26 +66,52 @@ impl RunDir {
         match area {
             StagingArea::Store(store) if self.is_batch() => {
                 let path = self.path.join(super::bundle::UNIT_OBJECT);
-                let unreadable = |why: &dyn std::fmt::Display| {
-                    Error::InvalidInput(format!("{}: {why}", path.display()))
-                };
                 let object = store
                     .get(&super::area::unit_object(self))
                     .await?
-                    .ok_or_else(|| unreadable(&"gone"))?;
-                let files = super::bundle::unpack(&object).map_err(|e| unreadable(&e))?;
-                let (_, sentinel) = files
-                    .into_iter()
-                    .find(|(name, _)| name == SENTINEL)
-                    .ok_or_else(|| unreadable(&"it holds no sentinel"))?;
-                sentinel_run_ids(sentinel, &path.join(SENTINEL))
+                    .ok_or_else(|| Error::InvalidInput(format!("{}: gone", path.display())))?;
+                sentinel_in(object, &path)
             }
             _ => self.staged_run_ids(),
         }
     }
 }
 
-/// The `execution_run_id` values of a sentinel file.
+/// The run ids the sentinel of the unit object `object` (at `path`) lists.
+fn sentinel_in(object: bytes::Bytes, path: &Path) -> Result<Vec<String>> {
+    use super::bundle::{FileFormat, table_of};
+    use deltalake::arrow::array::Array;
+    let unreadable =
+        |why: &dyn std::fmt::Display| Error::InvalidInput(format!("{}: {why}", path.display()));
+    let files = super::bundle::unpack(&object).map_err(|e| unreadable(&e))?;
+    let executions = crate::lake::layout::executions_table().name;
+    let Some((name, format, sentinel)) = files.into_iter().find_map(|(name, bytes)| {
+        let (table, format) = table_of(&name)?;
+        (table == executions).then(|| (name.clone(), format, bytes))
+    }) else {
+        return Err(unreadable(&"it holds no sentinel"));
+    };
+    let path = path.join(&name);
+    if format == FileFormat::Parquet {
+        return sentinel_run_ids(sentinel, &path);
+    }
+    let bad = |e: &dyn std::fmt::Display| {
+        Error::InvalidInput(format!("{}: unreadable sentinel: {e}", path.display()))
+    };
+    let (_, batches) = super::bundle::decode_ipc(sentinel).map_err(|e| bad(&e))?;
+    let mut out = Vec::new();
+    for batch in &batches {
+        let column = batch
+            .schema()
+            .index_of("execution_run_id")
+            .map_err(|_| bad(&"no execution_run_id column"))?;
+        let text = crate::lake::delta::scan::text_column(batch, column, "execution_run_id")?;
+        out.extend((0..text.len()).filter(|&r| text.is_valid(r)).map(|r| text.value(r).to_owned()));
+    }
+    Ok(out)
+}
+
+/// The `execution_run_id` values of a sentinel Parquet file.
 fn sentinel_run_ids<R: deltalake::parquet::file::reader::ChunkReader + 'static>(
     input: R,
     path: &Path,
@@ -176,7 +210,7 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
                         run_id,
                         path: run,
                     };
-                    if dir.path.join(SENTINEL).is_file() {
+                    if super::is_sealed(&dir.path) {
                         out.sealed.push(dir);
                     } else {
                         out.unsealed.push(dir);

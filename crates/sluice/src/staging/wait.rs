@@ -7,7 +7,7 @@
 //! 1. computes the run's directory from its run id (no directory walk);
 //! 2. lists every ancestor directory from the staging root down (a READDIR
 //!    per level, which refreshes the client's directory cache);
-//! 3. opens the sentinel and reads one byte (open triggers close-to-open
+//! 3. opens the unit object and reads one byte (open triggers close-to-open
 //!    consistency; a `stat`/`exists` check would not);
 //!
 //! and polls the runs still missing with exponential backoff capped at 5 s,
@@ -66,12 +66,16 @@ pub struct WaitOutcome {
     pub polls: u32,
 }
 
-/// Whether the sentinel in `dir` can be opened and read (one byte).
+/// Whether the unit in `dir` can be opened and read (one byte): its unit
+/// object, or the sentinel of loose files an older sluice staged.
 pub fn sentinel_readable(dir: &Path) -> bool {
-    let mut byte = [0u8; 1];
-    std::fs::File::open(dir.join(SENTINEL))
-        .and_then(|mut f| f.read(&mut byte))
-        .is_ok_and(|n| n == 1)
+    let readable = |name: &str| {
+        let mut byte = [0u8; 1];
+        std::fs::File::open(dir.join(name))
+            .and_then(|mut f| f.read(&mut byte))
+            .is_ok_and(|n| n == 1)
+    };
+    readable(super::bundle::UNIT_OBJECT) || readable(SENTINEL)
 }
 
 /// List every directory from `root` down to `dir`'s parent, once per round.

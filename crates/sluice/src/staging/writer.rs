@@ -1,21 +1,23 @@
 //! The worker side: write one execution's results into its staging directory.
 //!
-//! A worker never touches a Delta table. It writes, into its own directory:
-//!
-//! 1. one `{table}.parquet` per content table it produced rows for;
-//! 2. `index.parquet`, `artifact_edges.parquet`, `execution_edges.parquet`;
-//! 3. `executions.parquet` **last**: the sentinel. A directory without it is a
-//!    crashed or unfinished worker and is never committed.
+//! A worker never touches a Delta table. A unit's rows are one Parquet
+//! file per table it touches — one per content table it produced rows
+//! for, `index`, `artifact_edges`, `execution_edges`, and `executions`,
+//! the sentinel — and those files travel together in **one** file, the
+//! unit object of [`bundle`](super::bundle), `unit.sluice` in the unit's
+//! directory (the same object a store holds). A commit of many small units
+//! then opens one file per unit instead of five, and removes one.
 //!
 //! A worker that runs many small units stages them as a *batch*
-//! ([`StagingWriter::write_batch`]): the same files, each holding the rows of
-//! all its executions, in one directory named by a batch id, sealed once.
+//! ([`StagingWriter::write_batch`]): the same object, each file holding the
+//! rows of all its executions, in one directory named by a batch id.
 //!
-//! In a folder, each file is written to a hidden temporary name and renamed
-//! into place, so no reader ever sees half a file; on a shared filesystem
-//! each file is fsynced before its rename and the directory after it. In
-//! an object store a unit's files travel in one object, put if absent: one
-//! request writes and seals it ([`bundle`](super::bundle)).
+//! In a folder the unit object is written under a hidden temporary name
+//! and renamed into place: the rename seals the unit, and no reader ever
+//! sees half of it. On a shared filesystem the file is fsynced before its
+//! rename and the directory after it — one file and one directory per unit,
+//! where five files were synced before. In an object store the unit object
+//! is put if absent: one request writes and seals it.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -25,7 +27,6 @@ use std::path::{Path, PathBuf};
 use deltalake::arrow::record_batch::RecordBatch;
 use deltalake::parquet::arrow::ArrowWriter;
 
-use super::SENTINEL;
 use super::area::{self, StagingArea, StoreArea};
 use super::fs_kind::SyncPolicy;
 use super::paths;
@@ -181,65 +182,77 @@ impl StagingWriter {
             let spec = TableSpec::content(self.registry.descriptor(type_key)?);
             let schema = staging_schema(&spec);
             let batch = rows::content_batch(&spec.name, &schema, artifacts)?;
-            files.push(encoded(format!("{}.parquet", spec.name), &batch)?);
+            files.push(encoded(&spec.name, &batch)?);
         }
         let index = layout::index_table();
-        files.push(encoded(
-            "index.parquet".into(),
-            &rows::index_batch(&staging_schema(&index), &all)?,
-        )?);
+        files.push(encoded(&index.name, &rows::index_batch(&staging_schema(&index), &all)?)?);
         let edges: Vec<ArtifactEdge> =
             staged.iter().flat_map(|s| s.artifact_edges.iter().cloned()).collect();
         let spec = layout::artifact_edges_table();
         let batch = records_batch(&spec, &staging_schema(&spec), &edges)?;
-        files.push(encoded("artifact_edges.parquet".into(), &batch)?);
+        files.push(encoded(&spec.name, &batch)?);
         let edges: Vec<ExecutionEdge> =
             staged.iter().flat_map(|s| s.execution_edges.iter().cloned()).collect();
         let spec = layout::execution_edges_table();
         let batch = records_batch(&spec, &staging_schema(&spec), &edges)?;
-        files.push(encoded("execution_edges.parquet".into(), &batch)?);
+        files.push(encoded(&spec.name, &batch)?);
         let executions: Vec<ExecutionRecord> = staged.iter().map(|s| s.execution.clone()).collect();
         let spec = layout::executions_table();
         let batch = records_batch(&spec, &staging_schema(&spec), &executions)?;
-        files.push(encoded(SENTINEL.into(), &batch)?);
+        files.push(encoded(&spec.name, &batch)?);
         Ok(files)
     }
 
-    /// Write a unit's files into its folder, the sentinel last (or not at
-    /// all, for a unit left unsealed on purpose).
+    /// Write a unit into its folder as one file ([`bundle`](super::bundle)),
+    /// sealed by the rename that gives it its name; a unit left unsealed on
+    /// purpose stops before that rename, as a worker killed there would.
     fn write_dir(&self, dir: &Path, files: Vec<(String, Vec<u8>)>, seal: bool) -> Result<()> {
         create_run_dir(dir)?;
-        if dir.join(SENTINEL).exists() {
+        if super::is_sealed(dir) {
             return Err(already_sealed(&dir.display()));
         }
-        for (name, bytes) in files {
-            if name == SENTINEL && !seal {
-                return Ok(());
-            }
-            self.write_file(dir, &name, &bytes)?;
+        let unit = dir.join(super::bundle::UNIT_OBJECT);
+        let tmp = dir.join(format!(".{}.tmp-{}", super::bundle::UNIT_OBJECT, std::process::id()));
+        let mut file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+        file.write_all(&super::bundle::pack(&files)).map_err(|e| Error::io(&tmp, e))?;
+        if self.sync {
+            file.sync_all().map_err(|e| Error::io(&tmp, e))?;
         }
+        drop(file);
+        if !seal {
+            return Ok(());
+        }
+        std::fs::rename(&tmp, &unit).map_err(|e| Error::io(&unit, e))?;
         if self.sync {
             sync_dir(dir)?;
         }
         Ok(())
     }
-
-    fn write_file(&self, dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-        let path = dir.join(name);
-        let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-        let mut file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        file.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
-        if self.sync {
-            file.sync_all().map_err(|e| Error::io(&tmp, e))?;
-        }
-        drop(file);
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
-        Ok(())
-    }
 }
 
-/// One staged file: its name and its batch as Parquet.
-fn encoded(name: String, batch: &RecordBatch) -> Result<(String, Vec<u8>)> {
+/// Staged files whose rows take at most this much memory are written as
+/// Arrow IPC; larger ones as compressed Parquet.
+const IPC_MAX_BYTES: usize = 256 << 10;
+
+/// One staged file of a table: its name and its rows. Small rows — the
+/// usual unit's few metrics and edges — are an Arrow IPC stream
+/// (`{table}.arrow`), which decodes in a fraction of what a Parquet file's
+/// footer alone costs to read; a commit of thousands of one-unit
+/// directories decodes thousands of them. Larger rows (data artifacts)
+/// are Parquet (`{table}.parquet`), compressed where it pays, so staging
+/// stays as small on disk as the table it feeds.
+fn encoded(table: &str, batch: &RecordBatch) -> Result<(String, Vec<u8>)> {
+    if batch.get_array_memory_size() <= IPC_MAX_BYTES {
+        let name = format!("{table}.arrow");
+        let failed = |e| Error::arrow(name.clone(), e);
+        let mut writer =
+            deltalake::arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema())
+                .map_err(failed)?;
+        writer.write(batch).map_err(failed)?;
+        let bytes = writer.into_inner().map_err(failed)?;
+        return Ok((name, bytes));
+    }
+    let name = format!("{table}.parquet");
     let properties = compress_where_it_pays(writer_properties(), std::slice::from_ref(batch));
     let failed = |e| Error::parquet(name.clone(), e);
     let mut writer =

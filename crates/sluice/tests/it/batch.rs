@@ -6,11 +6,11 @@
 use std::collections::HashSet;
 
 use crate::commit::{scalar, table_counts, writer};
-use crate::common::lake;
+use crate::common::{edit_unit, file_mut, lake, unit_files};
 use sluice::Lake;
 use sluice::commit::REASON_FILE;
 use sluice::staging::synthetic::{self, SyntheticSpec};
-use sluice::staging::{self, SENTINEL, StagedExecution};
+use sluice::staging::{self, StagedExecution};
 
 fn executions(
     lake: &Lake,
@@ -149,9 +149,10 @@ async fn a_bad_batch_is_quarantined_whole_and_the_rest_commits() {
     synthetic::stage_range(&w, &spec, lake.registry(), 0..4).unwrap();
     // A batch with a truncated content file.
     let truncated = w.write_batch(&executions(&lake, &spec, 4..9)).unwrap();
-    let f = truncated.join("metrics.parquet");
-    let bytes = std::fs::read(&f).unwrap();
-    std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+    edit_unit(&truncated, |files| {
+        let metrics = file_mut(files, "metrics.arrow");
+        metrics.truncate(metrics.len() / 2);
+    });
     // A batch whose content is nobody's output.
     let mut orphaned = executions(&lake, &spec, 9..12);
     orphaned[1].execution_edges.clear();
@@ -164,16 +165,17 @@ async fn a_bad_batch_is_quarantined_whole_and_the_rest_commits() {
     let forged = w.write_batch(&[other[1].clone()]);
     assert!(forged.is_ok(), "a batch of one execution of step 2 is fine on its own");
     let step2 = forged.unwrap();
-    std::fs::rename(step2.join(SENTINEL), moved.join(SENTINEL)).unwrap();
+    let sentinel = file_mut(&mut unit_files(&step2), "executions.arrow").clone();
+    edit_unit(&moved, |files| *file_mut(files, "executions.arrow") = sentinel);
     std::fs::remove_dir_all(&step2).unwrap();
 
     let report = lake.commit().execute().await.unwrap();
     let reasons: Vec<&str> = report.quarantined.iter().map(|(_, r)| r.as_str()).collect();
     assert_eq!(report.quarantined.len(), 3, "{reasons:#?}");
     let has = |needle: &str| reasons.iter().any(|r| r.contains(needle));
-    assert!(has("metrics.parquet: unreadable Parquet"), "{reasons:#?}");
+    assert!(has("metrics.arrow: unreadable Arrow IPC"), "{reasons:#?}");
     assert!(has("is the output of no execution of the batch"), "{reasons:#?}");
-    assert!(has("executions.parquet: run") && has("do not match the directory"), "{reasons:#?}");
+    assert!(has("executions.arrow: run") && has("do not match the directory"), "{reasons:#?}");
     for (path, reason) in &report.quarantined {
         assert_eq!(std::fs::read_to_string(path.join(REASON_FILE)).unwrap().trim(), reason);
     }
@@ -222,7 +224,7 @@ async fn an_unsealed_batch_is_left_and_a_sealed_one_is_found_by_its_runs() {
     let report = lake.commit().execute().await.unwrap();
     assert_eq!(report.runs_committed, 5);
     assert_eq!(scalar(&lake, "SELECT count(*) FROM executions").await, "10");
-    assert!(unsealed.is_dir() && !unsealed.join(SENTINEL).exists(), "never committed");
+    assert!(unsealed.is_dir() && !staging::is_sealed(&unsealed), "never committed");
 }
 
 #[tokio::test]

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::common::lake;
+use crate::common::{edit_unit, file_mut, lake};
 use sluice::Lake;
 use sluice::artifact::FieldValue;
 use sluice::commit::REASON_FILE;
@@ -11,7 +11,7 @@ use sluice::lake::keys::sidecar::{self, Part};
 use sluice::query::OutputFormat;
 use sluice::query::format::render;
 use sluice::staging::synthetic::{self, SyntheticSpec};
-use sluice::staging::{self, SENTINEL, StagingWriter, SyncPolicy};
+use sluice::staging::{self, StagingWriter, SyncPolicy};
 
 pub fn writer(lake: &Lake) -> StagingWriter {
     StagingWriter::new(
@@ -128,7 +128,7 @@ async fn unsealed_dirs_are_reported_and_never_committed() {
         staged.succeeded.to_string()
     );
     for dir in &report.unsealed {
-        assert!(dir.is_dir() && !dir.join(SENTINEL).exists(), "left in place: {dir:?}");
+        assert!(dir.is_dir() && !staging::is_sealed(dir), "left in place: {dir:?}");
     }
     // Committing again commits nothing more.
     let again = lake.commit().execute().await.unwrap();
@@ -146,13 +146,16 @@ async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
     let runs = staging::scan(&root, None).unwrap().sealed;
     assert_eq!(runs.len(), 8);
 
-    // 0: truncated Parquet.
-    let f = runs[0].path.join("metrics.parquet");
-    let bytes = std::fs::read(&f).unwrap();
-    std::fs::write(&f, &bytes[..bytes.len() / 2]).unwrap();
+    // 0: a truncated table file.
+    edit_unit(&runs[0].path, |files| {
+        let metrics = file_mut(files, "metrics.arrow");
+        metrics.truncate(metrics.len() / 2);
+    });
     // 1: wrong schema (an index file where the metrics file should be).
-    std::fs::copy(runs[1].path.join("index.parquet"), runs[1].path.join("metrics.parquet"))
-        .unwrap();
+    edit_unit(&runs[1].path, |files| {
+        let index = file_mut(files, "index.arrow").clone();
+        *file_mut(files, "metrics.arrow") = index;
+    });
     // 2: an artifact whose content was changed after its id was computed.
     let (mut tampered, _) =
         synthetic::execution(&SyntheticSpec { seed: 77, ..spec.clone() }, lake.registry(), 0)
@@ -185,16 +188,13 @@ async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
     let reasons: Vec<&str> = report.quarantined.iter().map(|(_, r)| r.as_str()).collect();
     assert_eq!(report.quarantined.len(), 6, "{reasons:#?}");
     let has = |needle: &str| reasons.iter().any(|r| r.contains(needle));
-    assert!(has("metrics.parquet: unreadable Parquet"), "{reasons:#?}");
+    assert!(has("metrics.arrow: unreadable Arrow IPC"), "{reasons:#?}");
     assert!(has("unexpected column") || has("required column"), "{reasons:#?}");
-    assert!(
-        has("metrics.parquet: artifact_id") && has("does not match its content"),
-        "{reasons:#?}"
-    );
+    assert!(has("metrics.arrow: artifact_id") && has("does not match its content"), "{reasons:#?}");
     assert!(has("notes.txt: unexpected file"), "{reasons:#?}");
     assert!(has(&format!("edge to unknown artifact `{}`", "f".repeat(32))), "{reasons:#?}");
     let not_id = format!(
-        "execution_edges.parquet: column `artifact_id` row 0: `{}` is not an artifact id",
+        "execution_edges.arrow: column `artifact_id` row 0: `{}` is not an artifact id",
         "F".repeat(32)
     );
     assert!(has(&not_id), "{reasons:#?}");

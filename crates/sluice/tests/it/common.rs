@@ -84,3 +84,63 @@ pub async fn distinct_and_rows(lake: &Lake) -> String {
         .unwrap();
     sluice::query::format::render(&n.batches, sluice::query::OutputFormat::Csv).unwrap()
 }
+
+/// The files inside the unit object staged in the folder `unit`, in order.
+pub fn unit_files(unit: &std::path::Path) -> Vec<(String, Vec<u8>)> {
+    let path = unit.join(sluice::staging::bundle::UNIT_OBJECT);
+    let object = bytes::Bytes::from(std::fs::read(&path).unwrap());
+    sluice::staging::bundle::unpack(&object)
+        .unwrap()
+        .into_iter()
+        .map(|(name, bytes)| (name, bytes.to_vec()))
+        .collect()
+}
+
+/// Rewrite the unit object staged in the folder `unit` after `edit`
+/// changed its files (a worker that staged something else).
+pub fn edit_unit(unit: &std::path::Path, edit: impl FnOnce(&mut Vec<(String, Vec<u8>)>)) {
+    let mut files = unit_files(unit);
+    edit(&mut files);
+    let path = unit.join(sluice::staging::bundle::UNIT_OBJECT);
+    std::fs::write(path, sluice::staging::bundle::pack(&files)).unwrap();
+}
+
+/// The bytes of the file named `name` in `files`.
+pub fn file_mut<'a>(files: &'a mut [(String, Vec<u8>)], name: &str) -> &'a mut Vec<u8> {
+    let names: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
+    let Some((_, bytes)) = files.iter_mut().find(|(n, _)| n == name) else {
+        panic!("no {name} in the unit: {names:?}")
+    };
+    bytes
+}
+
+/// The rows of a staged table file (Arrow IPC or Parquet, by its name).
+pub fn staged_batches(
+    name: &str,
+    bytes: &[u8],
+) -> Vec<deltalake::arrow::record_batch::RecordBatch> {
+    use sluice::staging::bundle::{FileFormat, decode_ipc, table_of};
+    let bytes = bytes::Bytes::copy_from_slice(bytes);
+    match table_of(name).unwrap().1 {
+        FileFormat::Ipc => decode_ipc(bytes).unwrap().1,
+        FileFormat::Parquet => {
+            deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .unwrap()
+                .build()
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        }
+    }
+}
+
+/// Batches as an Arrow IPC stream, as a unit object holds small rows.
+pub fn ipc_bytes(batches: &[deltalake::arrow::record_batch::RecordBatch]) -> Vec<u8> {
+    let mut w =
+        deltalake::arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &batches[0].schema())
+            .unwrap();
+    for b in batches {
+        w.write(b).unwrap();
+    }
+    w.into_inner().unwrap()
+}

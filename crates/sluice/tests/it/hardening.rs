@@ -21,7 +21,7 @@ use sluice::staging::synthetic::{self, SyntheticSpec};
 use sluice::{Artifact, Draft, Lake};
 
 use crate::commit::{scalar, table_counts, writer};
-use crate::common::{lake, metrics};
+use crate::common::{edit_unit, file_mut, ipc_bytes, lake, metrics, staged_batches, unit_files};
 
 fn spec(seed: u64) -> SyntheticSpec {
     SyntheticSpec { seed, duplicate_fraction: 0.2, ..SyntheticSpec::default() }
@@ -282,7 +282,7 @@ async fn item5_staged_content_is_rederived_not_trusted() {
     // An index row at another step than its content row.
     let good = metrics(&lake, 1, 1);
     let d5 = stage_with(&lake, 205, good.clone());
-    rewrite_index_step(&d5.join("index.parquet"), 7);
+    edit_unit(&d5, |files| rewrite_index_step(file_mut(files, "index.arrow"), 7));
     // And one honest run.
     let honest = stage_with(&lake, 206, metrics(&lake, 1, 2)[1..].to_vec());
 
@@ -307,26 +307,21 @@ async fn item5_staged_content_is_rederived_not_trusted() {
 }
 
 /// Rewrite a staged index file with every row at `step`.
-fn rewrite_index_step(file: &Path, step: i32) {
+fn rewrite_index_step(file: &mut Vec<u8>, step: i32) {
     use deltalake::arrow::array::{ArrayRef, Int32Array};
     use deltalake::arrow::record_batch::RecordBatch;
-    use deltalake::parquet::arrow::ArrowWriter;
-    use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(file).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
-    let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+    let batches = staged_batches("index.arrow", file);
     let schema = batches[0].schema();
     let i = schema.index_of("origin_step_number").unwrap();
-    let out = std::fs::File::create(file).unwrap();
-    let mut w = ArrowWriter::try_new(out, schema.clone(), None).unwrap();
-    for b in batches {
-        let mut columns = b.columns().to_vec();
-        columns[i] = Arc::new(Int32Array::from(vec![step; b.num_rows()])) as ArrayRef;
-        w.write(&RecordBatch::try_new(schema.clone(), columns).unwrap()).unwrap();
-    }
-    w.close().unwrap();
+    let rewritten: Vec<RecordBatch> = batches
+        .iter()
+        .map(|b| {
+            let mut columns = b.columns().to_vec();
+            columns[i] = Arc::new(Int32Array::from(vec![step; b.num_rows()])) as ArrayRef;
+            RecordBatch::try_new(schema.clone(), columns).unwrap()
+        })
+        .collect();
+    *file = ipc_bytes(&rewritten);
 }
 
 #[tokio::test]
@@ -797,4 +792,68 @@ async fn an_append_on_a_tip_that_loses_its_version_checks_again_before_committin
     // Every file given up was removed: the folder holds the live files only.
     let live = table::active_files(&table::open(lake.root(), &spec).await.unwrap(), &spec);
     assert_eq!(parquet_files(&table_dir), live.unwrap().len());
+}
+
+/// A unit's small tables travel as Arrow IPC and a large one as
+/// compressed Parquet, in one object; a folder of loose Parquet files
+/// staged by an older sluice still commits; and a unit object holding a
+/// table twice is refused.
+#[tokio::test]
+async fn staged_units_of_each_form_commit_and_a_table_staged_twice_is_refused() {
+    let (_dir, lake) = lake().await;
+    let registry = lake.registry().clone();
+    // A data artifact of 1 MiB of text: its table file is Parquet.
+    let csv: String = (0..100_000).map(|i| format!("{i:09}\n")).collect();
+    let big = Draft::data(format!("x\n{csv}").into_bytes(), DataFormat::Csv)
+        .with_step(1)
+        .finalize(&registry)
+        .unwrap();
+    let large = stage_with(&lake, 301, vec![big]);
+    let files = unit_files(&large);
+    let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "data.parquet",
+            "index.arrow",
+            "artifact_edges.arrow",
+            "execution_edges.arrow",
+            "executions.arrow"
+        ]
+    );
+    let data = &files[0].1;
+    assert!(data.len() < 300_000, "compressed: {} bytes for 1 MiB of rows", data.len());
+
+    // Loose Parquet files, as an older sluice staged them.
+    let loose = stage_with(&lake, 302, metrics(&lake, 1, 2));
+    for (name, bytes) in unit_files(&loose) {
+        let batches = staged_batches(&name, &bytes);
+        let table = name.strip_suffix(".arrow").unwrap();
+        let file = std::fs::File::create(loose.join(format!("{table}.parquet"))).unwrap();
+        let mut w =
+            deltalake::parquet::arrow::ArrowWriter::try_new(file, batches[0].schema(), None)
+                .unwrap();
+        for b in &batches {
+            w.write(b).unwrap();
+        }
+        w.close().unwrap();
+    }
+    std::fs::remove_file(loose.join(sluice::staging::bundle::UNIT_OBJECT)).unwrap();
+
+    // A unit object naming the metrics table twice.
+    let twice = stage_with(&lake, 303, metrics(&lake, 1, 3)[2..].to_vec());
+    edit_unit(&twice, |files| {
+        let metrics = file_mut(files, "metrics.arrow").clone();
+        files.insert(0, ("metrics.arrow".into(), metrics));
+    });
+
+    let report = lake.commit().execute().await.unwrap();
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    let (path, reason) = &report.quarantined[0];
+    assert_eq!(path.file_name(), twice.file_name());
+    assert!(reason.contains("metrics.arrow: twice in the unit"), "{reason}");
+    assert_eq!(report.runs_committed, 2);
+    assert!(!large.exists() && !loose.exists());
+    assert_eq!(scalar(&lake, "SELECT count(*) FROM data").await, "1");
+    assert_eq!(scalar(&lake, "SELECT count(*) FROM metrics").await, "2");
 }

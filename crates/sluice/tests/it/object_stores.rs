@@ -445,7 +445,7 @@ async fn staged_units_commit_through_the_store(emulator: &Emulator) {
         let bytes = store.get(&object).await.unwrap().bytes().await.unwrap();
         let mut files: Vec<(String, Vec<u8>)> =
             unpack(&bytes).unwrap().into_iter().map(|(n, b)| (n, b.to_vec())).collect();
-        let Some((_, metrics)) = files.iter_mut().find(|(n, _)| n == "metrics.parquet") else {
+        let Some((_, metrics)) = files.iter_mut().find(|(n, _)| n == "metrics.arrow") else {
             continue;
         };
         metrics.truncate(metrics.len() / 2);
@@ -481,7 +481,7 @@ async fn staged_units_commit_through_the_store(emulator: &Emulator) {
     assert!(doctor.pending_manifests.is_empty(), "{doctor:?}");
     assert_eq!(doctor.quarantined.len(), 1, "{doctor:?}");
     let (at, reason) = &doctor.quarantined[0];
-    assert!(reason.contains("metrics.parquet: unreadable Parquet"), "{reason}");
+    assert!(reason.contains("metrics.arrow: unreadable Arrow IPC"), "{reason}");
     assert!(at.to_string_lossy().contains(".quarantine"), "{at:?}");
     // Requeued as it is, it is quarantined again, never committed.
     let report = lake.commit().with_requeue(true).execute().await.unwrap();

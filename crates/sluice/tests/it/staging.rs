@@ -2,11 +2,10 @@
 
 use std::path::Path;
 
-use crate::common::metrics;
-use deltalake::parquet::file::reader::{FileReader, SerializedFileReader};
+use crate::common::{metrics, staged_batches, unit_files};
 use sluice::records::{ArtifactEdge, Direction, ExecutionEdge, ExecutionRecord};
 use sluice::registry::TypeRegistry;
-use sluice::staging::{self, SENTINEL, StagedExecution, StagingWriter, SyncPolicy};
+use sluice::staging::{self, StagedExecution, StagingWriter, SyncPolicy};
 
 fn execution(run_id: &str, success: bool) -> ExecutionRecord {
     ExecutionRecord {
@@ -27,19 +26,14 @@ fn execution(run_id: &str, success: bool) -> ExecutionRecord {
     }
 }
 
-fn parquet_rows(path: &Path) -> i64 {
-    let reader = SerializedFileReader::new(std::fs::File::open(path).unwrap()).unwrap();
-    // Staged columns are small: zstd would not pay for its contexts
-    // (table::compress_where_it_pays), so they are plain.
-    for rg in reader.metadata().row_groups() {
-        for col in rg.columns() {
-            let plain = col.compression() == deltalake::parquet::basic::Compression::UNCOMPRESSED;
-            let big =
-                col.uncompressed_size() >= sluice::lake::delta::table::ZSTD_MIN_COLUMN_BYTES as i64;
-            assert!(plain || big, "{path:?}: {:?}", col.compression());
-        }
-    }
-    reader.metadata().file_metadata().num_rows()
+/// The rows of each file of the unit staged in `dir`, in the unit's order.
+fn staged_rows(dir: &Path) -> Vec<(String, usize)> {
+    unit_files(dir)
+        .iter()
+        .map(|(name, bytes)| {
+            (name.clone(), staged_batches(name, bytes).iter().map(|b| b.num_rows()).sum())
+        })
+        .collect()
 }
 
 #[test]
@@ -82,30 +76,23 @@ fn a_successful_execution_stages_every_table_sentinel_last() {
     };
     let run_dir = writer.write(&staged).unwrap();
     assert_eq!(run_dir, root.join("1_score/0a/1b/0a1b2c3d4e5f"));
-    let mut names: Vec<String> = std::fs::read_dir(&run_dir)
+    // One file: the unit object, sealed by its rename.
+    let names: Vec<String> = std::fs::read_dir(&run_dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    names.sort();
+    assert_eq!(names, [staging::bundle::UNIT_OBJECT]);
+    // Inside, one small Arrow IPC stream per table touched, the sentinel last.
     assert_eq!(
-        names,
+        staged_rows(&run_dir),
         [
-            "artifact_edges.parquet",
-            "execution_edges.parquet",
-            "executions.parquet",
-            "index.parquet",
-            "metrics.parquet"
+            ("metrics.arrow".to_owned(), 3),
+            ("index.arrow".to_owned(), 3),
+            ("artifact_edges.arrow".to_owned(), 1),
+            ("execution_edges.arrow".to_owned(), 3),
+            ("executions.arrow".to_owned(), 1),
         ]
     );
-    assert_eq!(parquet_rows(&run_dir.join("metrics.parquet")), 3);
-    assert_eq!(parquet_rows(&run_dir.join("index.parquet")), 3);
-    assert_eq!(parquet_rows(&run_dir.join("execution_edges.parquet")), 3);
-    assert_eq!(parquet_rows(&run_dir.join(SENTINEL)), 1);
-    // The sentinel is the newest file.
-    let mtime = |n: &str| std::fs::metadata(run_dir.join(n)).unwrap().modified().unwrap();
-    for n in &names {
-        assert!(mtime(SENTINEL) >= mtime(n), "{n} written after the sentinel");
-    }
     // A run is staged once.
     let err = writer.write(&staged).unwrap_err().to_string();
     assert!(err.contains("already sealed"), "{err}");
@@ -128,14 +115,15 @@ fn failed_executions_and_crashed_workers_are_told_apart() {
         artifact_edges: vec![],
     };
     let failed_dir = writer.write(&failed).unwrap();
-    assert_eq!(parquet_rows(&failed_dir.join("execution_edges.parquet")), 1);
-    assert!(!failed_dir.join("metrics.parquet").exists());
+    let rows = staged_rows(&failed_dir);
+    assert!(rows.contains(&("execution_edges.arrow".to_owned(), 1)), "{rows:?}");
+    assert!(!rows.iter().any(|(name, _)| name.starts_with("metrics")), "{rows:?}");
 
-    // A crashed worker: files but no sentinel.
+    // A crashed worker: a folder without its unit object.
     let crashed = writer
         .write(&StagedExecution { execution: execution("cccc0002", true), ..failed.clone() })
         .unwrap();
-    std::fs::remove_file(crashed.join(SENTINEL)).unwrap();
+    std::fs::remove_file(crashed.join(staging::bundle::UNIT_OBJECT)).unwrap();
     // Junk that does not fit the layout.
     std::fs::write(root.join("README"), "x").unwrap();
     std::fs::create_dir_all(root.join("1_score/zz/yy/aabb0003")).unwrap();
