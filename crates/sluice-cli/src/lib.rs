@@ -5,6 +5,7 @@
 //! can link its artifact types (and, later, operations) and then hand control
 //! to [`main_entry`]: their types are then known to every command.
 
+mod allocator;
 mod args;
 mod commands;
 mod help;
@@ -19,6 +20,7 @@ pub use args::Cli;
 
 /// Run the `sluice` command line with the process's arguments.
 pub fn main_entry() -> ExitCode {
+    allocator::return_large_blocks();
     let matches = help::with_topics(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     output::set_quiet(cli.quiet);

@@ -500,9 +500,11 @@ fn commit_and_recover_memory_follows_decoded_size_not_staged_size() {
     let (runs, mib) = (12, 20);
     let unbounded = blob_lake();
     stage_blobs(&unbounded.root, runs, mib, 1);
-    let staged: u64 = data_files(&unbounded.root.join("_staging"))
+    let staged: u64 = sluice::staging::scan(&unbounded.root.join("_staging"), None)
+        .unwrap()
+        .sealed
         .iter()
-        .map(|f| f.metadata().unwrap().len())
+        .map(|run| run.path.join(sluice::staging::bundle::UNIT_OBJECT).metadata().unwrap().len())
         .sum();
     assert!(staged < (runs as u64) << 20, "the staging is small: {staged} bytes");
     let (all_at_once, _) =
