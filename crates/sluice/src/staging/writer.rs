@@ -93,8 +93,9 @@ impl StagingWriter {
         self.write_inner(std::slice::from_ref(staged), None, true)
     }
 
-    /// Write everything but the sentinel: what a worker that dies just before
-    /// sealing leaves behind. For crash tests and load generators.
+    /// Write the unit object under its temporary name and stop before the
+    /// rename that seals it: what a worker that dies just before sealing
+    /// leaves behind. For crash tests and load generators.
     #[doc(hidden)]
     pub fn write_unsealed(&self, staged: &StagedExecution) -> Result<PathBuf> {
         self.write_inner(std::slice::from_ref(staged), None, false)
@@ -109,7 +110,7 @@ impl StagingWriter {
         self.write_inner(staged, Some(paths::new_batch_id()), true)
     }
 
-    /// A batch without its sentinel: a worker that died before sealing it.
+    /// A batch left unsealed: a worker that died before sealing it.
     #[doc(hidden)]
     pub fn write_batch_unsealed(&self, staged: &[StagedExecution]) -> Result<PathBuf> {
         self.write_inner(staged, Some(paths::new_batch_id()), false)
