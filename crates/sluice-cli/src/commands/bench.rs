@@ -18,10 +18,8 @@ use crate::output::print;
 /// scratch folder that is removed. Returns the seconds and the number of
 /// table files decoded.
 fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
-    use deltalake::arrow::record_batch::RecordBatch;
     use deltalake::parquet::arrow::ArrowWriter;
-    use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    use sluice::staging::bundle::{FileFormat, UNIT_OBJECT, decode_ipc, table_of, unpack};
+    use sluice::staging::bundle::{UNIT_OBJECT, decode_file, table_of, unpack};
     let mut units = Vec::new();
     let mut dirs = vec![staging.to_path_buf()];
     while let Some(dir) = dirs.pop() {
@@ -47,15 +45,9 @@ fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
         for (name, data) in
             unpack(&object).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
         {
-            let Some((table, format)) = table_of(&name) else { continue };
+            let Some((table, _)) = table_of(&name) else { continue };
             files += 1;
-            let batches: Vec<RecordBatch> = match format {
-                FileFormat::Ipc => decode_ipc(data)?.1,
-                FileFormat::Parquet => ParquetRecordBatchReaderBuilder::try_new(data)?
-                    .build()?
-                    .collect::<Result<_, _>>()?,
-            };
-            for batch in batches {
+            for batch in decode_file(&name, data)? {
                 // A table's staged files share its schema.
                 let writer = match writers.entry(table.to_owned()) {
                     std::collections::hash_map::Entry::Occupied(w) => w.into_mut(),

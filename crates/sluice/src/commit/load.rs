@@ -512,8 +512,9 @@ pub(crate) fn load_fetched(
     validated(registry, dir, read)
 }
 
-/// Checks 1, 2, 6 and 7 of a unit object: every file in it a known table
-/// file and a readable Parquet file with the table's columns and types.
+/// Checks 1, 2, 6 and 7 of a unit object: every file in it a known
+/// table's, once, and a readable Arrow IPC stream or Parquet file with the
+/// table's columns and types.
 fn read_object(
     tables: &[TableSpec],
     object: &bytes::Bytes,

@@ -55,6 +55,27 @@ pub fn decode_ipc(
     Ok((schema, batches))
 }
 
+/// The rows of a staged table file named `name` (by its extension: Arrow
+/// IPC or Parquet), for tools that read units; the committer reads them
+/// with its own checks and memory bound.
+pub fn decode_file(
+    name: &str,
+    bytes: Bytes,
+) -> crate::error::Result<Vec<deltalake::arrow::record_batch::RecordBatch>> {
+    use crate::error::Error;
+    match table_of(name).map(|(_, format)| format) {
+        Some(FileFormat::Ipc) => Ok(decode_ipc(bytes).map_err(|e| Error::arrow(name, e))?.1),
+        Some(FileFormat::Parquet) => {
+            deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .and_then(|builder| builder.build())
+                .map_err(|e| Error::parquet(name, e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| Error::arrow(name, e))
+        }
+        None => Err(Error::InvalidInput(format!("{name}: not a staged table file"))),
+    }
+}
+
 /// The last bytes of every unit object.
 const MAGIC: &[u8; 8] = b"SLUICEU1";
 

@@ -3,14 +3,15 @@
 //! ```text
 //!  worker A ─┐   staging_root/
 //!  worker B ─┼─▶   {step}_{op}/{id[0:2]}/{id[2:4]}/{run_id}/
-//!  worker C ─┘       unit.sluice   ◀─ one object: a Parquet file per table
-//!                                     │   touched, the sentinel among them
+//!  worker C ─┘       unit.sluice   ◀─ one object: a file per table touched,
+//!                                     │   the sentinel among them
 //!  committer ◀── scan (sealed only) ──┘
 //! ```
 //!
-//! A unit is one object ([`bundle`]) holding one Parquet file per table it
-//! touches (`metrics.parquet` … `index.parquet`, `artifact_edges.parquet`,
-//! `execution_edges.parquet`, and `executions.parquet`, the sentinel). The
+//! A unit is one object ([`bundle`]) holding one file per table it touches
+//! (`metrics` …, `index`, `artifact_edges`, `execution_edges`, and
+//! `executions`, the sentinel): an Arrow IPC stream (`metrics.arrow`) for
+//! small rows, a Parquet file (`data.parquet`) for large ones. The
 //! object appears whole or not at all — by rename in a folder, by a put if
 //! absent in a store — so its appearance seals the unit, and a commit of N
 //! units opens N files. (Before, a folder held the five files loose and the
@@ -19,9 +20,9 @@
 //! A worker with many small units may stage a *batch* instead: one directory
 //! `{step}_{op}/{b[0:2]}/{b[2:4]}/{b}.batch/` whose object holds the rows of
 //! all its executions, and a sentinel listing them all. A commit of N small
-//! executions then reads N/K objects and decodes 5·N/K Parquet files
-//! instead of 5·N (decoding a tiny Parquet file is most of what such a
-//! commit costs), and every guarantee stays: a batch is sealed like a run
+//! executions then reads N/K objects and decodes 5·N/K table files
+//! instead of 5·N (per-unit work is most of what such a commit costs),
+//! and every guarantee stays: a batch is sealed like a run
 //! directory, validated and quarantined whole (one worker wrote it), and
 //! committed in part when some of its runs are already in the lake.
 //!

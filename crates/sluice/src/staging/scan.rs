@@ -80,7 +80,6 @@ impl RunDir {
 /// The run ids the sentinel of the unit object `object` (at `path`) lists.
 fn sentinel_in(object: bytes::Bytes, path: &Path) -> Result<Vec<String>> {
     use super::bundle::{FileFormat, table_of};
-    use deltalake::arrow::array::Array;
     let unreadable =
         |why: &dyn std::fmt::Display| Error::InvalidInput(format!("{}: {why}", path.display()));
     let files = super::bundle::unpack(&object).map_err(|e| unreadable(&e))?;
@@ -92,23 +91,14 @@ fn sentinel_in(object: bytes::Bytes, path: &Path) -> Result<Vec<String>> {
         return Err(unreadable(&"it holds no sentinel"));
     };
     let path = path.join(&name);
-    if format == FileFormat::Parquet {
-        return sentinel_run_ids(sentinel, &path);
+    match format {
+        FileFormat::Parquet => sentinel_run_ids(sentinel, &path),
+        FileFormat::Ipc => {
+            let (_, batches) =
+                super::bundle::decode_ipc(sentinel).map_err(|e| bad_sentinel(&path, &e))?;
+            run_ids_of(&batches, &path)
+        }
     }
-    let bad = |e: &dyn std::fmt::Display| {
-        Error::InvalidInput(format!("{}: unreadable sentinel: {e}", path.display()))
-    };
-    let (_, batches) = super::bundle::decode_ipc(sentinel).map_err(|e| bad(&e))?;
-    let mut out = Vec::new();
-    for batch in &batches {
-        let column = batch
-            .schema()
-            .index_of("execution_run_id")
-            .map_err(|_| bad(&"no execution_run_id column"))?;
-        let text = crate::lake::delta::scan::text_column(batch, column, "execution_run_id")?;
-        out.extend((0..text.len()).filter(|&r| text.is_valid(r)).map(|r| text.value(r).to_owned()));
-    }
-    Ok(out)
 }
 
 /// The `execution_run_id` values of a sentinel Parquet file.
@@ -116,25 +106,44 @@ fn sentinel_run_ids<R: deltalake::parquet::file::reader::ChunkReader + 'static>(
     input: R,
     path: &Path,
 ) -> Result<Vec<String>> {
-    use deltalake::arrow::array::Array;
     use deltalake::parquet::arrow::ProjectionMask;
     use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let bad = |e: &dyn std::fmt::Display| {
-        Error::InvalidInput(format!("{}: unreadable sentinel: {e}", path.display()))
-    };
+    let bad = |e: &dyn std::fmt::Display| bad_sentinel(path, e);
     let builder = ParquetRecordBatchReaderBuilder::try_new(input).map_err(|e| bad(&e))?;
     let column = builder
         .schema()
         .index_of("execution_run_id")
         .map_err(|_| bad(&"no execution_run_id column"))?;
     let mask = ProjectionMask::roots(builder.parquet_schema(), [column]);
+    let batches = builder
+        .with_projection(mask)
+        .build()
+        .map_err(|e| bad(&e))?
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| bad(&e))?;
+    run_ids_of(&batches, path)
+}
+
+/// The `execution_run_id` values of a sentinel's batches (nulls skipped).
+fn run_ids_of(
+    batches: &[deltalake::arrow::record_batch::RecordBatch],
+    path: &Path,
+) -> Result<Vec<String>> {
+    use deltalake::arrow::array::Array;
     let mut out = Vec::new();
-    for batch in builder.with_projection(mask).build().map_err(|e| bad(&e))? {
-        let batch = batch.map_err(|e| bad(&e))?;
-        let text = crate::lake::delta::scan::text_column(&batch, 0, "execution_run_id")?;
+    for batch in batches {
+        let column = batch
+            .schema()
+            .index_of("execution_run_id")
+            .map_err(|_| bad_sentinel(path, &"no execution_run_id column"))?;
+        let text = crate::lake::delta::scan::text_column(batch, column, "execution_run_id")?;
         out.extend((0..text.len()).filter(|&r| text.is_valid(r)).map(|r| text.value(r).to_owned()));
     }
     Ok(out)
+}
+
+fn bad_sentinel(path: &Path, why: &dyn std::fmt::Display) -> Error {
+    Error::InvalidInput(format!("{}: unreadable sentinel: {why}", path.display()))
 }
 
 /// What a scan of a staging root found.

@@ -1,9 +1,10 @@
 //! The worker side: write one execution's results into its staging directory.
 //!
-//! A worker never touches a Delta table. A unit's rows are one Parquet
-//! file per table it touches — one per content table it produced rows
-//! for, `index`, `artifact_edges`, `execution_edges`, and `executions`,
-//! the sentinel — and those files travel together in **one** file, the
+//! A worker never touches a Delta table. A unit's rows are one file per
+//! table it touches — one per content table it produced rows for,
+//! `index`, `artifact_edges`, `execution_edges`, and `executions`, the
+//! sentinel — each an Arrow IPC stream, or Parquet when its rows are large
+//! (`encoded`), and those files travel together in **one** file, the
 //! unit object of [`bundle`](super::bundle), `unit.sluice` in the unit's
 //! directory (the same object a store holds). A commit of many small units
 //! then opens one file per unit instead of five, and removes one.

@@ -119,19 +119,7 @@ pub fn staged_batches(
     name: &str,
     bytes: &[u8],
 ) -> Vec<deltalake::arrow::record_batch::RecordBatch> {
-    use sluice::staging::bundle::{FileFormat, decode_ipc, table_of};
-    let bytes = bytes::Bytes::copy_from_slice(bytes);
-    match table_of(name).unwrap().1 {
-        FileFormat::Ipc => decode_ipc(bytes).unwrap().1,
-        FileFormat::Parquet => {
-            deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-                .unwrap()
-                .build()
-                .unwrap()
-                .map(Result::unwrap)
-                .collect()
-        }
-    }
+    sluice::staging::bundle::decode_file(name, bytes::Bytes::copy_from_slice(bytes)).unwrap()
 }
 
 /// Batches as an Arrow IPC stream, as a unit object holds small rows.
