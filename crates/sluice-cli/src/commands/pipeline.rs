@@ -367,9 +367,10 @@ pub async fn worker(
     let operations = Operations::linked()?;
     match units {
         Some(file) => {
-            sluice::pipeline::worker::run_slice(&lake, &operations, file, task, per_task).await?;
+            sluice::pipeline::worker_mode::run_slice(&lake, &operations, file, task, per_task)
+                .await?;
         }
-        None => sluice::pipeline::worker::serve_stdin(&lake, &operations).await?,
+        None => sluice::pipeline::worker_mode::serve_stdin(&lake, &operations).await?,
     }
     Ok(())
 }

@@ -385,6 +385,60 @@ outputs = {{ t = "data" }}
     assert_eq!(f.count("SELECT count(*) FROM executions WHERE origin_step_number = 2 AND NOT success AND error LIKE '%worker process died%'"), 1);
 }
 
+/// Units travel to a worker in chunks and are staged in groups: a worker
+/// killed mid-chunk must fail the unit it was running and nothing else —
+/// the units it ran but had not sealed run again elsewhere, and no unit
+/// is committed twice or lost.
+#[test]
+fn a_worker_killed_mid_chunk_fails_one_unit_and_loses_no_other() {
+    let f = Fixture::new();
+    let pipeline = format!(
+        r#"name = "kill-chunk"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 60, rows = 3 }}
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", 'if [ -e inputs/t/table_0041.csv ]; then kill -9 $PPID; sleep 5; fi; {COPY}']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+"#
+    );
+    let (ok, report) = f.run(&pipeline, "2");
+    assert!(!ok);
+    let work = step(&report, "work");
+    assert_eq!(
+        (work["failed"].as_u64(), work["succeeded"].as_u64()),
+        (Some(1), Some(59)),
+        "{work:#}"
+    );
+    assert_eq!(work["outputs"]["t"], 59);
+    assert!(work["failures"][0][1].as_str().unwrap().contains("SIGKILL"), "{work:#}");
+    // One execution row per unit: 59 successes and the killed one.
+    assert_eq!(f.count("SELECT count(*) FROM executions WHERE origin_step_number = 2"), 60);
+    assert_eq!(
+        f.count(
+            "SELECT count(DISTINCT execution_spec_id) FROM executions WHERE origin_step_number = 2"
+        ),
+        60
+    );
+    assert_eq!(
+        f.count("SELECT count(*) FROM executions WHERE origin_step_number = 2 AND success"),
+        59
+    );
+    // A rerun runs the killed unit alone (and it kills its worker again).
+    let (_, again) = f.run(&pipeline, "2");
+    let work = step(&again, "work");
+    assert_eq!(
+        (work["dispatched"].as_u64(), work["failed"].as_u64()),
+        (Some(1), Some(1)),
+        "{work:#}"
+    );
+}
+
 #[test]
 fn fail_fast_stops_dispatching_and_the_pipeline() {
     let f = Fixture::new();

@@ -20,7 +20,9 @@
 //! - [`operation`]: the [`Operation`](operation::Operation) trait; [`ops`]: the built-ins and
 //!   the registry of every operation a binary knows.
 //! - [`plan`]: units and cache keys.
-//! - [`worker`]: running one unit and staging it; worker modes.
+//! - [`worker`]: running one unit and describing what it stages;
+//!   [`worker_mode`]: the worker modes, running chunks of units with their
+//!   inputs read once and their executions sealed in groups.
 //! - [`backend`]: local process pool and SLURM arrays.
 //! - [`cache`]: bulk look-ups in the executions and edges tables.
 //! - [`steps_log`]: the steps table.
@@ -45,6 +47,7 @@ pub mod steps_log;
 pub mod unit;
 pub mod validate;
 pub mod worker;
+pub mod worker_mode;
 
 /// How a child process ended, for execution errors: `exit status N`, or
 /// `killed by signal N` (naming SIGKILL, what an OOM killer or `kill -9` sends).

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::config::{StepConfig, StepError};
 use super::unit::UnitJob;
@@ -141,8 +141,10 @@ pub struct UnitContext {
     /// Input artifacts by role, in stream order (empty when the operation
     /// does not need content).
     pub inputs: BTreeMap<String, Vec<Artifact>>,
-    /// A scratch directory for this unit, removed afterwards.
-    pub work_dir: PathBuf,
+    /// A scratch directory for this unit, made on first use
+    /// ([`UnitContext::work_dir`]) and removed afterwards.
+    work_dir: PathBuf,
+    work_dir_made: OnceLock<std::result::Result<(), (std::io::ErrorKind, String)>>,
     /// The lake (read-only use).
     pub lake: Lake,
     /// The run id of this execution.
@@ -167,6 +169,7 @@ impl UnitContext {
             input_ids: job.unit.inputs.clone(),
             inputs,
             work_dir,
+            work_dir_made: OnceLock::new(),
             lake,
             run_id: job.run_id.clone(),
             time_limit: job.step.time_limit_on(job.backend).ok().flatten(),
@@ -208,8 +211,29 @@ impl UnitContext {
         self.handle.block_on(future)
     }
 
-    /// The unit's scratch directory.
-    pub fn work_dir(&self) -> &Path {
-        &self.work_dir
+    /// The unit's scratch directory, empty when first asked for (made
+    /// then, so that units that need none cost no folder) and removed after
+    /// the unit.
+    pub fn work_dir(&self) -> Result<&Path> {
+        let made = self.work_dir_made.get_or_init(|| {
+            let dir = &self.work_dir;
+            // A unit run again after its worker died finds the dead one's sandbox.
+            let fresh = match std::fs::remove_dir_all(dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+                _ => std::fs::create_dir_all(dir),
+            };
+            fresh.map_err(|e| (e.kind(), e.to_string()))
+        });
+        match made {
+            Ok(()) => Ok(&self.work_dir),
+            Err((kind, why)) => {
+                Err(Error::io(&self.work_dir, std::io::Error::new(*kind, why.clone())))
+            }
+        }
+    }
+
+    /// Whether [`UnitContext::work_dir`] was asked for (and so is to be removed).
+    pub(crate) fn made_work_dir(&self) -> bool {
+        self.work_dir_made.get().is_some()
     }
 }

@@ -3,7 +3,9 @@
 //! A [`Unit`] is what planning produces (inputs, sources, cache key); a
 //! [`UnitJob`] is a unit with everything a worker process needs to run it
 //! (sent as one JSON line, or one line of a SLURM units file); a
-//! [`UnitReport`] is the worker's answer. This module depends on nothing else
+//! [`UnitReport`] is the worker's answer. A local worker is sent jobs a
+//! chunk at a time (one JSON array per line) and answers with
+//! [`WorkerEvent`] lines as it goes. This module depends on nothing else
 //! in `pipeline` but the step's configuration, so the planner, the operations,
 //! the workers and the backends can all use it.
 
@@ -58,4 +60,32 @@ pub struct UnitReport {
     pub success: bool,
     /// The error, when it failed.
     pub error: Option<String>,
+}
+
+/// What a local worker says while it runs a chunk of jobs, one JSON line
+/// each. The orchestrator learns from them which unit a dead worker was
+/// running (that one failed; the others it had not sealed run again), and
+/// which executions are sealed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum WorkerEvent {
+    /// It began running this unit.
+    Started {
+        /// The unit's run id.
+        run_id: String,
+    },
+    /// These units ran; their executions are about to be sealed as the
+    /// staged unit `unit` (said before, so that a worker dying as it seals
+    /// leaves the orchestrator a name to look for).
+    Sealing {
+        /// The staged unit: the run id of its one execution, or a batch id.
+        unit: String,
+        /// What the units did.
+        reports: Vec<UnitReport>,
+    },
+    /// The staged unit is sealed: its reports stand.
+    Sealed {
+        /// The staged unit.
+        unit: String,
+    },
 }

@@ -1,10 +1,9 @@
-//! The worker side of a pipeline: run one unit and stage its results.
+//! The worker side of a pipeline: run one unit and describe what it stages.
 //!
-//! A worker process (`sluice __worker`) reads [`UnitJob`]s, one JSON line
-//! each, from stdin (local backend) or a slice of a units file (a SLURM array
-//! task), runs the operation and stages everything through
-//! [`StagingWriter`]: output artifacts, input/output execution edges,
-//! derivation edges and, last, the execution row. A failed unit stages its
+//! A worker process (`sluice __worker`, see
+//! [`worker_mode`](super::worker_mode)) runs each unit's operation here and
+//! stages what it made through [`StagingWriter`]: output artifacts,
+//! input/output execution edges, derivation edges and the execution row. A failed unit stages its
 //! input edges and an execution row with `success = false` and the error, so
 //! the failure is recorded in the lake and the unit reruns next time.
 
@@ -31,18 +30,21 @@ struct Produced {
     derivations: Vec<(ArtifactId, String, Vec<ArtifactId>)>,
 }
 
-/// Run one unit and stage its results (success or failure). Errors are
-/// returned only when staging itself fails.
-pub async fn execute_unit(
+/// Run one unit: its execution as it is to be staged (success or
+/// failure), and the report the orchestrator gets once it is sealed.
+/// `prefetched` holds input artifacts read for a whole chunk of units;
+/// inputs missing from it are read here. Errors are returned only when the
+/// execution cannot even be described (its metadata cannot be encoded).
+pub(crate) async fn run_unit(
     lake: &Lake,
     operations: &Operations,
-    writer: &StagingWriter,
     job: &UnitJob,
+    prefetched: Option<&BTreeMap<ArtifactId, Artifact>>,
     worker_id: &str,
-) -> Result<UnitReport> {
+) -> Result<(StagedExecution, UnitReport)> {
     let started = now_micros();
     let clock = Instant::now();
-    let (outcome, tool_output, loaded) = run_operation(lake, operations, job).await;
+    let (outcome, tool_output, loaded) = run_operation(lake, operations, job, prefetched).await;
     let (produced, error) = match outcome {
         Ok(produced) => (Some(produced), None),
         // A failure says what the unit was given, by name where the inputs
@@ -67,12 +69,9 @@ pub async fn execute_unit(
     }
     let staged =
         staged_execution(job, produced, error.clone(), tool_output, started, worker_id, metadata)?;
-    let success = staged.execution.success;
-    let writer = writer.clone();
-    tokio::task::spawn_blocking(move || writer.write(&staged))
-        .await
-        .map_err(|e| Error::task("staging a unit", e))??;
-    Ok(UnitReport { run_id: job.run_id.clone(), success, error })
+    let report =
+        UnitReport { run_id: job.run_id.clone(), success: staged.execution.success, error };
+    Ok((staged, report))
 }
 
 /// Stage a failed execution for a unit whose worker could not (it died, its
@@ -85,22 +84,15 @@ pub async fn stage_failure(
     worker_id: &str,
 ) -> Result<()> {
     let (step, operation, run_id) = (job.step_number, &job.step.operation, &job.run_id);
-    match writer.area() {
-        StagingArea::Dir(root) => {
-            let dir = paths::run_dir(root, step, operation, run_id)?;
-            if crate::staging::is_sealed(&dir) {
-                return Ok(());
-            }
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-            }
-        }
-        // A unit in a store is one object: a dead worker left it whole or not at all.
-        StagingArea::Store(store) => {
-            let unit = area::unit_relative(step, operation, run_id)?;
-            if store.exists(&format!("{unit}/{}", crate::staging::bundle::UNIT_OBJECT)).await? {
-                return Ok(());
-            }
+    if area::unit_sealed(writer.area(), step, operation, run_id).await? {
+        return Ok(());
+    }
+    // A folder may hold what the dead worker left unsealed (a store never
+    // does: a unit there is one object, whole or absent).
+    if let StagingArea::Dir(root) = writer.area() {
+        let dir = paths::run_dir(root, step, operation, run_id)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         }
     }
     // The dead worker's sandbox (best effort: it only costs space).
@@ -133,23 +125,30 @@ pub async fn stage_failure(
 type Ran = (Result<Produced>, Option<String>, Option<BTreeMap<String, Vec<Artifact>>>);
 
 /// Run a unit's operation (see [`Ran`]).
-async fn run_operation(lake: &Lake, operations: &Operations, job: &UnitJob) -> Ran {
+async fn run_operation(
+    lake: &Lake,
+    operations: &Operations,
+    job: &UnitJob,
+    prefetched: Option<&BTreeMap<ArtifactId, Artifact>>,
+) -> Ran {
     let prepared = async {
         let op = operations.get(&job.step.operation)?;
-        let inputs =
-            if op.needs_content() { load_inputs(lake, job).await? } else { BTreeMap::new() };
-        let work_dir = work_dir(&job.run_id);
-        if work_dir.exists() {
-            std::fs::remove_dir_all(&work_dir).map_err(|e| Error::io(&work_dir, e))?;
-        }
-        std::fs::create_dir_all(&work_dir).map_err(|e| Error::io(&work_dir, e))?;
-        Ok::<_, Error>((op, inputs, work_dir))
+        let inputs = if op.needs_content() {
+            load_inputs(lake, job, prefetched).await?
+        } else {
+            BTreeMap::new()
+        };
+        Ok::<_, Error>((op, inputs))
     };
-    let (op, inputs, work_dir) = match prepared.await {
+    let (op, inputs) = match prepared.await {
         Ok(prepared) => prepared,
         Err(e) => return (Err(e), None, None),
     };
     let loaded = op.needs_content();
+    // The sandbox is made when the operation first asks for it (most
+    // built-ins never do: a folder made and removed per unit cost more
+    // than the unit).
+    let work_dir = work_dir(&job.run_id);
     let ctx = UnitContext::new(job, inputs, work_dir.clone(), lake.clone());
     let registry = lake.registry().clone();
     let step_number = job.step_number;
@@ -157,11 +156,19 @@ async fn run_operation(lake: &Lake, operations: &Operations, job: &UnitJob) -> R
         let result = op.run(&ctx);
         let tool_output = ctx.take_tool_output();
         let result = result.and_then(|outputs| finalize(outputs, &registry, step_number));
+        let made_sandbox = ctx.made_work_dir();
         let inputs = (result.is_err() && loaded).then_some(ctx.inputs);
-        (result, tool_output, inputs)
+        (result, tool_output, inputs, made_sandbox)
     })
     .await;
-    let _ = std::fs::remove_dir_all(&work_dir);
+    let (result, made_sandbox) = match result {
+        Ok((result, tool_output, inputs, made)) => (Ok((result, tool_output, inputs)), made),
+        // A panic may have left a sandbox behind.
+        Err(e) => (Err(e), true),
+    };
+    if made_sandbox {
+        let _ = std::fs::remove_dir_all(&work_dir);
+    }
     match result {
         Ok(ran) => ran,
         Err(e) if e.is_panic() => {
@@ -171,10 +178,27 @@ async fn run_operation(lake: &Lake, operations: &Operations, job: &UnitJob) -> R
     }
 }
 
-/// The unit's input artifacts, content included, by role in stream order.
-async fn load_inputs(lake: &Lake, job: &UnitJob) -> Result<BTreeMap<String, Vec<Artifact>>> {
+/// The unit's input artifacts, content included, by role in stream order:
+/// from `prefetched`, and those it lacks read from the lake.
+async fn load_inputs(
+    lake: &Lake,
+    job: &UnitJob,
+    prefetched: Option<&BTreeMap<ArtifactId, Artifact>>,
+) -> Result<BTreeMap<String, Vec<Artifact>>> {
     let ids: Vec<ArtifactId> = job.unit.inputs.values().flatten().copied().collect();
-    let mut found = lake.get_many(&ids).await?;
+    let mut found = BTreeMap::new();
+    let mut missing = Vec::new();
+    for id in ids {
+        match prefetched.and_then(|p| p.get(&id)) {
+            Some(artifact) => {
+                found.insert(id, artifact.clone());
+            }
+            None => missing.push(id),
+        }
+    }
+    if !missing.is_empty() {
+        found.extend(lake.get_many(&missing).await?);
+    }
     let mut inputs = BTreeMap::new();
     for (role, ids) in &job.unit.inputs {
         let mut list = Vec::with_capacity(ids.len());
@@ -367,76 +391,4 @@ pub fn worker_id() -> String {
         id.push_str(&format!(":slurm-{job}_{task}"));
     }
     id
-}
-
-fn staging_writer(lake: &Lake) -> Result<StagingWriter> {
-    Ok(StagingWriter::in_area(
-        StagingArea::of_lake(lake.root()),
-        lake.registry().clone(),
-        crate::staging::SyncPolicy::Detect,
-    ))
-}
-
-/// Worker mode for the local backend: read [`UnitJob`] lines from stdin, run
-/// each, answer with one [`UnitReport`] line on stdout. Returns at EOF.
-pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
-    use std::io::{BufRead, Write};
-    let lake = &lake.clone().with_snapshot_reads();
-    let writer = staging_writer(lake)?;
-    let id = worker_id();
-    // A worker never outlives its orchestrator (even when it is SIGKILLed
-    // mid-unit): it would stage results nobody waits for.
-    super::process::watch_parent();
-    loop {
-        // Plain blocking stdin on a blocking thread, one line at a time.
-        let line = tokio::task::spawn_blocking(|| {
-            let mut line = String::new();
-            std::io::stdin().lock().read_line(&mut line).map(|n| (n, line))
-        })
-        .await
-        .map_err(|e| Error::task("reading stdin", e))?
-        .map_err(|e| Error::io("<stdin>", e))?;
-        let (n, line) = line;
-        if n == 0 {
-            break;
-        }
-        if line.trim().is_empty() {
-            continue;
-        }
-        let job: UnitJob =
-            serde_json::from_str(&line).map_err(|e| Error::json("a unit job on stdin", e))?;
-        let report = execute_unit(lake, operations, &writer, &job, &id).await?;
-        let mut text =
-            serde_json::to_string(&report).map_err(|e| Error::json("a unit report", e))?;
-        text.push('\n');
-        let mut stdout = std::io::stdout().lock();
-        stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush())
-            .map_err(|e| Error::io("<stdout>", e))?;
-    }
-    Ok(())
-}
-
-/// Worker mode for a SLURM array task: run units `task*per_task ..
-/// (task+1)*per_task` of a units file (one [`UnitJob`] per line).
-pub async fn run_slice(
-    lake: &Lake,
-    operations: &Operations,
-    units_file: &std::path::Path,
-    task: usize,
-    per_task: usize,
-) -> Result<usize> {
-    let text = std::fs::read_to_string(units_file).map_err(|e| Error::io(units_file, e))?;
-    let lake = &lake.clone().with_snapshot_reads();
-    let writer = staging_writer(lake)?;
-    let id = worker_id();
-    let mut done = 0;
-    for line in text.lines().skip(task * per_task).take(per_task.max(1)) {
-        let job: UnitJob = serde_json::from_str(line)
-            .map_err(|e| Error::json(format!("a unit job in {}", units_file.display()), e))?;
-        execute_unit(lake, operations, &writer, &job, &id).await?;
-        done += 1;
-    }
-    Ok(done)
 }

@@ -81,6 +81,24 @@ pub(crate) fn unit_relative(step: i32, operation: &str, name: &str) -> Result<St
     Ok(format!("{}/{}/{}/{name}", paths::step_dir_name(step, operation)?, &name[0..2], &name[2..4]))
 }
 
+/// Whether the unit `name` (a run id or a batch id) of a step is sealed in
+/// `area`: its unit object is in place (or, in a folder, the loose files of
+/// an older sluice).
+pub(crate) async fn unit_sealed(
+    area: &StagingArea,
+    step: i32,
+    operation: &str,
+    name: &str,
+) -> Result<bool> {
+    let relative = unit_relative(step, operation, name)?;
+    match area {
+        StagingArea::Dir(root) => Ok(super::is_sealed(&root.join(relative))),
+        StagingArea::Store(store) => {
+            store.exists(&format!("{relative}/{}", super::bundle::UNIT_OBJECT)).await
+        }
+    }
+}
+
 /// Run `future` to its end from synchronous code that runs on a blocking
 /// thread of the lake's runtime (a worker's staging, the committer's
 /// loaders): the store's client belongs to that runtime.

@@ -111,6 +111,13 @@ impl StagingWriter {
         self.write_inner(staged, Some(paths::new_batch_id()), true)
     }
 
+    /// [`StagingWriter::write_batch`] under a batch id the caller chose
+    /// ([`paths::new_batch_id`]), so that it can say which unit it is
+    /// sealing before it does.
+    pub fn write_batch_as(&self, batch_id: &str, staged: &[StagedExecution]) -> Result<PathBuf> {
+        self.write_inner(staged, Some(batch_id.to_owned()), true)
+    }
+
     /// A batch left unsealed: a worker that died before sealing it.
     #[doc(hidden)]
     pub fn write_batch_unsealed(&self, staged: &[StagedExecution]) -> Result<PathBuf> {

@@ -2,15 +2,19 @@
 //!
 //! Each worker is the `sluice` binary (or a user's binary built on it) in
 //! worker mode, started in its own process group so that a Ctrl-C in the
-//! terminal reaches only the orchestrator. The orchestrator writes one
-//! [`UnitJob`] per line to a worker's stdin and reads one [`UnitReport`]
-//! line back. If a worker dies mid-unit (even by SIGKILL), that unit is
-//! `Lost` and a fresh worker takes the next one: a crash fails one unit,
-//! never the step.
+//! terminal reaches only the orchestrator. The orchestrator sends a worker
+//! a chunk of [`UnitJob`]s at a time (one JSON array per line; [`Chunks`]
+//! sizes them so that a chunk takes a fraction of a second) and reads its
+//! [`WorkerEvent`] lines back: which unit it starts, which units it is about
+//! to seal and that they are sealed. If a worker dies mid-chunk (even by
+//! SIGKILL), the unit it was running is `Lost`, units it had sealed stand,
+//! and the others go back to the queue for a fresh worker: a crash fails
+//! one unit, never the step, and loses no other unit's work.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -19,22 +23,69 @@ use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::io::location::LakeRoot;
 use crate::pipeline::ops::Operations;
-use crate::pipeline::unit::{UnitJob, UnitReport};
-use crate::pipeline::worker::{execute_unit, worker_id};
-use crate::staging::StagingWriter;
+use crate::pipeline::unit::{UnitJob, UnitReport, WorkerEvent};
+use crate::pipeline::worker::worker_id;
+use crate::pipeline::worker_mode::{SEAL_AFTER, run_chunk};
+use crate::staging::{StagingArea, StagingWriter, area};
 
 /// How long past a step's time limit a worker may take to answer before it
 /// is killed (its tool enforces the limit itself; this is a backstop).
-const UNIT_GRACE: std::time::Duration = std::time::Duration::from_secs(15);
+const UNIT_GRACE: Duration = Duration::from_secs(15);
 
 type Queue = Arc<Mutex<VecDeque<UnitJob>>>;
 type Results = Arc<Mutex<Vec<(String, Outcome)>>>;
 
-fn next(queue: &Queue, dispatch: &Dispatch) -> Option<UnitJob> {
-    if dispatch.stopping() {
-        return None;
+/// How many units a lane sends at once. The first chunk is one unit; then
+/// as many as the last chunk's pace says fit in [`Chunks::TARGET`], at most
+/// four times the last and [`Chunks::MOST`], and never more than a share of
+/// what is left, so that the lanes finish together. Short chunks keep a
+/// stop (Ctrl-C, fail-fast) prompt: units already sent are run.
+#[derive(Debug, Clone, Copy)]
+struct Chunks {
+    last: usize,
+    seconds_per_unit: Option<f64>,
+}
+
+impl Chunks {
+    const TARGET: f64 = 0.2;
+    const MOST: usize = 256;
+
+    fn new() -> Self {
+        Chunks { last: 1, seconds_per_unit: None }
     }
-    queue.lock().ok()?.pop_front()
+
+    fn size(&self, remaining: usize, lanes: usize) -> usize {
+        let by_pace = match self.seconds_per_unit {
+            None => 1,
+            Some(s) => (Self::TARGET / s.max(1e-6)) as usize,
+        };
+        let share = remaining.div_ceil(2 * lanes.max(1));
+        by_pace.min(self.last.saturating_mul(4)).min(Self::MOST).min(share).max(1)
+    }
+
+    fn ran(&mut self, units: usize, took: Duration) {
+        self.last = units.max(1);
+        self.seconds_per_unit = Some(took.as_secs_f64() / self.last as f64);
+    }
+}
+
+/// The next chunk of at most `size(remaining)` jobs (none once dispatching stops).
+fn next_chunk(queue: &Queue, dispatch: &Dispatch, chunks: &Chunks, lanes: usize) -> Vec<UnitJob> {
+    if dispatch.stopping() {
+        return Vec::new();
+    }
+    let Ok(mut queue) = queue.lock() else { return Vec::new() };
+    let n = chunks.size(queue.len(), lanes).min(queue.len());
+    queue.drain(..n).collect()
+}
+
+/// Put jobs a dead worker did not finish back at the front of the queue.
+fn requeue(queue: &Queue, jobs: Vec<UnitJob>) {
+    if let Ok(mut queue) = queue.lock() {
+        for job in jobs.into_iter().rev() {
+            queue.push_front(job);
+        }
+    }
 }
 
 /// Run `jobs` and return every dispatched unit's outcome (units never
@@ -54,20 +105,40 @@ pub async fn run(
         let (queue, results, dispatch) = (queue.clone(), results.clone(), dispatch.clone());
         match dispatch.worker_program.clone() {
             Some(program) => {
-                tasks.spawn(
-                    async move { process_lane(&program, &queue, &results, &dispatch).await },
-                );
+                tasks.spawn(async move {
+                    process_lane(&program, &queue, &results, &dispatch, lanes).await
+                });
             }
             None => {
                 let (lake, operations, writer) = (lake.clone(), operations.clone(), writer.clone());
                 tasks.spawn(async move {
                     let id = worker_id();
-                    while let Some(job) = next(&queue, &dispatch) {
-                        let report = execute_unit(&lake, &operations, &writer, &job, &id).await?;
-                        dispatch.finished(report.success);
-                        push(&results, job.run_id.clone(), Outcome::Reported(report));
+                    let mut chunks = Chunks::new();
+                    loop {
+                        let chunk = next_chunk(&queue, &dispatch, &chunks, lanes);
+                        if chunk.is_empty() {
+                            return Ok(());
+                        }
+                        let clock = Instant::now();
+                        // In this process nothing can die mid-chunk: a unit's
+                        // outcome stands once its staged unit is sealed.
+                        let mut emit = |event: WorkerEvent| {
+                            if let WorkerEvent::Sealing { reports, .. } = event {
+                                for report in reports {
+                                    dispatch.finished(report.success);
+                                    push(
+                                        &results,
+                                        report.run_id.clone(),
+                                        Outcome::Reported(report),
+                                    );
+                                }
+                            }
+                            Ok(())
+                        };
+                        run_chunk(&lake, &operations, &writer, &chunk, &id, SEAL_AFTER, &mut emit)
+                            .await?;
+                        chunks.ran(chunk.len(), clock.elapsed());
                     }
-                    Ok(())
                 });
             }
         }
@@ -114,77 +185,63 @@ fn spawn_worker(program: &std::path::Path, dispatch: &Dispatch) -> Result<Worker
     Ok(Worker { child, stdin, lines: BufReader::new(stdout).lines() })
 }
 
+/// How a chunk sent to a worker process ended.
+enum ChunkEnd {
+    /// Every unit's outcome is in.
+    Done,
+    /// The worker died or was killed: the unit to fail (with why), and the
+    /// units to run again.
+    Died { lost: Option<(Box<UnitJob>, Option<String>)>, again: Vec<UnitJob> },
+}
+
 async fn process_lane(
     program: &std::path::Path,
     queue: &Queue,
     results: &Results,
     dispatch: &Dispatch,
+    lanes: usize,
 ) -> Result<()> {
+    let area = StagingArea::of_lake(&dispatch.lake);
     let mut worker: Option<Worker> = None;
-    while let Some(job) = next(queue, dispatch) {
+    let mut chunks = Chunks::new();
+    loop {
+        let chunk = next_chunk(queue, dispatch, &chunks, lanes);
+        if chunk.is_empty() {
+            break;
+        }
         let w = match worker.as_mut() {
             Some(w) => w,
             None => worker.insert(spawn_worker(program, dispatch)?),
         };
-        let line = serde_json::to_string(&job).map_err(|e| Error::json("a unit job", e))?;
-        let sent = async {
-            w.stdin.write_all(line.as_bytes()).await?;
-            w.stdin.write_all(b"\n").await?;
-            w.stdin.flush().await
-        }
-        .await;
-        // A unit's tool enforces the step's time limit itself; this is the
-        // backstop for an operation that hangs in the worker.
-        let limit = job.step.time_limit_on(job.backend).ok().flatten().map(|l| l + UNIT_GRACE);
-        let reply = match sent {
-            Ok(()) => match limit {
-                Some(limit) => match tokio::time::timeout(limit, w.lines.next_line()).await {
-                    Ok(line) => line.ok().flatten(),
-                    Err(_) => {
-                        let why = format!(
-                            "timed out: no result within the step's time limit ({:.0}s); the worker was killed",
-                            limit.as_secs_f64()
-                        );
-                        if let Some(mut dead) = worker.take() {
-                            // The worker leads its process group.
-                            if let Some(pid) = dead.child.id() {
-                                crate::pipeline::process::kill_group(pid);
-                            }
-                            let _ = dead.child.wait().await;
-                        }
-                        dispatch.finished(false);
-                        push(results, job.run_id.clone(), Outcome::Lost(why));
-                        continue;
-                    }
-                },
-                None => w.lines.next_line().await.ok().flatten(),
-            },
-            Err(_) => None,
-        };
-        let report = reply.and_then(|l| serde_json::from_str::<UnitReport>(&l).ok());
-        match report {
-            Some(report) => {
-                dispatch.finished(report.success);
-                push(results, job.run_id.clone(), Outcome::Reported(report));
-            }
-            None => {
-                // The worker died mid-unit: fail this unit, start a new worker.
+        let clock = Instant::now();
+        match drive_chunk(w, &chunk, dispatch, results, &area).await {
+            ChunkEnd::Done => chunks.ran(chunk.len(), clock.elapsed()),
+            ChunkEnd::Died { lost, again } => {
                 let mut dead = worker.take().map(|w| w.child);
                 let status = match dead.as_mut() {
                     Some(child) => {
+                        // The worker leads its process group.
+                        if let Some(pid) = child.id() {
+                            crate::pipeline::process::kill_group(pid);
+                        }
                         let _ = child.start_kill();
                         child.wait().await.ok()
                     }
                     None => None,
                 };
-                let why = status
-                    .map_or_else(|| "unknown status".to_owned(), crate::pipeline::describe_exit);
-                dispatch.finished(false);
-                push(
-                    results,
-                    job.run_id.clone(),
-                    Outcome::Lost(format!("worker process died while running this unit ({why})")),
-                );
+                if let Some((job, why)) = lost {
+                    let why = why.unwrap_or_else(|| {
+                        let status = status.map_or_else(
+                            || "unknown status".to_owned(),
+                            crate::pipeline::describe_exit,
+                        );
+                        format!("worker process died while running this unit ({status})")
+                    });
+                    dispatch.finished(false);
+                    push(results, job.run_id.clone(), Outcome::Lost(why));
+                }
+                requeue(queue, again);
+                chunks = Chunks::new();
             }
         }
     }
@@ -193,4 +250,121 @@ async fn process_lane(
         let _ = w.child.wait().await;
     }
     Ok(())
+}
+
+/// Send `chunk` to the worker and follow its events until every unit's
+/// outcome is in, or the worker is gone.
+async fn drive_chunk(
+    w: &mut Worker,
+    chunk: &[UnitJob],
+    dispatch: &Dispatch,
+    results: &Results,
+    area: &StagingArea,
+) -> ChunkEnd {
+    let mut done: HashSet<String> = HashSet::new();
+    let mut running: Option<String> = None;
+    let mut sealing: Option<(String, Vec<UnitReport>)> = None;
+    let settle = |reports: Vec<UnitReport>, done: &mut HashSet<String>| {
+        for report in reports {
+            done.insert(report.run_id.clone());
+            dispatch.finished(report.success);
+            push(results, report.run_id.clone(), Outcome::Reported(report));
+        }
+    };
+    let sent = match serde_json::to_string(chunk) {
+        Ok(mut line) => {
+            line.push('\n');
+            async {
+                w.stdin.write_all(line.as_bytes()).await?;
+                w.stdin.flush().await
+            }
+            .await
+            .is_ok()
+        }
+        Err(_) => false,
+    };
+    // A unit's tool enforces the step's time limit itself; this is the
+    // backstop for an operation that hangs in the worker: each event
+    // restarts the clock.
+    let limit = chunk
+        .first()
+        .and_then(|job| job.step.time_limit_on(job.backend).ok().flatten())
+        .map(|l| l + UNIT_GRACE);
+    let mut timed_out = None;
+    while sent && done.len() < chunk.len() {
+        let line = match limit {
+            Some(limit) => match tokio::time::timeout(limit, w.lines.next_line()).await {
+                Ok(line) => line.ok().flatten(),
+                Err(_) => {
+                    timed_out = Some(format!(
+                        "timed out: no result within the step's time limit ({:.0}s); the worker was killed",
+                        limit.as_secs_f64()
+                    ));
+                    None
+                }
+            },
+            None => w.lines.next_line().await.ok().flatten(),
+        };
+        let Some(event) = line.and_then(|l| serde_json::from_str::<WorkerEvent>(&l).ok()) else {
+            break;
+        };
+        match event {
+            WorkerEvent::Started { run_id } => running = Some(run_id),
+            WorkerEvent::Sealing { unit, reports } => {
+                running = None;
+                sealing = Some((unit, reports));
+            }
+            WorkerEvent::Sealed { unit } => {
+                if let Some((_, reports)) = sealing.take_if(|(u, _)| *u == unit) {
+                    settle(reports, &mut done);
+                }
+            }
+        }
+    }
+    if done.len() == chunk.len() {
+        return ChunkEnd::Done;
+    }
+    // The worker is gone (or hangs). Units it said it was sealing stand if
+    // their staged unit is there: it may have died just after sealing it.
+    if let Some((unit, reports)) = sealing {
+        let (step, operation) =
+            chunk.first().map_or((0, ""), |j| (j.step_number, j.step.operation.as_str()));
+        if area::unit_sealed(area, step, operation, &unit).await.unwrap_or(false) {
+            settle(reports, &mut done);
+        }
+    }
+    let mut left: Vec<UnitJob> =
+        chunk.iter().filter(|j| !done.contains(&j.run_id)).cloned().collect();
+    // The unit it was running is the one that failed; when it was running
+    // none (it died starting, or sealing), the first one left is, so that a
+    // worker that cannot run this chunk at all still ends it.
+    let at = running.and_then(|run| left.iter().position(|j| j.run_id == run)).unwrap_or(0);
+    let lost = (!left.is_empty()).then(|| (Box::new(left.remove(at)), timed_out));
+    ChunkEnd::Died { lost, again: left }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_start_at_one_unit_grow_by_pace_and_share_the_tail() {
+        let mut chunks = Chunks::new();
+        assert_eq!(chunks.size(1000, 2), 1, "nothing measured yet");
+        // 1 ms a unit: 200 fit the target, but a chunk grows at most 4×.
+        chunks.ran(1, Duration::from_millis(1));
+        assert_eq!(chunks.size(1000, 2), 4);
+        chunks.ran(4, Duration::from_millis(4));
+        assert_eq!(chunks.size(1000, 2), 16);
+        chunks.ran(64, Duration::from_millis(64));
+        assert_eq!(chunks.size(1000, 2), 200, "the pace bounds it");
+        chunks.ran(200, Duration::from_micros(200));
+        assert_eq!(chunks.size(100_000, 2), Chunks::MOST);
+        // The tail is shared: at most a quarter of what is left per lane of two.
+        assert_eq!(chunks.size(40, 2), 10);
+        assert_eq!(chunks.size(1, 2), 1);
+        // Slow units go one at a time.
+        chunks.ran(4, Duration::from_secs(2));
+        assert_eq!(chunks.size(1000, 2), 1);
+    }
 }

@@ -117,7 +117,7 @@ impl Operation for CommandOp {
         let op = |m: String| Error::operation("command", m);
         let argv = ctx.step.command.clone().unwrap_or_default();
         let (program, args) = argv.split_first().ok_or_else(|| op("empty command".into()))?;
-        let sandbox = ctx.work_dir();
+        let sandbox = ctx.work_dir()?;
         let inputs_dir = sandbox.join("inputs");
         let outputs_dir = sandbox.join("outputs");
         let mut stems: BTreeMap<String, ArtifactId> = BTreeMap::new();
