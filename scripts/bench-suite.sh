@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The end-to-end benchmarks of issue 11's goals and issue 9's lineage and
+# The end-to-end benchmarks of issue 11's and 45's goals and issue 9's lineage and
 # maintenance costs, each in a fresh folder,
 # each appending its figures to a results file (JSON lines).
 #
@@ -27,6 +27,8 @@ run() {
 run commit    bench commit --executions "$(n 10000)" --artifacts-per-execution 3 --workers 2 --batch 100
 run commit1   bench commit --executions "$(n 10000)" --artifacts-per-execution 3 --workers 2
 run pipeline  bench pipeline --executions "$(n 2000)" --workers 2
+# Issue 45 goal 1: the seed's bench pipeline as a `sluice run` process.
+run seed      bench seed --tables "$(n 1000)" --workers 2 --rounds 3
 run lookup    bench lookup --artifacts "$(n 1000000)" --samples 50
 run put       bench put --count "$(n 1000)"
 run stepcommit bench step-commit --count "$(n 1000)"

@@ -576,6 +576,22 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2)]
         workers: usize,
     },
+    /// The seed system's bench pipeline as its users run it: `sluice run
+    /// --workers W` of generate_data (N tables of 10 rows) -> compute_metrics
+    /// -> filter, in a new process on a new lake (made beside this lake and
+    /// removed after), --rounds times; wall time and each step's share,
+    /// against goal 1.0 s and the seed's 101.3 s (issue 45's measurement).
+    Seed {
+        /// Tables generated (one unit each; as many compute_metrics units).
+        #[arg(long, default_value_t = 1000)]
+        tables: u64,
+        /// Local worker processes.
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        /// Rounds, each a new lake and a new process (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
     /// Lineage cost at scale: a layered derivation graph of --edges edges
     /// (needs an empty lake), then lineage --up --depth 5 of --samples
     /// artifacts, each in a fresh process (time, peak RSS), against one SQL

@@ -138,6 +138,9 @@ async fn run_on(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Pipeline { executions, workers } => {
             Box::pin(pipeline(root, executions, workers)).await?
         }
+        BenchCommand::Seed { tables, workers, rounds } => {
+            super::bench_seed::seed(root, tables, workers, rounds).await?
+        }
         BenchCommand::Lineage { edges, layers, samples } => {
             super::bench_scale::lineage(root, edges, layers, samples).await?
         }

@@ -235,7 +235,7 @@ pub async fn lineage(
     ])
 }
 
-fn peak_of(stderr: &str) -> f64 {
+pub(crate) fn peak_of(stderr: &str) -> f64 {
     stderr
         .lines()
         .find_map(|l| l.strip_prefix("peak RSS MiB: "))

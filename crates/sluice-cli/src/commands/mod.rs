@@ -5,6 +5,7 @@ mod bench_ingest;
 mod bench_load;
 mod bench_results;
 mod bench_scale;
+mod bench_seed;
 mod bench_size;
 mod bench_store;
 mod commit;
