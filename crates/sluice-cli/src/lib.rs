@@ -81,9 +81,17 @@ fn init_tracing(verbose: u8, quiet: bool, colour: bool) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SLUICE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // `SLUICE_LOG_SPANS=1`: a line as each span closes, with its busy and
+    // idle time (a unit's `input_read`, `compute`, `staging` in a worker).
+    let spans =
+        match std::env::var_os("SLUICE_LOG_SPANS").is_some_and(|v| !v.is_empty() && v != "0") {
+            true => tracing_subscriber::fmt::format::FmtSpan::CLOSE,
+            false => tracing_subscriber::fmt::format::FmtSpan::NONE,
+        };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(output::Stderr::make)
+        .with_span_events(spans)
         .with_ansi(colour);
     let _ = match verbose {
         0 => builder.event_format(log_format::CargoStyle).try_init(),

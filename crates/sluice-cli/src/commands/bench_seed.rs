@@ -46,7 +46,8 @@ pub async fn seed(
     std::fs::write(&file, super::bench_load::pipeline_text(tables))
         .with_context(|| format!("writing {}", file.display()))?;
     let mut lines = vec![format!(
-        "workload: the seed system's bench pipeline as a process: generate_data of {tables} tables of 10 rows (one unit each) -> compute_metrics of each -> filter, `sluice run --workers {workers}` in a new process on a new lake, {rounds} rounds"
+        "workload: the seed system's bench pipeline as a process: generate_data of {tables} tables of 10 rows (one unit each) -> compute_metrics of each -> filter, `sluice run --workers {workers}` in a new process on a new lake, {rounds} round{}",
+        if rounds == 1 { "" } else { "s" }
     )];
     let mut walls = Vec::new();
     let mut peaks = Vec::new();
@@ -112,26 +113,43 @@ pub async fn seed(
     ])
 }
 
-/// One round's line: its wall time and each step's share of it; what is
-/// left is process start, lake open, recovery and the run's own rows.
+/// One round's line: its wall time and each step's share of it, the
+/// step's phases (wall) and its workers' (summed over them); what is left
+/// is process start, lake open, recovery and the run's own rows.
 fn shares(round: usize, wall: f64, report: &serde_json::Value) -> String {
     let mut parts = Vec::new();
     let mut steps = 0.0;
     for step in report["steps"].as_array().into_iter().flatten() {
-        let secs = step["seconds"].as_f64().unwrap_or(0.0);
+        let timings = &step["timings"];
+        let secs = step["seconds"].as_f64().unwrap_or(0.0)
+            + timings["bookkeeping"].as_f64().unwrap_or(0.0);
         steps += secs;
         let units = step["dispatched"].as_u64().unwrap_or(0);
+        let phase =
+            |v: &serde_json::Value, k: &str| format!("{k} {:.3}", v[k].as_f64().unwrap_or(0.0));
+        let own: Vec<String> =
+            ["plan", "cache_lookup", "execute", "commit", "collect", "bookkeeping"]
+                .iter()
+                .map(|k| phase(timings, k))
+                .collect();
+        let workers = &step["worker_seconds"];
+        let theirs: Vec<String> = ["start", "input_read", "compute", "staging"]
+            .iter()
+            .map(|k| phase(workers, k))
+            .collect();
         parts.push(format!(
-            "{} {secs:.3} s ({:.0}%, {units} unit{})",
+            "\n  {} {secs:.3} s ({:.0}%, {units} unit{}): {}; workers (s summed): {}",
             step["name"].as_str().unwrap_or("?"),
             100.0 * secs / wall,
-            if units == 1 { "" } else { "s" }
+            if units == 1 { "" } else { "s" },
+            own.join(", "),
+            theirs.join(", ")
         ));
     }
     let rest = (wall - steps).max(0.0);
     parts.push(format!(
-        "process start, lake open, recovery and run rows {rest:.3} s ({:.0}%)",
+        "\n  process start, lake open, recovery and run rows {rest:.3} s ({:.0}%)",
         100.0 * rest / wall
     ));
-    format!("round {round}: {wall:.2} s = {}", parts.join(" + "))
+    format!("round {round}: {wall:.2} s{}", parts.concat())
 }

@@ -416,6 +416,8 @@ outputs = {{ t = "data" }}
         "{work:#}"
     );
     assert_eq!(work["outputs"]["t"], 59);
+    // Two workers started (one again after the kill): their start is timed.
+    assert!(work["worker_seconds"]["start"].as_f64().unwrap() > 0.0, "{work:#}");
     assert!(work["failures"][0][1].as_str().unwrap().contains("SIGKILL"), "{work:#}");
     // One execution row per unit: 59 successes and the killed one.
     assert_eq!(f.count("SELECT count(*) FROM executions WHERE origin_step_number = 2"), 60);

@@ -39,7 +39,7 @@ pub enum RunEvent {
         number: i32,
     },
     /// A step finished.
-    StepFinished(StepSummary),
+    StepFinished(Box<StepSummary>),
 }
 
 /// Observer of run progress.
@@ -81,4 +81,10 @@ pub struct StepSummary {
     pub failures: Vec<(String, String)>,
     /// Wall time, seconds.
     pub seconds: f64,
+    /// The step's phases in wall seconds: plan, cache_lookup, execute,
+    /// commit, collect.
+    pub timings: BTreeMap<String, f64>,
+    /// Where its workers' time went, in seconds summed over workers (local
+    /// backend; zero elsewhere).
+    pub worker_seconds: super::unit::WorkerPhases,
 }

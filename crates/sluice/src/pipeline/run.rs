@@ -197,7 +197,7 @@ impl RunBuilder<'_> {
                 }
             };
             let status = summary.status;
-            context.emit(RunEvent::StepFinished(summary.clone()));
+            context.emit(RunEvent::StepFinished(Box::new(summary.clone())));
             report.steps.push(summary);
             streams.push(outputs);
             specs.push(spec);

@@ -163,6 +163,8 @@ impl<'r, 'a> StepRun<'r, 'a> {
             outputs: BTreeMap::new(),
             failures: Vec::new(),
             seconds: 0.0,
+            timings: BTreeMap::new(),
+            worker_seconds: Default::default(),
         };
         let mut run = StepRun {
             runner,
@@ -226,7 +228,9 @@ impl<'r, 'a> StepRun<'r, 'a> {
     }
 
     fn lap(&mut self, name: &'static str) {
-        self.timings.insert(name, self.phase.elapsed().as_secs_f64());
+        let secs = self.phase.elapsed().as_secs_f64();
+        self.timings.insert(name, secs);
+        self.summary.timings.insert(name.to_owned(), secs);
         self.phase = Instant::now();
     }
 
@@ -369,6 +373,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
                     o(RunEvent::UnitFinished { number, success });
                 }
             }),
+            phases: Arc::default(),
         };
         let job_count = jobs.len();
         let job_runs: HashSet<String> = jobs.iter().map(|j| j.run_id.clone()).collect();
@@ -378,6 +383,9 @@ impl<'r, 'a> StepRun<'r, 'a> {
             backend::slurm::run(&dispatch, &area, self.step, jobs.clone(), runner.slurm).await?
         };
         self.lap("execute");
+        if let Ok(phases) = dispatch.phases.lock() {
+            self.summary.worker_seconds = *phases;
+        }
         let by_run: HashMap<&str, &UnitJob> = jobs.iter().map(|j| (j.run_id.as_str(), j)).collect();
         let mut runs = HashSet::new();
         let local_id = worker_id();
@@ -542,6 +550,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
             "dispatched": summary.dispatched,
             "not_run": summary.not_run,
             "timings": self.timings,
+            "worker_seconds": summary.worker_seconds,
             "failures": summary.failures,
             "quarantined": dispatched.quarantined,
             "inputs": self.input_refs(),
@@ -556,6 +565,10 @@ impl<'r, 'a> StepRun<'r, 'a> {
                 tracing::warn!(error = %e, "automatic maintenance after the step failed");
             }
         }
+        // The final row and automatic maintenance, after the row's own
+        // `seconds` (which cannot count its own writing).
+        let bookkeeping = self.phase.elapsed().as_secs_f64();
+        self.summary.timings.insert("bookkeeping".into(), bookkeeping);
         Ok((self.summary, outputs, self.step_spec_id))
     }
 }

@@ -66,7 +66,7 @@ pub struct UnitReport {
 /// each. The orchestrator learns from them which unit a dead worker was
 /// running (that one failed; the others it had not sealed run again), and
 /// which executions are sealed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum WorkerEvent {
     /// It began running this unit.
@@ -87,5 +87,32 @@ pub enum WorkerEvent {
     Sealed {
         /// The staged unit.
         unit: String,
+        /// Where its units' time went in the worker.
+        #[serde(default)]
+        phases: WorkerPhases,
     },
+}
+
+/// Seconds a worker spent per phase on some units (summed over them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct WorkerPhases {
+    /// Starting: from the process's spawn to its first word (orchestrator-measured).
+    #[serde(default)]
+    pub start: f64,
+    /// Reading input artifacts (a chunk's look-up, and any unit's own).
+    pub input_read: f64,
+    /// The operations themselves.
+    pub compute: f64,
+    /// Encoding, writing and sealing staged units.
+    pub staging: f64,
+}
+
+impl WorkerPhases {
+    /// Add `other`'s seconds to these.
+    pub fn add(&mut self, other: &WorkerPhases) {
+        self.start += other.start;
+        self.input_read += other.input_read;
+        self.compute += other.compute;
+        self.staging += other.staging;
+    }
 }

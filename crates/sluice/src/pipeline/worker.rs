@@ -10,9 +10,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
+use tracing::Instrument;
+
 use super::operation::{Output, UnitContext};
 use super::ops::Operations;
-use super::unit::{UnitJob, UnitReport};
+use super::unit::{UnitJob, UnitReport, WorkerPhases};
 use crate::artifact::{Artifact, ArtifactId, canonical_json};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
@@ -41,10 +43,12 @@ pub(crate) async fn run_unit(
     job: &UnitJob,
     prefetched: Option<&BTreeMap<ArtifactId, Artifact>>,
     worker_id: &str,
+    phases: &mut WorkerPhases,
 ) -> Result<(StagedExecution, UnitReport)> {
     let started = now_micros();
     let clock = Instant::now();
-    let (outcome, tool_output, loaded) = run_operation(lake, operations, job, prefetched).await;
+    let (outcome, tool_output, loaded) =
+        run_operation(lake, operations, job, prefetched, phases).await;
     let (produced, error) = match outcome {
         Ok(produced) => (Some(produced), None),
         // A failure says what the unit was given, by name where the inputs
@@ -130,7 +134,9 @@ async fn run_operation(
     operations: &Operations,
     job: &UnitJob,
     prefetched: Option<&BTreeMap<ArtifactId, Artifact>>,
+    phases: &mut WorkerPhases,
 ) -> Ran {
+    let reading = Instant::now();
     let prepared = async {
         let op = operations.get(&job.step.operation)?;
         let inputs = if op.needs_content() {
@@ -140,7 +146,9 @@ async fn run_operation(
         };
         Ok::<_, Error>((op, inputs))
     };
-    let (op, inputs) = match prepared.await {
+    let prepared = prepared.instrument(tracing::debug_span!("input_read")).await;
+    phases.input_read += reading.elapsed().as_secs_f64();
+    let (op, inputs) = match prepared {
         Ok(prepared) => prepared,
         Err(e) => return (Err(e), None, None),
     };
@@ -152,7 +160,10 @@ async fn run_operation(
     let ctx = UnitContext::new(job, inputs, work_dir.clone(), lake.clone());
     let registry = lake.registry().clone();
     let step_number = job.step_number;
+    let computing = Instant::now();
+    let span = tracing::debug_span!("compute");
     let result = tokio::task::spawn_blocking(move || {
+        let _phase = span.entered();
         let result = op.run(&ctx);
         let tool_output = ctx.take_tool_output();
         let result = result.and_then(|outputs| finalize(outputs, &registry, step_number));
@@ -161,6 +172,7 @@ async fn run_operation(
         (result, tool_output, inputs, made_sandbox)
     })
     .await;
+    phases.compute += computing.elapsed().as_secs_f64();
     let (result, made_sandbox) = match result {
         Ok((result, tool_output, inputs, made)) => (Ok((result, tool_output, inputs)), made),
         // A panic may have left a sandbox behind.

@@ -20,8 +20,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use super::ops::Operations;
-use super::unit::{UnitJob, UnitReport, WorkerEvent};
+use super::unit::{UnitJob, UnitReport, WorkerEvent, WorkerPhases};
 use super::worker::{run_unit, worker_id};
 use crate::artifact::{Artifact, ArtifactId};
 use crate::error::{Error, Result};
@@ -46,7 +48,12 @@ pub async fn run_chunk(
     seal_after: Duration,
     emit: &mut (dyn FnMut(WorkerEvent) -> Result<()> + Send),
 ) -> Result<()> {
-    let prefetched = prefetch(lake, operations, jobs).await;
+    let mut phases = WorkerPhases::default();
+    let reading = Instant::now();
+    let prefetched = prefetch(lake, operations, jobs)
+        .instrument(tracing::debug_span!("input_read", units = jobs.len()))
+        .await;
+    phases.input_read += reading.elapsed().as_secs_f64();
     let mut group: Vec<(StagedExecution, UnitReport)> = Vec::new();
     let mut opened = Instant::now();
     for job in jobs {
@@ -54,12 +61,16 @@ pub async fn run_chunk(
         if group.is_empty() {
             opened = Instant::now();
         }
-        group.push(run_unit(lake, operations, job, prefetched.as_ref(), worker_id).await?);
+        let span = tracing::debug_span!("unit", run = %job.run_id);
+        let ran = run_unit(lake, operations, job, prefetched.as_ref(), worker_id, &mut phases)
+            .instrument(span)
+            .await?;
+        group.push(ran);
         if opened.elapsed() >= seal_after {
-            seal(writer, std::mem::take(&mut group), emit).await?;
+            seal(writer, std::mem::take(&mut group), std::mem::take(&mut phases), emit).await?;
         }
     }
-    seal(writer, group, emit).await
+    seal(writer, group, phases, emit).await
 }
 
 /// Every input artifact of the chunk's units, read in one look-up, when
@@ -93,6 +104,7 @@ async fn prefetch(
 async fn seal(
     writer: &StagingWriter,
     group: Vec<(StagedExecution, UnitReport)>,
+    mut phases: WorkerPhases,
     emit: &mut (dyn FnMut(WorkerEvent) -> Result<()> + Send),
 ) -> Result<()> {
     let (staged, reports): (Vec<StagedExecution>, Vec<UnitReport>) = group.into_iter().unzip();
@@ -104,13 +116,19 @@ async fn seal(
     emit(WorkerEvent::Sealing { unit: unit.clone(), reports })?;
     let writer = writer.clone();
     let name = unit.clone();
-    tokio::task::spawn_blocking(move || match staged.as_slice() {
-        [one] => writer.write(one),
-        _ => writer.write_batch_as(&name, &staged),
+    let clock = Instant::now();
+    let span = tracing::debug_span!("staging", units = staged.len());
+    tokio::task::spawn_blocking(move || {
+        let _phase = span.entered();
+        match staged.as_slice() {
+            [one] => writer.write(one),
+            _ => writer.write_batch_as(&name, &staged),
+        }
     })
     .await
     .map_err(|e| Error::task("staging a chunk's units", e))??;
-    emit(WorkerEvent::Sealed { unit })
+    phases.staging += clock.elapsed().as_secs_f64();
+    emit(WorkerEvent::Sealed { unit, phases })
 }
 
 fn staging_writer(lake: &Lake) -> Result<StagingWriter> {

@@ -196,3 +196,46 @@ async fn a_step_partition_with_many_small_files_is_compacted_after_the_step() {
         assert_eq!(n, 6, "every artifact kept");
     }
 }
+
+/// Where a step's time went is reported: its own phases in wall seconds,
+/// and its workers' (reading inputs, computing, staging) summed over them,
+/// in the run report and in the step's row.
+#[tokio::test]
+async fn a_steps_phases_and_its_workers_time_are_reported() {
+    let (_dir, lake) = common::lake().await;
+    let text = r#"
+name = "phases"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 6, rows = 10 }
+[[step]]
+name = "stats"
+operation = "compute_metrics"
+inputs = { t = "gen.data" }
+"#;
+    let report = lake
+        .run(pipeline(text, &lake), Operations::linked().unwrap())
+        .with_workers(2)
+        .execute()
+        .await
+        .unwrap();
+    for step in &report.steps {
+        for phase in ["plan", "cache_lookup", "execute", "commit", "collect", "bookkeeping"] {
+            assert!(step.timings.contains_key(phase), "{phase} missing: {:?}", step.timings);
+        }
+        let workers = step.worker_seconds;
+        assert!(workers.compute > 0.0 && workers.staging > 0.0, "{}: {workers:?}", step.name);
+    }
+    assert!(report.steps[1].worker_seconds.input_read > 0.0, "{:?}", report.steps[1]);
+    let row = lake
+        .sql("SELECT metadata FROM steps WHERE step_name = 'stats' AND status = 'completed'")
+        .execute()
+        .await
+        .unwrap();
+    let text =
+        sluice::query::format::render(&row.batches, sluice::query::OutputFormat::Json).unwrap();
+    let row: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let metadata: Value = serde_json::from_str(row["metadata"].as_str().unwrap()).unwrap();
+    assert!(metadata["worker_seconds"]["compute"].as_f64().unwrap() > 0.0, "{metadata:#}");
+}

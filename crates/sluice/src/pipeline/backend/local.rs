@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::io::location::LakeRoot;
 use crate::pipeline::ops::Operations;
-use crate::pipeline::unit::{UnitJob, UnitReport, WorkerEvent};
+use crate::pipeline::unit::{UnitJob, UnitReport, WorkerEvent, WorkerPhases};
 use crate::pipeline::worker::worker_id;
 use crate::pipeline::worker_mode::{SEAL_AFTER, run_chunk};
 use crate::staging::{StagingArea, StagingWriter, area};
@@ -123,15 +123,16 @@ pub async fn run(
                         // In this process nothing can die mid-chunk: a unit's
                         // outcome stands once its staged unit is sealed.
                         let mut emit = |event: WorkerEvent| {
-                            if let WorkerEvent::Sealing { reports, .. } = event {
-                                for report in reports {
-                                    dispatch.finished(report.success);
-                                    push(
-                                        &results,
-                                        report.run_id.clone(),
-                                        Outcome::Reported(report),
-                                    );
+                            match event {
+                                WorkerEvent::Sealing { reports, .. } => {
+                                    for report in reports {
+                                        dispatch.finished(report.success);
+                                        let run = report.run_id.clone();
+                                        push(&results, run, Outcome::Reported(report));
+                                    }
                                 }
+                                WorkerEvent::Sealed { phases, .. } => dispatch.spent(&phases),
+                                WorkerEvent::Started { .. } => {}
                             }
                             Ok(())
                         };
@@ -157,6 +158,8 @@ fn push(results: &Results, run_id: String, outcome: Outcome) {
 }
 
 struct Worker {
+    /// When it was spawned, until its first word.
+    spawned: Option<Instant>,
     child: tokio::process::Child,
     stdin: tokio::process::ChildStdin,
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
@@ -182,7 +185,12 @@ fn spawn_worker(program: &std::path::Path, dispatch: &Dispatch) -> Result<Worker
         .map_err(|e| Error::io(program, e))?;
     let stdin = child.stdin.take().ok_or_else(|| Error::Internal("worker stdin".into()))?;
     let stdout = child.stdout.take().ok_or_else(|| Error::Internal("worker stdout".into()))?;
-    Ok(Worker { child, stdin, lines: BufReader::new(stdout).lines() })
+    Ok(Worker {
+        spawned: Some(Instant::now()),
+        child,
+        stdin,
+        lines: BufReader::new(stdout).lines(),
+    })
 }
 
 /// How a chunk sent to a worker process ended.
@@ -308,16 +316,21 @@ async fn drive_chunk(
         let Some(event) = line.and_then(|l| serde_json::from_str::<WorkerEvent>(&l).ok()) else {
             break;
         };
+        if let Some(spawned) = w.spawned.take() {
+            let start = spawned.elapsed().as_secs_f64();
+            dispatch.spent(&WorkerPhases { start, ..WorkerPhases::default() });
+        }
         match event {
             WorkerEvent::Started { run_id } => running = Some(run_id),
             WorkerEvent::Sealing { unit, reports } => {
                 running = None;
                 sealing = Some((unit, reports));
             }
-            WorkerEvent::Sealed { unit } => {
+            WorkerEvent::Sealed { unit, phases } => {
                 if let Some((_, reports)) = sealing.take_if(|(u, _)| *u == unit) {
                     settle(reports, &mut done);
                 }
+                dispatch.spent(&phases);
             }
         }
     }

@@ -19,7 +19,7 @@ use crate::lake::io::location::LakeRoot;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::unit::UnitReport;
+use super::unit::{UnitReport, WorkerPhases};
 
 /// What happened to one dispatched unit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +51,8 @@ pub struct Dispatch {
     pub fail_fast: bool,
     /// Called after each unit: (succeeded).
     pub on_unit: Arc<dyn Fn(bool) + Send + Sync>,
+    /// Where the workers' time went, summed over them (local backend).
+    pub phases: Arc<std::sync::Mutex<WorkerPhases>>,
 }
 
 impl std::fmt::Debug for Dispatch {
@@ -66,6 +68,13 @@ impl Dispatch {
     /// Whether dispatching should stop.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst) || self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Add a worker's `phases` to the step's.
+    pub fn spent(&self, phases: &WorkerPhases) {
+        if let Ok(mut total) = self.phases.lock() {
+            total.add(phases);
+        }
     }
 
     /// Record a finished unit; a failure under fail-fast stops dispatching.
