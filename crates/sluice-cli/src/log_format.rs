@@ -7,7 +7,7 @@ use std::fmt;
 
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// `warning: …` / `error: …`, one line per event.
@@ -31,6 +31,20 @@ where
             _ => "debug",
         };
         write!(writer, "{label}: ")?;
+        // Inside spans (a worker's unit and its phases): say which, as
+        // `unit{run=…}:compute: close time.busy=…` under SLUICE_LOG_SPANS.
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                write!(writer, "{}", span.name())?;
+                let extensions = span.extensions();
+                if let Some(fields) = extensions.get::<FormattedFields<N>>()
+                    && !fields.is_empty()
+                {
+                    write!(writer, "{{{fields}}}")?;
+                }
+                write!(writer, ": ")?;
+            }
+        }
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
     }
