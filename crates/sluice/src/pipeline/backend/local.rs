@@ -197,9 +197,20 @@ fn spawn_worker(program: &std::path::Path, dispatch: &Dispatch) -> Result<Worker
 enum ChunkEnd {
     /// Every unit's outcome is in.
     Done,
-    /// The worker died or was killed: the unit to fail (with why), and the
-    /// units to run again.
-    Died { lost: Option<(Box<UnitJob>, Option<String>)>, again: Vec<UnitJob> },
+    /// The worker died, or hangs and is to be killed.
+    Died(Death),
+}
+
+/// What the orchestrator knew of a chunk when its worker stopped answering.
+struct Death {
+    /// Units whose outcome is in.
+    done: HashSet<String>,
+    /// The unit the worker said it started and did not finish.
+    running: Option<String>,
+    /// The staged unit it said it was sealing, and its units' reports.
+    sealing: Option<(String, Vec<UnitReport>)>,
+    /// Why, when it was the step's time limit.
+    timed_out: Option<String>,
 }
 
 async fn process_lane(
@@ -222,9 +233,9 @@ async fn process_lane(
             None => worker.insert(spawn_worker(program, dispatch)?),
         };
         let clock = Instant::now();
-        match drive_chunk(w, &chunk, dispatch, results, &area).await {
+        match drive_chunk(w, &chunk, dispatch, results).await {
             ChunkEnd::Done => chunks.ran(chunk.len(), clock.elapsed()),
-            ChunkEnd::Died { lost, again } => {
+            ChunkEnd::Died(death) => {
                 let mut dead = worker.take().map(|w| w.child);
                 let status = match dead.as_mut() {
                     Some(child) => {
@@ -237,6 +248,8 @@ async fn process_lane(
                     }
                     None => None,
                 };
+                // Only now that it is gone can what it staged be judged.
+                let (lost, again) = after_death(&area, &chunk, death, dispatch, results).await;
                 if let Some((job, why)) = lost {
                     let why = why.unwrap_or_else(|| {
                         let status = status.map_or_else(
@@ -267,18 +280,10 @@ async fn drive_chunk(
     chunk: &[UnitJob],
     dispatch: &Dispatch,
     results: &Results,
-    area: &StagingArea,
 ) -> ChunkEnd {
     let mut done: HashSet<String> = HashSet::new();
     let mut running: Option<String> = None;
     let mut sealing: Option<(String, Vec<UnitReport>)> = None;
-    let settle = |reports: Vec<UnitReport>, done: &mut HashSet<String>| {
-        for report in reports {
-            done.insert(report.run_id.clone());
-            dispatch.finished(report.success);
-            push(results, report.run_id.clone(), Outcome::Reported(report));
-        }
-    };
     let sent = match serde_json::to_string(chunk) {
         Ok(mut line) => {
             line.push('\n');
@@ -328,7 +333,7 @@ async fn drive_chunk(
             }
             WorkerEvent::Sealed { unit, phases } => {
                 if let Some((_, reports)) = sealing.take_if(|(u, _)| *u == unit) {
-                    settle(reports, &mut done);
+                    settle(reports, &mut done, dispatch, results);
                 }
                 dispatch.spent(&phases);
             }
@@ -337,13 +342,44 @@ async fn drive_chunk(
     if done.len() == chunk.len() {
         return ChunkEnd::Done;
     }
-    // The worker is gone (or hangs). Units it said it was sealing stand if
-    // their staged unit is there: it may have died just after sealing it.
+    ChunkEnd::Died(Death { done, running, sealing, timed_out })
+}
+
+/// The outcome of units whose worker answered for them.
+fn settle(
+    reports: Vec<UnitReport>,
+    done: &mut HashSet<String>,
+    dispatch: &Dispatch,
+    results: &Results,
+) {
+    for report in reports {
+        done.insert(report.run_id.clone());
+        dispatch.finished(report.success);
+        push(results, report.run_id.clone(), Outcome::Reported(report));
+    }
+}
+
+/// Once a chunk's worker is dead: the unit that failed (and why, when it
+/// is not how the worker ended) and the units to run again.
+async fn after_death(
+    area: &StagingArea,
+    chunk: &[UnitJob],
+    death: Death,
+    dispatch: &Dispatch,
+    results: &Results,
+) -> (Option<(UnitJob, Option<String>)>, Vec<UnitJob>) {
+    let Death { mut done, running, sealing, timed_out } = death;
+    // Units it said it was sealing stand if their staged unit is there (it
+    // died just after sealing it); if not, what it left of it goes.
     if let Some((unit, reports)) = sealing {
         let (step, operation) =
             chunk.first().map_or((0, ""), |j| (j.step_number, j.step.operation.as_str()));
         if area::unit_sealed(area, step, operation, &unit).await.unwrap_or(false) {
-            settle(reports, &mut done);
+            settle(reports, &mut done, dispatch, results);
+        } else if let (Some(root), Ok(relative)) =
+            (area.dir(), area::unit_relative(step, operation, &unit))
+        {
+            let _ = std::fs::remove_dir_all(root.join(relative));
         }
     }
     let mut left: Vec<UnitJob> =
@@ -352,8 +388,8 @@ async fn drive_chunk(
     // none (it died starting, or sealing), the first one left is, so that a
     // worker that cannot run this chunk at all still ends it.
     let at = running.and_then(|run| left.iter().position(|j| j.run_id == run)).unwrap_or(0);
-    let lost = (!left.is_empty()).then(|| (Box::new(left.remove(at)), timed_out));
-    ChunkEnd::Died { lost, again: left }
+    let lost = (!left.is_empty()).then(|| (left.remove(at), timed_out));
+    (lost, left)
 }
 
 #[cfg(test)]
