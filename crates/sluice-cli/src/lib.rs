@@ -18,6 +18,9 @@ use clap::{CommandFactory, FromArgMatches};
 
 pub use args::Cli;
 
+/// The stack of each runtime thread (see `main_entry`).
+const RUNTIME_STACK: usize = 16 << 20;
+
 /// Run the `sluice` command line with the process's arguments.
 pub fn main_entry() -> ExitCode {
     allocator::return_large_blocks();
@@ -25,7 +28,15 @@ pub fn main_entry() -> ExitCode {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     output::set_quiet(cli.quiet);
     init_tracing(cli.verbose, cli.quiet, log_format::colour(cli.color));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // delta-rs turns a long `IN (…)` filter into a chain of ORs and walks
+    // it recursively (`to_kernel::flatten_junction_expr`): 2048 ids
+    // overflowed the default 2 MiB stack of a dev build (a `filter` step
+    // over 10,000 candidates). Stacks are reserved, not committed.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(RUNTIME_STACK)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -441,6 +441,33 @@ outputs = {{ t = "data" }}
     );
 }
 
+/// A whole-stream step over more artifacts than one `IN (…)` list holds
+/// (2048): delta-rs walks such a filter recursively, which overflowed a
+/// runtime thread's stack at 10,000 candidates.
+#[test]
+fn a_filter_over_thousands_of_candidates_runs() {
+    let f = Fixture::new();
+    let pipeline = r#"name = "wide"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 2500, rows = 2 }
+
+[[step]]
+name = "stats"
+operation = "compute_metrics"
+inputs = { t = "gen.data" }
+
+[[step]]
+name = "keep"
+operation = "filter"
+inputs = { candidates = "gen.data" }
+params = { metric = "stats.metrics", where = "rows = 2" }
+"#;
+    let report = f.run_ok(pipeline);
+    assert_eq!(step(&report, "keep")["outputs"]["kept"], 2500, "{report:#}");
+}
+
 #[test]
 fn fail_fast_stops_dispatching_and_the_pipeline() {
     let f = Fixture::new();
