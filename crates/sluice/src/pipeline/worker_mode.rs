@@ -32,14 +32,14 @@ use crate::staging::{StagedExecution, StagingArea, StagingWriter, paths};
 
 /// How long a worker keeps ran units unsealed before it seals them, when
 /// its chunk is not done yet: what a dead worker may leave to be run again.
-pub const SEAL_AFTER: Duration = Duration::from_millis(500);
+pub(crate) const SEAL_AFTER: Duration = Duration::from_millis(500);
 
 /// Run `jobs` (one step's), staging their executions in groups sealed at
 /// least every `seal_after` (zero: each unit alone, as a SLURM task does
 /// for the orchestrator to wait on each run) and at the end, and tell
 /// `emit` what happens. Errors are returned only when staging fails or
 /// `emit` does.
-pub async fn run_chunk(
+pub(crate) async fn run_chunk(
     lake: &Lake,
     operations: &Operations,
     writer: &StagingWriter,
