@@ -131,7 +131,7 @@ pub enum Output {
 #[derive(Debug)]
 pub struct UnitContext {
     /// The step.
-    pub step: StepConfig,
+    pub step: Arc<StepConfig>,
     /// The step's number.
     pub step_number: i32,
     /// The unit's source descriptors (operations without inputs).

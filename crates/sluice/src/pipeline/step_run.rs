@@ -309,6 +309,8 @@ impl<'r, 'a> StepRun<'r, 'a> {
         self.lap("cache_lookup");
         let mut unit_runs = Vec::with_capacity(self.units.len());
         let mut jobs = Vec::new();
+        let step = Arc::new(self.step.clone());
+        let input_types = Arc::new(self.input_types.clone());
         for unit in std::mem::take(&mut self.units) {
             if let Some(run) = cached.get(&unit.spec_id) {
                 unit_runs.push(UnitRun {
@@ -325,13 +327,13 @@ impl<'r, 'a> StepRun<'r, 'a> {
                 cached: false,
             });
             jobs.push(UnitJob {
-                step: self.step.clone(),
+                step: step.clone(),
                 step_number: self.number,
                 step_run_id: self.step_run_id.clone(),
                 pipeline_run_id: self.pipeline_run_id.clone(),
                 run_id: run_id.clone(),
                 backend: backend_kind,
-                input_types: self.input_types.clone(),
+                input_types: input_types.clone(),
                 unit,
             });
         }
@@ -377,10 +379,12 @@ impl<'r, 'a> StepRun<'r, 'a> {
         };
         let job_count = jobs.len();
         let job_runs: HashSet<String> = jobs.iter().map(|j| j.run_id.clone()).collect();
+        // Held once for the backends and for the failures of lost units.
+        let jobs: Arc<[UnitJob]> = jobs.into();
         let outcomes = if inline || backend_kind == BackendKind::Local {
             backend::local::run(lake, runner.operations, &writer, &dispatch, jobs.clone()).await?
         } else {
-            backend::slurm::run(&dispatch, &area, self.step, jobs.clone(), runner.slurm).await?
+            backend::slurm::run(&dispatch, &area, self.step, &jobs, runner.slurm).await?
         };
         self.lap("execute");
         if let Ok(phases) = dispatch.phases.lock() {

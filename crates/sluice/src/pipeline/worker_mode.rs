@@ -43,7 +43,7 @@ pub(crate) async fn run_chunk(
     lake: &Lake,
     operations: &Operations,
     writer: &StagingWriter,
-    jobs: &[UnitJob],
+    jobs: &[&UnitJob],
     worker_id: &str,
     seal_after: Duration,
     emit: &mut (dyn FnMut(WorkerEvent) -> Result<()> + Send),
@@ -80,7 +80,7 @@ pub(crate) async fn run_chunk(
 async fn prefetch(
     lake: &Lake,
     operations: &Operations,
-    jobs: &[UnitJob],
+    jobs: &[&UnitJob],
 ) -> Option<BTreeMap<ArtifactId, Artifact>> {
     let first = jobs.first()?;
     if jobs.len() < 2 || !operations.get(&first.step.operation).ok()?.needs_content() {
@@ -178,6 +178,7 @@ pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
         }
         let jobs: Vec<UnitJob> = serde_json::from_str(&line)
             .map_err(|e| Error::json("a chunk of unit jobs on stdin", e))?;
+        let jobs: Vec<&UnitJob> = jobs.iter().collect();
         run_chunk(lake, operations, &writer, &jobs, &id, SEAL_AFTER, &mut emit).await?;
     }
     Ok(())
@@ -208,6 +209,8 @@ pub async fn run_slice(
         })
         .collect::<Result<Vec<_>>>()?;
     let mut quiet = |_: WorkerEvent| Ok(());
-    run_chunk(lake, operations, &writer, &jobs, &id, std::time::Duration::ZERO, &mut quiet).await?;
+    let slice: Vec<&UnitJob> = jobs.iter().collect();
+    run_chunk(lake, operations, &writer, &slice, &id, std::time::Duration::ZERO, &mut quiet)
+        .await?;
     Ok(jobs.len())
 }

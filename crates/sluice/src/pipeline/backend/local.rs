@@ -32,7 +32,9 @@ use crate::staging::{StagingArea, StagingWriter, area};
 /// is killed (its tool enforces the limit itself; this is a backstop).
 const UNIT_GRACE: Duration = Duration::from_secs(15);
 
-type Queue = Arc<Mutex<VecDeque<UnitJob>>>;
+/// Positions in the step's jobs, which every lane shares (a step's jobs
+/// are held once, however many units there are).
+type Queue = Arc<Mutex<VecDeque<usize>>>;
 type Results = Arc<Mutex<Vec<(String, Outcome)>>>;
 
 /// How many units a lane sends at once. The first chunk is one unit; then
@@ -70,7 +72,7 @@ impl Chunks {
 }
 
 /// The next chunk of at most `size(remaining)` jobs (none once dispatching stops).
-fn next_chunk(queue: &Queue, dispatch: &Dispatch, chunks: &Chunks, lanes: usize) -> Vec<UnitJob> {
+fn next_chunk(queue: &Queue, dispatch: &Dispatch, chunks: &Chunks, lanes: usize) -> Vec<usize> {
     if dispatch.stopping() {
         return Vec::new();
     }
@@ -80,7 +82,7 @@ fn next_chunk(queue: &Queue, dispatch: &Dispatch, chunks: &Chunks, lanes: usize)
 }
 
 /// Put jobs a dead worker did not finish back at the front of the queue.
-fn requeue(queue: &Queue, jobs: Vec<UnitJob>) {
+fn requeue(queue: &Queue, jobs: Vec<usize>) {
     if let Ok(mut queue) = queue.lock() {
         for job in jobs.into_iter().rev() {
             queue.push_front(job);
@@ -95,18 +97,19 @@ pub async fn run(
     operations: &Operations,
     writer: &StagingWriter,
     dispatch: &Dispatch,
-    jobs: Vec<UnitJob>,
+    jobs: Arc<[UnitJob]>,
 ) -> Result<Vec<(String, Outcome)>> {
     let lanes = dispatch.workers.max(1).min(jobs.len().max(1));
-    let queue: Queue = Arc::new(Mutex::new(jobs.into()));
+    let queue: Queue = Arc::new(Mutex::new((0..jobs.len()).collect()));
     let results: Results = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..lanes {
         let (queue, results, dispatch) = (queue.clone(), results.clone(), dispatch.clone());
+        let jobs = jobs.clone();
         match dispatch.worker_program.clone() {
             Some(program) => {
                 tasks.spawn(async move {
-                    process_lane(&program, &queue, &results, &dispatch, lanes).await
+                    process_lane(&program, &jobs, &queue, &results, &dispatch, lanes).await
                 });
             }
             None => {
@@ -119,6 +122,7 @@ pub async fn run(
                         if chunk.is_empty() {
                             return Ok(());
                         }
+                        let chunk: Vec<&UnitJob> = chunk.iter().map(|&i| &jobs[i]).collect();
                         let clock = Instant::now();
                         // In this process nothing can die mid-chunk: a unit's
                         // outcome stands once its staged unit is sealed.
@@ -215,6 +219,7 @@ struct Death {
 
 async fn process_lane(
     program: &std::path::Path,
+    jobs: &[UnitJob],
     queue: &Queue,
     results: &Results,
     dispatch: &Dispatch,
@@ -224,10 +229,11 @@ async fn process_lane(
     let mut worker: Option<Worker> = None;
     let mut chunks = Chunks::new();
     loop {
-        let chunk = next_chunk(queue, dispatch, &chunks, lanes);
-        if chunk.is_empty() {
+        let positions = next_chunk(queue, dispatch, &chunks, lanes);
+        if positions.is_empty() {
             break;
         }
+        let chunk: Vec<&UnitJob> = positions.iter().map(|&i| &jobs[i]).collect();
         let w = match worker.as_mut() {
             Some(w) => w,
             None => worker.insert(spawn_worker(program, dispatch)?),
@@ -250,7 +256,8 @@ async fn process_lane(
                 };
                 // Only now that it is gone can what it staged be judged.
                 let (lost, again) = after_death(&area, &chunk, death, dispatch, results).await;
-                if let Some((job, why)) = lost {
+                if let Some((at, why)) = lost {
+                    let job = chunk[at];
                     let why = why.unwrap_or_else(|| {
                         let status = status.map_or_else(
                             || "unknown status".to_owned(),
@@ -261,7 +268,7 @@ async fn process_lane(
                     dispatch.finished(false);
                     push(results, job.run_id.clone(), Outcome::Lost(why));
                 }
-                requeue(queue, again);
+                requeue(queue, again.into_iter().map(|at| positions[at]).collect());
                 chunks = Chunks::new();
             }
         }
@@ -277,7 +284,7 @@ async fn process_lane(
 /// outcome is in, or the worker is gone.
 async fn drive_chunk(
     w: &mut Worker,
-    chunk: &[UnitJob],
+    chunk: &[&UnitJob],
     dispatch: &Dispatch,
     results: &Results,
 ) -> ChunkEnd {
@@ -360,14 +367,15 @@ fn settle(
 }
 
 /// Once a chunk's worker is dead: the unit that failed (and why, when it
-/// is not how the worker ended) and the units to run again.
+/// is not how the worker ended) and the units to run again, as positions
+/// in the chunk.
 async fn after_death(
     area: &StagingArea,
-    chunk: &[UnitJob],
+    chunk: &[&UnitJob],
     death: Death,
     dispatch: &Dispatch,
     results: &Results,
-) -> (Option<(UnitJob, Option<String>)>, Vec<UnitJob>) {
+) -> (Option<(usize, Option<String>)>, Vec<usize>) {
     let Death { mut done, running, sealing, timed_out } = death;
     // Units it said it was sealing stand if their staged unit is there (it
     // died just after sealing it); if not, what it left of it goes.
@@ -382,12 +390,13 @@ async fn after_death(
             let _ = std::fs::remove_dir_all(root.join(relative));
         }
     }
-    let mut left: Vec<UnitJob> =
-        chunk.iter().filter(|j| !done.contains(&j.run_id)).cloned().collect();
+    let mut left: Vec<usize> =
+        (0..chunk.len()).filter(|&at| !done.contains(&chunk[at].run_id)).collect();
     // The unit it was running is the one that failed; when it was running
     // none (it died starting, or sealing), the first one left is, so that a
     // worker that cannot run this chunk at all still ends it.
-    let at = running.and_then(|run| left.iter().position(|j| j.run_id == run)).unwrap_or(0);
+    let at =
+        running.and_then(|run| left.iter().position(|&at| chunk[at].run_id == run)).unwrap_or(0);
     let lost = (!left.is_empty()).then(|| (left.remove(at), timed_out));
     (lost, left)
 }

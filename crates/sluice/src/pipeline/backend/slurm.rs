@@ -150,15 +150,15 @@ pub async fn run(
     dispatch: &Dispatch,
     staging: &StagingArea,
     step: &StepConfig,
-    jobs: Vec<UnitJob>,
+    jobs: &[UnitJob],
     options: &SlurmOptions,
 ) -> Result<Vec<(String, Outcome)>> {
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
-    let array = submit(dispatch, step, &jobs).await?;
+    let array = submit(dispatch, step, jobs).await?;
     let cancelled = wait_for_queue(dispatch, &array, options).await?;
-    collect(dispatch, staging, &jobs, &array, cancelled, options).await
+    collect(dispatch, staging, jobs, &array, cancelled, options).await
 }
 
 /// Write the units file and the task script, then `sbatch` the array.
