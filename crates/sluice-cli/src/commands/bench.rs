@@ -296,19 +296,21 @@ async fn pipeline(root: &Path, executions: u64, workers: usize) -> anyhow::Resul
                 cold = Some(secs);
                 let per = 1000.0 * secs / ran.max(1) as f64;
                 lines.push(format!(
-                    "{round}: {secs:.2} s for {ran} executions = {per:.1} ms per execution (dispatch, worker, staging, commit, bookkeeping)",
+                    "{round}: {secs:.2} s for {ran} executions = {per:.3} ms per execution (dispatch, worker, staging, commit, bookkeeping)",
                 ));
-                figures.push(
-                    Figure::new(
+                // Against issue 11's goal and issue 45's.
+                for (goal, ms, name) in
+                    [("goal: 3.5 ms", 3.5, "2"), ("issue 45's goal: 0.3 ms", 0.3, "45.2")]
+                {
+                    let figure = Figure::new(
                         "pipeline",
                         workload(&lines[0]),
                         "end to end per execution",
                         per,
                         "ms",
-                    )
-                    .against("goal: 3.5 ms", per / 3.5)
-                    .goal("2"),
-                );
+                    );
+                    figures.push(figure.against(goal, per / ms).goal(name));
+                }
             }
             Some(base) => {
                 lines.push(format!(
