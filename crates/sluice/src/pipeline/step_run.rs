@@ -105,7 +105,6 @@ pub(super) struct StepRun<'r, 'a> {
     units: Vec<Unit>,
     input_types: BTreeMap<String, String>,
     summary: StepSummary,
-    timings: BTreeMap<&'static str, f64>,
     clock: Instant,
     phase: Instant,
 }
@@ -179,7 +178,6 @@ impl<'r, 'a> StepRun<'r, 'a> {
             units,
             input_types,
             summary,
-            timings: BTreeMap::new(),
             clock,
             phase: clock,
         };
@@ -228,9 +226,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
     }
 
     fn lap(&mut self, name: &'static str) {
-        let secs = self.phase.elapsed().as_secs_f64();
-        self.timings.insert(name, secs);
-        self.summary.timings.insert(name.to_owned(), secs);
+        self.summary.timings.insert(name.to_owned(), self.phase.elapsed().as_secs_f64());
         self.phase = Instant::now();
     }
 
@@ -293,7 +289,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
         row.metadata = json!({
             "pipeline": self.runner.pipeline().config.name,
             "reused_step_run_id": done.step_run_id,
-            "timings": self.timings,
+            "timings": self.summary.timings,
             "inputs": self.input_refs(),
             "outputs": outputs,
         });
@@ -553,7 +549,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
             "adopted": summary.adopted,
             "dispatched": summary.dispatched,
             "not_run": summary.not_run,
-            "timings": self.timings,
+            "timings": summary.timings,
             "worker_seconds": summary.worker_seconds,
             "failures": summary.failures,
             "quarantined": dispatched.quarantined,

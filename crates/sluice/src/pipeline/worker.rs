@@ -19,7 +19,7 @@ use crate::artifact::{Artifact, ArtifactId, canonical_json};
 use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::records::{ArtifactEdge, Direction, ExecutionEdge, ExecutionRecord};
-use crate::staging::{StagedExecution, StagingArea, StagingWriter, area, paths};
+use crate::staging::{StagedExecution, StagingWriter, area, paths};
 
 fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()
@@ -88,16 +88,9 @@ pub async fn stage_failure(
     worker_id: &str,
 ) -> Result<()> {
     let (step, operation, run_id) = (job.step_number, &job.step.operation, &job.run_id);
-    if area::unit_sealed(writer.area(), step, operation, run_id).await? {
+    paths::validate_run_id(run_id)?;
+    if area::sealed_or_cleared(writer.area(), step, operation, run_id).await? {
         return Ok(());
-    }
-    // A folder may hold what the dead worker left unsealed (a store never
-    // does: a unit there is one object, whole or absent).
-    if let StagingArea::Dir(root) = writer.area() {
-        let dir = paths::run_dir(root, step, operation, run_id)?;
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        }
     }
     // The dead worker's sandbox (best effort: it only costs space).
     let _ = std::fs::remove_dir_all(work_dir(&job.run_id));

@@ -81,10 +81,12 @@ pub(crate) fn unit_relative(step: i32, operation: &str, name: &str) -> Result<St
     Ok(format!("{}/{}/{}/{name}", paths::step_dir_name(step, operation)?, &name[0..2], &name[2..4]))
 }
 
-/// Whether the unit `name` (a run id or a batch id) of a step is sealed in
-/// `area`: its unit object is in place (or, in a folder, the loose files of
-/// an older sluice).
-pub(crate) async fn unit_sealed(
+/// Whether the unit `name` (a run id or a batch id) of a step, written by a
+/// worker that is now dead, is sealed in `area`: its unit object is in place
+/// (or, in a folder, the loose files of an older sluice). When it is not,
+/// what the worker left of it in a folder is removed (a store never holds
+/// half a unit: it is one object, whole or absent).
+pub(crate) async fn sealed_or_cleared(
     area: &StagingArea,
     step: i32,
     operation: &str,
@@ -92,7 +94,16 @@ pub(crate) async fn unit_sealed(
 ) -> Result<bool> {
     let relative = unit_relative(step, operation, name)?;
     match area {
-        StagingArea::Dir(root) => Ok(super::is_sealed(&root.join(relative))),
+        StagingArea::Dir(root) => {
+            let dir = root.join(relative);
+            if super::is_sealed(&dir) {
+                return Ok(true);
+            }
+            match std::fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&dir, e)),
+                _ => Ok(false),
+            }
+        }
         StagingArea::Store(store) => {
             store.exists(&format!("{relative}/{}", super::bundle::UNIT_OBJECT)).await
         }

@@ -126,14 +126,11 @@ pub async fn run(
                         let clock = Instant::now();
                         // In this process nothing can die mid-chunk: a unit's
                         // outcome stands once its staged unit is sealed.
+                        let mut done = HashSet::new();
                         let mut emit = |event: WorkerEvent| {
                             match event {
                                 WorkerEvent::Sealing { reports, .. } => {
-                                    for report in reports {
-                                        dispatch.finished(report.success);
-                                        let run = report.run_id.clone();
-                                        push(&results, run, Outcome::Reported(report));
-                                    }
+                                    settle(reports, &mut done, &dispatch, &results);
                                 }
                                 WorkerEvent::Sealed { phases, .. } => dispatch.spent(&phases),
                                 WorkerEvent::Started { .. } => {}
@@ -382,12 +379,8 @@ async fn after_death(
     if let Some((unit, reports)) = sealing {
         let (step, operation) =
             chunk.first().map_or((0, ""), |j| (j.step_number, j.step.operation.as_str()));
-        if area::unit_sealed(area, step, operation, &unit).await.unwrap_or(false) {
+        if area::sealed_or_cleared(area, step, operation, &unit).await.unwrap_or(false) {
             settle(reports, &mut done, dispatch, results);
-        } else if let (Some(root), Ok(relative)) =
-            (area.dir(), area::unit_relative(step, operation, &unit))
-        {
-            let _ = std::fs::remove_dir_all(root.join(relative));
         }
     }
     let mut left: Vec<usize> =
