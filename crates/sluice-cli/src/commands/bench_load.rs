@@ -156,6 +156,38 @@ pub(crate) fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// Run this binary as `sluice --lake LAKE COMMAND ARGS…` in a new process
+/// that reports its peak RSS on stderr (read it with [`peak_of`]); its
+/// output, or an error holding its stderr.
+pub(crate) fn sluice_process(
+    lake: &std::path::Path,
+    command: &str,
+    args: &[&std::ffi::OsStr],
+) -> anyhow::Result<std::process::Output> {
+    let exe = std::env::current_exe().context("locating the sluice binary")?;
+    let out = std::process::Command::new(exe)
+        .arg("--lake")
+        .arg(lake)
+        .arg(command)
+        .args(args)
+        .env("SLUICE_REPORT_PEAK_RSS", "1")
+        .output()
+        .with_context(|| format!("running sluice {command}"))?;
+    if !out.status.success() {
+        bail!("sluice {command} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(out)
+}
+
+/// The peak RSS a [`sluice_process`] reported on its stderr, MiB.
+pub(crate) fn peak_of(stderr: &[u8]) -> f64 {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .find_map(|l| l.strip_prefix("peak RSS MiB: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// A bench's first line without its `workload: ` label.
 pub(crate) fn workload(line: &str) -> &str {
     line.strip_prefix("workload: ").unwrap_or(line)

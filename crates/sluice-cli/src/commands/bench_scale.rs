@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use deltalake::arrow::record_batch::RecordBatch;
 use sluice::Lake;
 use sluice::artifact::arrow_convert::build_array;
@@ -24,6 +24,7 @@ use sluice::lake::append::Append;
 use sluice::lake::delta::table;
 use sluice::lake::layout::{self, TableSpec};
 
+use super::bench_load::{peak_of, sluice_process};
 use super::bench_results::Figure;
 use crate::args::Workload;
 use crate::output::print;
@@ -167,28 +168,19 @@ pub async fn lineage(
             "reused the graph already in the lake".into()
         },
     ];
-    let exe = std::env::current_exe().context("locating the sluice binary")?;
     let mut times = Vec::new();
     let mut peaks = Vec::new();
     let mut nodes = 0;
     for k in 0..samples.max(1) {
         let target = id(layers, (k * 7_777) % width);
         let clock = Instant::now();
-        let out = std::process::Command::new(&exe)
-            .arg("--lake")
-            .arg(root)
-            .args(["lineage", &target, "--up", "--depth", "5", "--format", "json"])
-            .env("SLUICE_REPORT_PEAK_RSS", "1")
-            .output()
-            .context("running sluice lineage")?;
+        let args = [&target, "--up", "--depth", "5", "--format", "json"].map(std::ffi::OsStr::new);
+        let out = sluice_process(root, "lineage", &args)?;
         let secs = clock.elapsed().as_secs_f64();
-        if !out.status.success() {
-            bail!("sluice lineage failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
         let graph: serde_json::Value = serde_json::from_slice(&out.stdout)?;
         nodes = graph["nodes"].as_object().map_or(0, serde_json::Map::len);
         times.push(secs * 1000.0);
-        peaks.push(peak_of(&String::from_utf8_lossy(&out.stderr)));
+        peaks.push(peak_of(&out.stderr));
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
@@ -233,14 +225,6 @@ pub async fn lineage(
         Figure::new("lineage", what, "lineage depth 5, one process", median, "ms"),
         Figure::new("lineage", what, "peak RSS of a lineage process", peak, "MiB"),
     ])
-}
-
-pub(crate) fn peak_of(stderr: &str) -> f64 {
-    stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("peak RSS MiB: "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0)
 }
 
 /// `sluice bench maintenance`.

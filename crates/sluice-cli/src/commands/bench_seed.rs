@@ -9,12 +9,13 @@
 //! 101.3, 106.7 and 101.4 s on this machine (issue 45); it is not run here,
 //! so that figure is quoted, not measured in the same run.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 
-use super::bench_load::{peak_rss_mib, workload};
+use super::bench_load::{peak_of, peak_rss_mib, sluice_process, workload};
 use super::bench_results::Figure;
 use crate::output::print;
 
@@ -36,7 +37,6 @@ pub async fn seed(
     workers: usize,
     rounds: usize,
 ) -> anyhow::Result<Vec<Figure>> {
-    let exe = std::env::current_exe().context("locating the sluice binary")?;
     let dir = rounds_dir(root);
     if dir.exists() {
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
@@ -53,34 +53,18 @@ pub async fn seed(
     let mut peaks = Vec::new();
     for round in 1..=rounds.max(1) {
         let lake = dir.join(format!("round-{round}"));
-        let init = std::process::Command::new(&exe)
-            .arg("--lake")
-            .arg(&lake)
-            .args(["init", "-q"])
-            .output()
-            .context("running sluice init")?;
-        if !init.status.success() {
-            bail!("sluice init failed: {}", String::from_utf8_lossy(&init.stderr));
-        }
+        sluice_process(&lake, "init", &[OsStr::new("-q")])?;
         let clock = Instant::now();
-        let out = std::process::Command::new(&exe)
-            .arg("--lake")
-            .arg(&lake)
-            .arg("run")
-            .arg(&file)
-            .args(["--workers", &workers.to_string(), "--json"])
-            .env("SLUICE_REPORT_PEAK_RSS", "1")
-            .output()
-            .context("running sluice run")?;
+        let workers = workers.to_string();
+        let args =
+            [file.as_os_str(), OsStr::new("--workers"), OsStr::new(&workers), OsStr::new("--json")];
+        let out = sluice_process(&lake, "run", &args)?;
         let wall = clock.elapsed().as_secs_f64();
-        if !out.status.success() {
-            bail!("sluice run failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
         let report: serde_json::Value =
             serde_json::from_slice(&out.stdout).context("reading the JSON report of sluice run")?;
         lines.push(shares(round, wall, &report));
         walls.push(wall);
-        peaks.push(super::bench_scale::peak_of(&String::from_utf8_lossy(&out.stderr)));
+        peaks.push(peak_of(&out.stderr));
     }
     std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     let mut sorted = walls.clone();
