@@ -19,21 +19,9 @@ use crate::output::print;
 /// table files decoded.
 fn rewrite_limit(staging: &Path) -> anyhow::Result<(f64, usize)> {
     use deltalake::parquet::arrow::ArrowWriter;
-    use sluice::staging::bundle::{UNIT_OBJECT, decode_file, table_of, unpack};
-    let mut units = Vec::new();
-    let mut dirs = vec![staging.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in
-            std::fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))?
-        {
-            let path = entry?.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.file_name().is_some_and(|n| n == UNIT_OBJECT) {
-                units.push(path);
-            }
-        }
-    }
+    use sluice::staging::bundle::{decode_file, table_of, unpack};
+    let units: Vec<std::path::PathBuf> =
+        sluice::staging::scan(staging, None)?.sealed.iter().map(|run| run.object_path()).collect();
     let out = staging.with_file_name("bench-limit");
     std::fs::create_dir_all(&out)?;
     let started = Instant::now();

@@ -346,18 +346,14 @@ fn doctor_reports_what_is_pending_and_what_was_quarantined() {
     assert!(unsealed > 0 && d["sealed_waiting"].as_u64().unwrap() as usize == 20 - unsealed, "{d}");
     // Break one sealed run, then commit: it is quarantined, doctor says why.
     let sealed = sluice::staging::scan(&lake.root.join("_staging"), None).unwrap().sealed;
-    std::fs::write(sealed[0].path.join(sluice::staging::bundle::UNIT_OBJECT), b"not a unit")
-        .unwrap();
+    std::fs::write(sealed[0].object_path(), b"not a unit").unwrap();
     let out =
         lake.command(&["commit"]).env("SLUICE_FAILPOINT", "commit:executions").output().unwrap();
     assert!(!out.status.success());
     let d: serde_json::Value = lake.doctor(&[]);
     assert_eq!(d["quarantined"].as_array().unwrap().len(), 1, "{d}");
     assert!(
-        d["quarantined"][0]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("unit.sluice: not a staged unit object"),
+        d["quarantined"][0]["reason"].as_str().unwrap().contains("not a staged unit object"),
         "{d}"
     );
     assert_eq!(d["unfinished_sequences"].as_array().unwrap().len(), 1, "{d}");

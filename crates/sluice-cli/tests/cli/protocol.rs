@@ -504,7 +504,7 @@ fn commit_and_recover_memory_follows_decoded_size_not_staged_size() {
         .unwrap()
         .sealed
         .iter()
-        .map(|run| run.path.join(sluice::staging::bundle::UNIT_OBJECT).metadata().unwrap().len())
+        .map(|run| run.object_path().metadata().unwrap().len())
         .sum();
     assert!(staged < (runs as u64) << 20, "the staging is small: {staged} bytes");
     let (all_at_once, _) =

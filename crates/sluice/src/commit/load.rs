@@ -1,4 +1,4 @@
-//! Reading and validating one sealed run directory.
+//! Reading and validating one sealed unit.
 //!
 //! Staged files come from workers: processes that may be buggy, killed
 //! halfway or hostile. A run directory is committed only if every check
@@ -62,6 +62,7 @@ use crate::host::Ceiling;
 use crate::lake::layout::{self, STEP_COLUMN, TableKind, TableSpec};
 use crate::registry::TypeRegistry;
 use crate::staging::RunDir;
+use crate::staging::Shape;
 use crate::staging::bundle::{FileFormat, UNIT_OBJECT, table_of};
 use crate::store::rows::artifacts_from_batch;
 
@@ -478,7 +479,7 @@ fn ids(batches: &[RecordBatch], column: &str, file: &str) -> Result<Vec<Artifact
     Ok(out)
 }
 
-/// Read and validate one sealed run directory.
+/// Read and validate one sealed unit.
 pub fn load_run(
     registry: &TypeRegistry,
     tables: &[TableSpec],
@@ -506,7 +507,7 @@ pub(crate) fn load_fetched(
     dir: &RunDir,
     object: Option<&bytes::Bytes>,
 ) -> Result<LoadedRun, Rejection> {
-    let Some(object) = object else { return reject(Some(UNIT_OBJECT), "gone") };
+    let Some(object) = object else { return reject(None, "gone") };
     let mut footprint = Footprint { decoded: 0, ceiling: crate::host::memory_ceiling() };
     let read = read_object(tables, object, &mut footprint)?;
     validated(registry, dir, read)
@@ -521,14 +522,14 @@ fn read_object(
     footprint: &mut Footprint,
 ) -> Result<Staged, Rejection> {
     let files = crate::staging::bundle::unpack(object)
-        .map_err(|why| Rejection { file: Some(UNIT_OBJECT.into()), reason: why })?;
+        .map_err(|why| Rejection { file: None, reason: why })?;
     let by_table = staged_tables(tables);
     let (mut read, mut names) = (BTreeMap::new(), BTreeMap::new());
     for (name, bytes) in &files {
         let Some((spec, format)) =
             table_of(name).and_then(|(table, format)| Some((by_table.get(table)?, format)))
         else {
-            return reject(Some(name), "unexpected file in a run directory");
+            return reject(Some(name), "unexpected file in the unit");
         };
         let (schema, batches) = match format {
             FileFormat::Parquet => decode_parquet(bytes.clone(), name, footprint)?,
@@ -588,6 +589,20 @@ fn read_files(
     footprint: &mut Footprint,
 ) -> Result<Staged, Rejection> {
     let by_table = staged_tables(tables);
+    match dir.shape {
+        Shape::File => {
+            let unreadable =
+                |e: std::io::Error| Rejection { file: None, reason: format!("cannot read: {e}") };
+            let meta = std::fs::symlink_metadata(&dir.path).map_err(unreadable)?;
+            if !meta.is_file() {
+                return reject(None, "the unit is a symbolic link or not a file");
+            }
+            let object = std::fs::read(&dir.path).map_err(unreadable)?;
+            return read_object(tables, &bytes::Bytes::from(object), footprint);
+        }
+        Shape::Partial => return reject(None, "not sealed (its worker stopped before the rename)"),
+        Shape::Folder => {}
+    }
     let failed = |e: std::io::Error| Rejection { file: None, reason: format!("cannot list: {e}") };
     let meta = std::fs::symlink_metadata(&dir.path).map_err(failed)?;
     if !meta.is_dir() {
@@ -647,7 +662,7 @@ fn check_executions(loaded: &LoadedRun) -> Result<Vec<StagedRun>, Rejection> {
     if !dir.is_batch() && rows != 1 {
         return reject(
             Some(&sentinel),
-            format!("holds {rows} rows; a run directory holds one execution"),
+            format!("holds {rows} rows; a unit that is not a batch holds one execution"),
         );
     }
     if rows == 0 {

@@ -1,12 +1,13 @@
-//! Manifests: the run directories of one commit sequence, on disk.
+//! Manifests: the staged units of one commit sequence, on disk.
 //!
 //! A sequence writes `_staging/.commits/{seq}.json` after its journal claim
 //! and before its first table commit, and removes it last. While it exists,
 //! the sequence can be finished by anyone (`recover`): the manifest says
-//! which run directories belong to it and which token its table commits
-//! carry. A manifest is read as untrusted input: every run path must be a
-//! staging run directory (`{step}_{op}/{id[0:2]}/{id[2:4]}/{id}`, each
-//! component validated), so no manifest can point a clean-up outside staging.
+//! which units belong to it and which token its table commits carry. A
+//! manifest is read as untrusted input: every path must be a staged unit
+//! (`{step}_{op}/{id[0:2]}/{id}.sluice`, or an older sluice's folder
+//! `{step}_{op}/{id[0:2]}/{id[2:4]}/{id}`, each component validated), so no
+//! manifest can point a clean-up outside staging.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::lake::layout::{self, MANIFEST_DIR};
 use crate::staging::paths::{parse_step_dir, validate_dir_name};
-use crate::staging::{RunDir, StagingArea};
+use crate::staging::{RunDir, Shape, StagingArea};
 
 /// The run directories of one sequence.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,9 +57,7 @@ impl Manifest {
         let mut bad = Vec::new();
         for path in &self.runs {
             match run_dir_from(staging_root, path) {
-                Some(dir) if crate::staging::paths::no_link_below(staging_root, &dir.path) => {
-                    dirs.push(dir);
-                }
+                Some(dir) if below_no_link(staging_root, &dir) => dirs.push(dir),
                 _ => bad.push(path.display().to_string()),
             }
         }
@@ -66,8 +65,20 @@ impl Manifest {
     }
 }
 
-/// A staging run directory from its path relative to the staging root, or
-/// `None` if the path is anything else (absolute, `..`, wrong shape).
+/// Whether no folder from the staging root down to `run` is a symbolic link
+/// (nor `run` itself, for an older sluice's folder).
+fn below_no_link(staging_root: &Path, run: &RunDir) -> bool {
+    let place = match run.shape {
+        Shape::Folder => run.path.as_path(),
+        Shape::File | Shape::Partial => run.path.parent().unwrap_or(&run.path),
+    };
+    crate::staging::paths::no_link_below(staging_root, place)
+}
+
+/// A staged unit from its path relative to the staging root — a unit file
+/// `{step}_{op}/{id[0:2]}/{id}.sluice`, or an older sluice's folder
+/// `{step}_{op}/{id[0:2]}/{id[2:4]}/{id}` — or `None` if the path is
+/// anything else (absolute, `..`, wrong shape).
 pub fn run_dir_from(root: &Path, relative: &Path) -> Option<RunDir> {
     let mut parts = Vec::new();
     for component in relative.components() {
@@ -76,18 +87,25 @@ pub fn run_dir_from(root: &Path, relative: &Path) -> Option<RunDir> {
             _ => return None,
         }
     }
-    let [step_dir, shard1, shard2, run_id] = parts.as_slice() else { return None };
+    let (step_dir, run_id, shape) = match parts.as_slice() {
+        [step_dir, shard, file] => {
+            let id = crate::staging::paths::unit_name_of(file)?;
+            (id.get(0..2)? == *shard).then_some((*step_dir, id, Shape::File))?
+        }
+        [step_dir, shard1, shard2, id] => {
+            validate_dir_name(id).ok()?;
+            (id.get(0..2)? == *shard1 && id.get(2..4)? == *shard2).then_some((
+                *step_dir,
+                *id,
+                Shape::Folder,
+            ))?
+        }
+        _ => return None,
+    };
     let (step, operation) = parse_step_dir(step_dir)?;
-    validate_dir_name(run_id).ok()?;
-    if run_id.get(0..2)? != *shard1 || run_id.get(2..4)? != *shard2 {
-        return None;
-    }
-    Some(RunDir {
-        step,
-        operation: operation.to_owned(),
-        run_id: (*run_id).to_owned(),
-        path: root.join(step_dir).join(shard1).join(shard2).join(run_id),
-    })
+    let mut path = root.to_path_buf();
+    path.extend(&parts);
+    Some(RunDir { step, operation: operation.to_owned(), run_id: run_id.to_owned(), path, shape })
 }
 
 /// A run directory's path relative to the staging root.
@@ -225,9 +243,21 @@ mod tests {
     #[test]
     fn only_staging_run_paths_are_accepted() {
         let root = Path::new("/lake/_staging");
-        let good = run_dir_from(root, Path::new("3_tool/ab/cd/abcdef0123456789")).unwrap();
-        assert_eq!(good.path, Path::new("/lake/_staging/3_tool/ab/cd/abcdef0123456789"));
+        let good = run_dir_from(root, Path::new("3_tool/ab/abcdef0123456789.sluice")).unwrap();
+        assert_eq!(good.path, Path::new("/lake/_staging/3_tool/ab/abcdef0123456789.sluice"));
+        assert_eq!(
+            (good.shape, good.run_id.as_str(), good.step),
+            (Shape::File, "abcdef0123456789", 3)
+        );
+        assert_eq!(good.relative(), "3_tool/ab/abcdef0123456789.sluice");
+        let older = run_dir_from(root, Path::new("3_tool/ab/cd/abcdef0123456789")).unwrap();
+        assert_eq!(older.path, Path::new("/lake/_staging/3_tool/ab/cd/abcdef0123456789"));
+        assert_eq!(older.shape, Shape::Folder);
         for bad in [
+            "3_tool/ab/abcdef0123456789",
+            "3_tool/xx/abcdef0123456789.sluice",
+            "3_tool/ab/.abcdef0123456789.sluice",
+            "3_tool/ab/../abcdef0123456789.sluice",
             "0_x/../../artifacts",
             "../../artifacts/metrics",
             "/etc/passwd",

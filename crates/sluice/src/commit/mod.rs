@@ -461,7 +461,7 @@ fn next_chunk(
     let mut chunk = Vec::new();
     let mut chunk_bytes = 0u64;
     while let Some(run) = pending.front() {
-        let size = dir_bytes(&run.path);
+        let size = run.staged_bytes();
         if !chunk.is_empty() && (chunk.len() >= runs || chunk_bytes + size > bytes) {
             break;
         }
@@ -469,20 +469,6 @@ fn next_chunk(
         chunk.extend(pending.pop_front());
     }
     chunk
-}
-
-/// Bytes of the regular files directly in a directory.
-fn dir_bytes(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.metadata().ok())
-                .filter(|m| m.is_file())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// The manifest file of a sequence (for tests and tools that inspect staging).
@@ -499,10 +485,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let runs: Vec<RunDir> = (0..5)
             .map(|i| {
-                let path = dir.path().join(format!("r{i}"));
-                std::fs::create_dir_all(&path).unwrap();
-                std::fs::write(path.join("f"), vec![0u8; if i == 2 { 5000 } else { 100 }]).unwrap();
-                RunDir { step: 1, operation: "op".into(), run_id: format!("r{i}"), path }
+                let path = dir.path().join(format!("r{i}.sluice"));
+                std::fs::write(&path, vec![0u8; if i == 2 { 5000 } else { 100 }]).unwrap();
+                RunDir::file(1, "op", &format!("r{i}"), path)
             })
             .collect();
         let sizes = |runs: &[RunDir], n: usize, bytes: u64| {

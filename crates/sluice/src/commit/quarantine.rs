@@ -1,4 +1,4 @@
-//! Moving a bad run directory aside, with the reason next to it — and back.
+//! Moving a bad unit aside, with the reason next to it — and back.
 //!
 //! Quarantine keeps a run that cannot be committed (damaged, inconsistent,
 //! or too large for this process) where nothing commits it and nothing
@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 pub(crate) use crate::staging::area::remove_unit as remove_in;
 use crate::staging::area::unit_object;
 use crate::staging::bundle::UNIT_OBJECT;
-use crate::staging::{RunDir, StagingArea};
+use crate::staging::{RunDir, Shape, StagingArea};
 
 /// Where quarantined run directories go, under the staging root.
 pub const QUARANTINE_DIR: &str = ".quarantine";
@@ -24,10 +24,15 @@ pub const REASON_FILE: &str = "QUARANTINE_REASON.txt";
 /// (a dot file: loading a run ignores it).
 const ORIGIN_FILE: &str = ".quarantine-origin";
 
-/// Move `run` to `staging_root/.quarantine/{step}_{op}/{run_id}` and write the
-/// reason into it. Returns the new location.
+/// Move `run` to the folder `staging_root/.quarantine/{step}_{op}/{run_id}`
+/// (its file as `unit.sluice` in it, or an older sluice's folder as that
+/// folder) and write the reason into it. Returns the new location.
 pub fn quarantine(staging_root: &Path, run: &RunDir, reason: &str) -> Result<PathBuf> {
-    if !crate::staging::paths::no_link_below(staging_root, &run.path) {
+    let place = match run.shape {
+        Shape::Folder => run.path.as_path(),
+        Shape::File | Shape::Partial => run.path.parent().unwrap_or(&run.path),
+    };
+    if !crate::staging::paths::no_link_below(staging_root, place) {
         return Err(Error::InvalidInput(format!(
             "{}: a staged run, or a folder above it, is a symbolic link; refusing to move it",
             run.path.display()
@@ -41,22 +46,28 @@ pub fn quarantine(staging_root: &Path, run: &RunDir, reason: &str) -> Result<Pat
         target = parent.join(format!("{}.{n}", run.run_id));
         n += 1;
     }
-    std::fs::rename(&run.path, &target).map_err(|e| Error::io(&run.path, e))?;
-    if let Ok(origin) = run.path.strip_prefix(staging_root) {
-        let file = target.join(ORIGIN_FILE);
-        std::fs::write(&file, origin.to_string_lossy().as_bytes())
-            .map_err(|e| Error::io(&file, e))?;
+    match run.shape {
+        Shape::Folder => {
+            std::fs::rename(&run.path, &target).map_err(|e| Error::io(&run.path, e))?
+        }
+        Shape::File | Shape::Partial => {
+            std::fs::create_dir(&target).map_err(|e| Error::io(&target, e))?;
+            let object = target.join(UNIT_OBJECT);
+            std::fs::rename(&run.path, &object).map_err(|e| Error::io(&run.path, e))?;
+        }
     }
+    let file = target.join(ORIGIN_FILE);
+    std::fs::write(&file, run.relative().as_bytes()).map_err(|e| Error::io(&file, e))?;
     let note = target.join(REASON_FILE);
     std::fs::write(&note, format!("{reason}\n")).map_err(|e| Error::io(&note, e))?;
     tracing::warn!(run = %run.run_id, %reason, to = %target.display(), "quarantined staged run");
     Ok(target)
 }
 
-/// Move every quarantined run directory back where it was staged, for the
-/// next commit to try again. Returns the folders moved back; a folder
-/// whose place is taken, or quarantined before origins were recorded, stays
-/// (and is reported by `doctor`).
+/// Move every quarantined unit back where it was staged, for the next
+/// commit to try again. Returns the units moved back; a unit whose place is
+/// taken, or quarantined before origins were recorded, stays (and is
+/// reported by `doctor`).
 pub fn requeue(staging_root: &Path) -> Result<Vec<PathBuf>> {
     let quarantine = staging_root.join(QUARANTINE_DIR);
     let mut moved = Vec::new();
@@ -70,30 +81,42 @@ pub fn requeue(staging_root: &Path) -> Result<Vec<PathBuf>> {
         if !crate::staging::paths::no_link_below(staging_root, &group) || !group.is_dir() {
             continue;
         }
-        for run in std::fs::read_dir(&group).map_err(|e| Error::io(&group, e))? {
-            let run = run.map_err(|e| Error::io(&group, e))?.path();
-            let Ok(origin) = std::fs::read_to_string(run.join(ORIGIN_FILE)) else { continue };
+        for held in std::fs::read_dir(&group).map_err(|e| Error::io(&group, e))? {
+            let held = held.map_err(|e| Error::io(&group, e))?.path();
+            let Ok(origin) = std::fs::read_to_string(held.join(ORIGIN_FILE)) else { continue };
             let origin = Path::new(origin.trim());
-            let inside = origin.components().all(|c| matches!(c, std::path::Component::Normal(_)));
-            let target = staging_root.join(origin);
-            if !inside || origin.starts_with(QUARANTINE_DIR) || target.exists() {
-                tracing::warn!(run = %run.display(), "a quarantined run's place is taken; left in quarantine");
+            let Some(run) = crate::commit::manifest::run_dir_from(staging_root, origin) else {
+                tracing::warn!(run = %held.display(), "a quarantined run's origin is not a staging unit; left in quarantine");
+                continue;
+            };
+            if std::fs::symlink_metadata(&run.path).is_ok() {
+                tracing::warn!(run = %held.display(), "a quarantined run's place is taken; left in quarantine");
                 continue;
             }
-            if let Some(parent) = target.parent() {
+            if let Some(parent) = run.path.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
             }
             // The reason goes first: a run moved back with it would be
             // refused for an unexpected file.
-            let note = run.join(REASON_FILE);
+            let note = held.join(REASON_FILE);
             match std::fs::remove_file(&note) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io(&note, e)),
             }
-            std::fs::rename(&run, &target).map_err(|e| Error::io(&run, e))?;
-            let _ = std::fs::remove_file(target.join(ORIGIN_FILE));
-            moved.push(target);
+            match run.shape {
+                Shape::Folder => {
+                    std::fs::rename(&held, &run.path).map_err(|e| Error::io(&held, e))?;
+                    let _ = std::fs::remove_file(run.path.join(ORIGIN_FILE));
+                }
+                Shape::File | Shape::Partial => {
+                    let object = held.join(UNIT_OBJECT);
+                    std::fs::rename(&object, &run.path).map_err(|e| Error::io(&object, e))?;
+                    let _ = std::fs::remove_file(held.join(ORIGIN_FILE));
+                    let _ = std::fs::remove_dir(&held);
+                }
+            }
+            moved.push(run.path);
         }
         let _ = std::fs::remove_dir(&group);
     }
@@ -166,30 +189,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_quarantined_run_goes_back_where_it_was_staged_without_its_reason() {
+    fn a_quarantined_unit_goes_back_where_it_was_staged_without_its_reason() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let path = root.join("1_gen/ab/run-1");
+        let path = crate::staging::paths::unit_file(root, 1, "gen", "run-1").unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"unit").unwrap();
+        let run = RunDir::file(1, "gen", "run-1", path.clone());
+        let to = quarantine(root, &run, "too large here").unwrap();
+        assert!(!path.exists() && to.join(REASON_FILE).exists() && to.join(UNIT_OBJECT).exists());
+
+        let moved = requeue(root).unwrap();
+        assert_eq!(moved, vec![path.clone()]);
+        assert_eq!(std::fs::read(&path).unwrap(), b"unit", "the same unit, and nothing else");
+        assert!(!to.exists(), "its quarantine folder is gone");
+        assert!(requeue(root).unwrap().is_empty(), "once");
+
+        // A unit whose place is taken stays.
+        let to = quarantine(root, &run, "again").unwrap();
+        std::fs::write(&path, b"another").unwrap();
+        assert!(requeue(root).unwrap().is_empty(), "its place is taken");
+        assert!(to.join(REASON_FILE).exists());
+    }
+
+    #[test]
+    fn an_older_sluices_folder_is_quarantined_and_requeued_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let path = crate::staging::paths::legacy_folder(root, 1, "gen", "run-2").unwrap();
         std::fs::create_dir_all(&path).unwrap();
         std::fs::write(path.join("executions.parquet"), b"rows").unwrap();
-        let run = RunDir { step: 1, operation: "gen".into(), run_id: "run-1".into(), path };
-        let to = quarantine(root, &run, "too large here").unwrap();
-        assert!(!run.path.exists() && to.join(REASON_FILE).exists());
-
-        // A second run quarantined under the same name whose place is taken stays.
-        let moved = requeue(root).unwrap();
-        assert_eq!(moved, vec![run.path.clone()]);
-        let mut names: Vec<String> = std::fs::read_dir(&run.path)
+        let run = RunDir { shape: Shape::Folder, ..RunDir::file(1, "gen", "run-2", path.clone()) };
+        let to = quarantine(root, &run, "damaged").unwrap();
+        assert!(!path.exists() && to.join(REASON_FILE).exists());
+        assert_eq!(requeue(root).unwrap(), vec![path.clone()]);
+        let names: Vec<String> = std::fs::read_dir(&path)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        names.sort();
         assert_eq!(names, ["executions.parquet"], "nothing of the quarantine is left in it");
-        assert!(requeue(root).unwrap().is_empty(), "once");
-
-        let to = quarantine(root, &run, "again").unwrap();
-        std::fs::create_dir_all(&run.path).unwrap();
-        assert!(requeue(root).unwrap().is_empty(), "its place is taken");
-        assert!(to.join(REASON_FILE).exists());
     }
 }

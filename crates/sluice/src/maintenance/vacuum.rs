@@ -261,12 +261,17 @@ fn empty_staging_shards(staging: &Path, retention: Duration) -> Vec<PathBuf> {
         if step.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')) {
             continue;
         }
+        let empty = |dir: &Path| std::fs::read_dir(dir).is_ok_and(|mut d| d.next().is_none());
         for shard in real_dirs(&step) {
+            // An older sluice's second shard level first: emptied, it
+            // leaves its first level empty too, for a later vacuum.
             for inner in real_dirs(&shard) {
-                let empty = std::fs::read_dir(&inner).is_ok_and(|mut d| d.next().is_none());
-                if empty && older_than(&inner, retention) {
+                if empty(&inner) && older_than(&inner, retention) {
                     found.push(inner);
                 }
+            }
+            if empty(&shard) && older_than(&shard, retention) {
+                found.push(shard);
             }
         }
     }
@@ -307,20 +312,30 @@ mod leftover_tests {
     fn a_staging_shard_filled_after_it_was_judged_empty_is_kept() {
         let dir = tempfile::tempdir().unwrap();
         let staging = dir.path().join(STAGING_DIR);
-        let shard = staging.join("1_op/ab/cd");
+        let shard = staging.join("1_op/ab");
         std::fs::create_dir_all(&shard).unwrap();
         let judged = empty_staging_shards(&staging, Duration::ZERO);
         assert_eq!(judged, vec![shard.clone()]);
-        // A worker (no lock) stages a run there before the removal.
-        let run = shard.join("abcdef0123");
-        std::fs::create_dir_all(&run).unwrap();
-        std::fs::write(run.join("executions.parquet"), b"staged").unwrap();
+        // A worker (no lock) stages a unit there before the removal.
+        let unit = shard.join("abcdef0123.sluice");
+        std::fs::write(&unit, b"staged").unwrap();
         assert!(!remove_leftover(&shard, true).unwrap());
-        assert!(run.join("executions.parquet").is_file(), "the staged run was removed");
+        assert!(unit.is_file(), "the staged unit was removed");
         // Empty, it goes.
-        std::fs::remove_dir_all(&run).unwrap();
+        std::fs::remove_file(&unit).unwrap();
         assert!(remove_leftover(&shard, true).unwrap());
         assert!(!shard.exists());
+    }
+
+    #[test]
+    fn an_older_sluices_empty_second_shard_level_goes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = dir.path().join(STAGING_DIR);
+        let inner = staging.join("1_op/ab/cd");
+        std::fs::create_dir_all(&inner).unwrap();
+        assert_eq!(empty_staging_shards(&staging, Duration::ZERO), vec![inner.clone()]);
+        assert!(remove_leftover(&inner, true).unwrap());
+        assert_eq!(empty_staging_shards(&staging, Duration::ZERO), vec![staging.join("1_op/ab")]);
     }
 
     #[test]

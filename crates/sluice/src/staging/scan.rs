@@ -1,57 +1,125 @@
-//! Finding staged executions: sealed ones to commit, unsealed ones to report.
+//! Finding staged units: sealed ones to commit, unsealed ones to report.
 
 use std::path::{Path, PathBuf};
 
 use super::SENTINEL;
 use super::area::StagingArea;
-use super::paths::{is_batch_id, is_real_dir, parse_step_dir, validate_dir_name};
+use super::paths::{is_batch_id, parse_step_dir, partial_unit_of, unit_name_of, validate_dir_name};
 use crate::error::{Error, Result};
 
-/// A staging directory found on disk: one execution's, or a batch of one
-/// worker's executions of a step.
+/// A unit found in staging: one execution's, or a batch of one worker's
+/// executions of a step. (Named for the folder a unit used to be.)
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct RunDir {
     /// Step number from the step directory name.
     pub step: i32,
     /// Operation from the step directory name.
     pub operation: String,
-    /// The directory name: the run id of its one execution, or a batch id
+    /// The unit's name: the run id of its one execution, or a batch id
     /// (see [`RunDir::is_batch`]).
     pub run_id: String,
-    /// Full path.
+    /// Full path: the unit's file, or the folder of an older sluice's unit.
     pub path: PathBuf,
+    /// How it is staged.
+    pub shape: Shape,
+}
+
+/// How a unit is staged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Shape {
+    /// One sealed file, `{id}.sluice` ([`bundle`](super::bundle)).
+    File,
+    /// The hidden file a worker that died before its rename left
+    /// ([`paths::partial_name`](super::paths::partial_name)): never sealed.
+    Partial,
+    /// A folder an older sluice staged (its unit object inside, or loose
+    /// files and their sentinel).
+    Folder,
 }
 
 impl RunDir {
-    /// Where it is below its staging area: `{step}_{op}/{id[0:2]}/{id[2:4]}/{id}`.
-    pub fn relative(&self) -> String {
-        format!(
-            "{}_{}/{}/{}/{}",
-            self.step,
-            self.operation,
-            &self.run_id[0..2],
-            &self.run_id[2..4],
-            self.run_id
-        )
+    /// A unit staged as one file (the shape this sluice writes).
+    pub fn file(step: i32, operation: &str, run_id: &str, path: PathBuf) -> RunDir {
+        RunDir {
+            step,
+            operation: operation.to_owned(),
+            run_id: run_id.to_owned(),
+            path,
+            shape: Shape::File,
+        }
     }
 
-    /// Whether the directory holds a batch of executions (its name is a
-    /// batch id), whose run ids only its sentinel knows.
+    /// Where it is below its staging area, `/`-separated:
+    /// `{step}_{op}/{id[0:2]}/{id}.sluice` (a partial unit: its hidden
+    /// name there), or an older sluice's `{step}_{op}/{id[0:2]}/{id[2:4]}/{id}`.
+    pub fn relative(&self) -> String {
+        let step = format!("{}_{}", self.step, self.operation);
+        let id = &self.run_id;
+        match self.shape {
+            Shape::File => format!("{step}/{}/{id}{}", &id[0..2], super::paths::UNIT_SUFFIX),
+            Shape::Partial => {
+                let name = self.path.file_name().map(|n| n.to_string_lossy().into_owned());
+                format!("{step}/{}/{}", &id[0..2], name.unwrap_or_default())
+            }
+            Shape::Folder => format!("{step}/{}/{}/{id}", &id[0..2], &id[2..4]),
+        }
+    }
+
+    /// The file holding the unit object: the unit's file, or the object in
+    /// an older sluice's folder.
+    pub fn object_path(&self) -> PathBuf {
+        match self.shape {
+            Shape::File | Shape::Partial => self.path.clone(),
+            Shape::Folder => self.path.join(super::bundle::UNIT_OBJECT),
+        }
+    }
+
+    /// Whether it is sealed (a unit file always is, once scanned; a
+    /// partial one never).
+    pub fn is_sealed(&self) -> bool {
+        match self.shape {
+            Shape::File => std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.is_file()),
+            Shape::Partial => false,
+            Shape::Folder => super::is_sealed(&self.path),
+        }
+    }
+
+    /// Bytes staged: the file's, or the files' directly in the folder.
+    pub fn staged_bytes(&self) -> u64 {
+        match self.shape {
+            Shape::File | Shape::Partial => {
+                std::fs::symlink_metadata(&self.path).map_or(0, |m| m.len())
+            }
+            Shape::Folder => std::fs::read_dir(&self.path)
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .filter_map(|e| e.metadata().ok())
+                        .filter(|m| m.is_file())
+                        .map(|m| m.len())
+                        .sum()
+                })
+                .unwrap_or(0),
+        }
+    }
+
+    /// Whether the unit holds a batch of executions (its name is a batch
+    /// id), whose run ids only its sentinel knows.
     pub fn is_batch(&self) -> bool {
         is_batch_id(&self.run_id)
     }
 
-    /// The run ids of the executions the directory holds: its name, or for a
+    /// The run ids of the executions the unit holds: its name, or for a
     /// batch the run ids its sentinel lists (an error names the unit when
     /// it is missing or unreadable).
     pub fn staged_run_ids(&self) -> Result<Vec<String>> {
         if !self.is_batch() {
             return Ok(vec![self.run_id.clone()]);
         }
-        let unit = self.path.join(super::bundle::UNIT_OBJECT);
+        let unit = self.object_path();
         match std::fs::read(&unit) {
             Ok(object) => sentinel_in(bytes::Bytes::from(object), &unit),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.shape == Shape::Folder => {
                 // Loose files, staged by an older sluice.
                 let path = self.path.join(SENTINEL);
                 let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
@@ -65,7 +133,7 @@ impl RunDir {
     pub async fn staged_run_ids_in(&self, area: &StagingArea) -> Result<Vec<String>> {
         match area {
             StagingArea::Store(store) if self.is_batch() => {
-                let path = self.path.join(super::bundle::UNIT_OBJECT);
+                let path = self.object_path();
                 let object = store
                     .get(&super::area::unit_object(self))
                     .await?
@@ -149,21 +217,24 @@ fn bad_sentinel(path: &Path, why: &dyn std::fmt::Display) -> Error {
 /// What a scan of a staging root found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StagingScan {
-    /// Directories holding the sentinel: complete, ready to commit.
+    /// Sealed units: complete, ready to commit.
     pub sealed: Vec<RunDir>,
-    /// Directories without it: crashed or still-running workers.
+    /// Units not sealed: crashed or still-running workers.
     pub unsealed: Vec<RunDir>,
     /// Entries that do not fit the layout (reported, never committed).
     pub foreign: Vec<PathBuf>,
 }
 
-fn entries(dir: &Path) -> Result<Vec<PathBuf>> {
+/// A folder's entries, sorted, each with its type as the listing gave it
+/// (no `stat` per entry; a symbolic link is a link, never followed).
+fn entries(dir: &Path) -> Result<Vec<(PathBuf, std::fs::FileType)>> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
-        out.push(entry.path());
+        let kind = entry.file_type().map_err(|e| Error::io(entry.path(), e))?;
+        out.push((entry.path(), kind));
     }
-    out.sort();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
@@ -177,7 +248,7 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
     if !root.is_dir() {
         return Ok(out);
     }
-    for step_dir in entries(root)? {
+    for (step_dir, kind) in entries(root)? {
         if name(&step_dir).starts_with('.') {
             continue; // quarantine and other bookkeeping
         }
@@ -190,40 +261,42 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
         }
         // Every level must be a real directory: a symbolic link (to another
         // lake's staging, say) is reported, never followed.
-        if !is_real_dir(&step_dir) {
+        if !kind.is_dir() {
             out.foreign.push(step_dir);
             continue;
         }
-        for shard1 in entries(&step_dir)? {
-            if !is_real_dir(&shard1) {
-                out.foreign.push(shard1);
+        let unit = |run_id: &str, path: PathBuf, shape: Shape| RunDir {
+            step: step_number,
+            operation: operation.to_owned(),
+            run_id: run_id.to_owned(),
+            path,
+            shape,
+        };
+        for (shard, kind) in entries(&step_dir)? {
+            if !kind.is_dir() {
+                out.foreign.push(shard);
                 continue;
             }
-            for shard2 in entries(&shard1)? {
-                if !is_real_dir(&shard2) {
-                    out.foreign.push(shard2);
-                    continue;
-                }
-                for run in entries(&shard2)? {
-                    let run_id = name(&run).to_owned();
-                    let fits = validate_dir_name(&run_id).is_ok()
-                        && run_id[0..2] == *name(&shard1)
-                        && run_id[2..4] == *name(&shard2);
-                    if !fits || !is_real_dir(&run) {
-                        out.foreign.push(run);
-                        continue;
+            for (entry, kind) in entries(&shard)? {
+                let file_name = name(&entry);
+                let in_shard = |id: &str| id.get(0..2) == Some(name(&shard));
+                if kind.is_file() {
+                    match (unit_name_of(file_name), partial_unit_of(file_name)) {
+                        (Some(id), _) if in_shard(id) => {
+                            let id = id.to_owned();
+                            out.sealed.push(unit(&id, entry, Shape::File));
+                        }
+                        (_, Some(id)) if in_shard(id) => {
+                            let id = id.to_owned();
+                            out.unsealed.push(unit(&id, entry, Shape::Partial));
+                        }
+                        _ => out.foreign.push(entry),
                     }
-                    let dir = RunDir {
-                        step: step_number,
-                        operation: operation.to_owned(),
-                        run_id,
-                        path: run,
-                    };
-                    if super::is_sealed(&dir.path) {
-                        out.sealed.push(dir);
-                    } else {
-                        out.unsealed.push(dir);
-                    }
+                } else if kind.is_dir() && file_name.len() == 2 {
+                    // An older sluice's second shard level, holding unit folders.
+                    scan_legacy_shard(&entry, name(&shard), &unit, &mut out)?;
+                } else {
+                    out.foreign.push(entry);
                 }
             }
         }
@@ -231,10 +304,37 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
     Ok(out)
 }
 
+/// The unit folders an older sluice staged in the second shard level
+/// `shard2` below the first, `shard1`.
+fn scan_legacy_shard(
+    shard2: &Path,
+    shard1: &str,
+    unit: &dyn Fn(&str, PathBuf, Shape) -> RunDir,
+    out: &mut StagingScan,
+) -> Result<()> {
+    for (run, kind) in entries(shard2)? {
+        let run_id = name(&run).to_owned();
+        let fits = validate_dir_name(&run_id).is_ok()
+            && run_id[0..2] == *shard1
+            && run_id[2..4] == *name(shard2);
+        if !fits || !kind.is_dir() {
+            out.foreign.push(run);
+            continue;
+        }
+        let dir = unit(&run_id, run, Shape::Folder);
+        if dir.is_sealed() {
+            out.sealed.push(dir);
+        } else {
+            out.unsealed.push(dir);
+        }
+    }
+    Ok(())
+}
+
 /// Scan a staging area, optionally one step only: [`scan`] for a folder;
 /// for a store, one listing of its `_staging/` prefix, where a unit is its
-/// one object ([`bundle`](super::bundle)) and so always sealed; any other
-/// object is reported as foreign.
+/// one object and so always sealed (an older sluice's
+/// `…/{id}/unit.sluice` as well); any other object is reported as foreign.
 pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingScan> {
     let store = match area {
         StagingArea::Dir(root) => return scan(root, step),
@@ -253,20 +353,27 @@ pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingS
         if step.is_some_and(|s| s != step_number) {
             continue;
         }
-        let fits = parts.len() == 5
-            && parts[4] == super::bundle::UNIT_OBJECT
-            && validate_dir_name(parts[3]).is_ok()
-            && parts[3][0..2] == *parts[1]
-            && parts[3][2..4] == *parts[2];
-        if !fits {
+        let found = match parts.as_slice() {
+            [_, shard, file] => unit_name_of(file)
+                .filter(|id| id.get(0..2) == Some(*shard))
+                .map(|id| (id, Shape::File, object.clone())),
+            [_, shard1, shard2, id, file] => (*file == super::bundle::UNIT_OBJECT
+                && validate_dir_name(id).is_ok()
+                && id[0..2] == **shard1
+                && id[2..4] == **shard2)
+                .then(|| (*id, Shape::Folder, parts[..4].join("/"))),
+            _ => None,
+        };
+        let Some((run_id, shape, shown)) = found else {
             out.foreign.push(area.shown(&object));
             continue;
-        }
+        };
         out.sealed.push(RunDir {
             step: step_number,
             operation: operation.to_owned(),
-            run_id: parts[3].to_owned(),
-            path: area.shown(&parts[..4].join("/")),
+            run_id: run_id.to_owned(),
+            path: area.shown(&shown),
+            shape,
         });
     }
     Ok(out)

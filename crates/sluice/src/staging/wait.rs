@@ -1,13 +1,13 @@
 //! Waiting for workers' results on a shared filesystem.
 //!
-//! NFS caches directory entries and attributes, so a directory another node
+//! NFS caches directory entries and attributes, so a file another node
 //! just created may be invisible here for a while, and `stat` may answer from
 //! a stale cache. For every expected run the orchestrator therefore:
 //!
-//! 1. computes the run's directory from its run id (no directory walk);
+//! 1. computes the run's unit file from its run id (no directory walk);
 //! 2. lists every ancestor directory from the staging root down (a READDIR
 //!    per level, which refreshes the client's directory cache);
-//! 3. opens the unit object and reads one byte (open triggers close-to-open
+//! 3. opens the unit file and reads one byte (open triggers close-to-open
 //!    consistency; a `stat`/`exists` check would not);
 //!
 //! and polls the runs still missing with exponential backoff capped at 5 s,
@@ -19,8 +19,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::SENTINEL;
-use super::paths::run_dir;
+use super::paths::unit_file;
 use crate::error::Result;
 
 /// How long and how often to poll.
@@ -58,29 +57,25 @@ pub struct ExpectedRun {
 /// What a wait found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WaitOutcome {
-    /// Runs whose sentinel was read, with their directories.
+    /// Runs whose unit was read, with their unit files.
     pub ready: Vec<(ExpectedRun, PathBuf)>,
-    /// Runs still without a readable sentinel when the wait ended.
+    /// Runs still without a readable unit when the wait ended.
     pub missing: Vec<ExpectedRun>,
     /// Number of polling rounds.
     pub polls: u32,
 }
 
-/// Whether the unit in `dir` can be opened and read (one byte): its unit
-/// object, or the sentinel of loose files an older sluice staged.
-pub fn sentinel_readable(dir: &Path) -> bool {
-    let readable = |name: &str| {
-        let mut byte = [0u8; 1];
-        std::fs::File::open(dir.join(name))
-            .and_then(|mut f| f.read(&mut byte))
-            .is_ok_and(|n| n == 1)
-    };
-    readable(super::bundle::UNIT_OBJECT) || readable(SENTINEL)
+/// Whether the unit file `file` can be opened and read (one byte).
+pub fn unit_readable(file: &Path) -> bool {
+    let mut byte = [0u8; 1];
+    std::fs::File::open(file).and_then(|mut f| f.read(&mut byte)).is_ok_and(|n| n == 1)
 }
 
-/// List every directory from `root` down to `dir`'s parent, once per round.
-fn refresh_ancestors(root: &Path, dir: &Path, listed: &mut BTreeSet<PathBuf>) {
-    let Ok(relative) = dir.strip_prefix(root) else { return };
+/// List every directory from `root` down to `file`'s folder, once per round.
+fn refresh_ancestors(root: &Path, file: &Path, listed: &mut BTreeSet<PathBuf>) {
+    let Some(relative) = file.parent().and_then(|dir| dir.strip_prefix(root).ok()) else {
+        return;
+    };
     let mut current = root.to_path_buf();
     let list = |p: &Path, listed: &mut BTreeSet<PathBuf>| {
         if listed.insert(p.to_path_buf())
@@ -96,7 +91,7 @@ fn refresh_ancestors(root: &Path, dir: &Path, listed: &mut BTreeSet<PathBuf>) {
     }
 }
 
-/// Wait for the sentinels of `expected` runs under `staging_root`.
+/// Wait for the units of `expected` runs under `staging_root`.
 pub fn wait_for_runs(
     staging_root: &Path,
     expected: &[ExpectedRun],
@@ -104,7 +99,8 @@ pub fn wait_for_runs(
 ) -> Result<WaitOutcome> {
     let mut pending: Vec<(ExpectedRun, PathBuf)> = Vec::with_capacity(expected.len());
     for run in expected {
-        pending.push((run.clone(), run_dir(staging_root, run.step, &run.operation, &run.run_id)?));
+        pending
+            .push((run.clone(), unit_file(staging_root, run.step, &run.operation, &run.run_id)?));
     }
     let start = Instant::now();
     let mut backoff = options.initial_backoff;
@@ -113,12 +109,12 @@ pub fn wait_for_runs(
         outcome.polls += 1;
         let mut listed = BTreeSet::new();
         let mut still = Vec::with_capacity(pending.len());
-        for (run, dir) in pending {
-            refresh_ancestors(staging_root, &dir, &mut listed);
-            if sentinel_readable(&dir) {
-                outcome.ready.push((run, dir));
+        for (run, file) in pending {
+            refresh_ancestors(staging_root, &file, &mut listed);
+            if unit_readable(&file) {
+                outcome.ready.push((run, file));
             } else {
-                still.push((run, dir));
+                still.push((run, file));
             }
         }
         pending = still;
@@ -156,8 +152,10 @@ pub async fn wait_in_area(
     };
     let mut pending: Vec<(ExpectedRun, String)> = Vec::with_capacity(expected.len());
     for run in expected {
-        let unit = super::area::unit_relative(run.step, &run.operation, &run.run_id)?;
-        pending.push((run.clone(), format!("{unit}/{}", super::bundle::UNIT_OBJECT)));
+        pending.push((
+            run.clone(),
+            super::paths::unit_relative(run.step, &run.operation, &run.run_id)?,
+        ));
     }
     let steps: BTreeSet<String> = pending
         .iter()
@@ -174,11 +172,7 @@ pub async fn wait_in_area(
         }
         let (ready, still): (Vec<_>, Vec<_>) =
             pending.into_iter().partition(|(_, object)| present.contains(object));
-        outcome.ready.extend(ready.into_iter().map(|(run, object)| {
-            let unit = object.rsplit_once('/').map_or(object.as_str(), |(unit, _)| unit);
-            let shown = area.shown(unit);
-            (run, shown)
-        }));
+        outcome.ready.extend(ready.into_iter().map(|(run, object)| (run, area.shown(&object))));
         pending = still;
         let elapsed = start.elapsed();
         if pending.is_empty() || elapsed >= options.timeout {
@@ -200,9 +194,13 @@ mod tests {
     }
 
     fn seal(root: &Path, id: &str) {
-        let dir = run_dir(root, 1, "op", id).unwrap();
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(SENTINEL), b"PAR1").unwrap();
+        put(root, id, b"SLUICE");
+    }
+
+    fn put(root: &Path, id: &str, bytes: &[u8]) {
+        let file = unit_file(root, 1, "op", id).unwrap();
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(file, bytes).unwrap();
     }
 
     #[test]
@@ -227,12 +225,13 @@ mod tests {
     fn timeout_lists_exactly_the_missing_runs() {
         let root = tempfile::tempdir().unwrap();
         seal(root.path(), "aaaa0001");
-        // A directory without its sentinel (crashed worker) counts as missing,
-        // and so does an empty sentinel (a zero-byte read is not a result).
-        std::fs::create_dir_all(run_dir(root.path(), 1, "op", "cccc0003").unwrap()).unwrap();
-        let empty = run_dir(root.path(), 1, "op", "dddd0004").unwrap();
-        std::fs::create_dir_all(&empty).unwrap();
-        std::fs::write(empty.join(SENTINEL), b"").unwrap();
+        // A partial unit (crashed worker) counts as missing, and so does an
+        // empty unit file (a zero-byte read is not a result).
+        let partial = unit_file(root.path(), 1, "op", "cccc0003").unwrap();
+        std::fs::create_dir_all(partial.parent().unwrap()).unwrap();
+        std::fs::write(partial.with_file_name(super::super::paths::partial_name("cccc0003")), b"x")
+            .unwrap();
+        put(root.path(), "dddd0004", b"");
         let options = WaitOptions {
             timeout: Duration::from_millis(400),
             initial_backoff: Duration::from_millis(10),

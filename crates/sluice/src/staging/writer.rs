@@ -5,20 +5,20 @@
 //! `index`, `artifact_edges`, `execution_edges`, and `executions`, the
 //! sentinel — each an Arrow IPC stream, or Parquet when its rows are large
 //! (`encoded`), and those files travel together in **one** file, the
-//! unit object of [`bundle`](super::bundle), `unit.sluice` in the unit's
-//! directory (the same object a store holds). A commit of many small units
-//! then opens one file per unit instead of five, and removes one.
+//! unit object of [`bundle`](super::bundle), `{id}.sluice` in its step's
+//! shard folder (the same object a store holds). A commit of many small
+//! units then opens one file per unit instead of five, and removes one.
 //!
 //! A worker that runs many small units stages them as a *batch*
 //! ([`StagingWriter::write_batch`]): the same object, each file holding the
-//! rows of all its executions, in one directory named by a batch id.
+//! rows of all its executions, in one file named by a batch id.
 //!
-//! In a folder the unit object is written under a hidden temporary name
-//! and renamed into place: the rename seals the unit, and no reader ever
-//! sees half of it. On a shared filesystem the file is fsynced before its
-//! rename and the directory after it — one file and one directory per unit,
-//! where five files were synced before. In an object store the unit object
-//! is put if absent: one request writes and seals it.
+//! In a folder the unit is written under a hidden temporary name beside
+//! its place and renamed into it: the rename seals the unit, and no reader
+//! ever sees half of it. On a shared filesystem the file is fsynced before
+//! its rename and the shard folder after it — one file and one folder per
+//! unit, where five files were synced before. In an object store the unit
+//! object is put if absent: one request writes and seals it.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -86,7 +86,7 @@ impl StagingWriter {
         self.sync
     }
 
-    /// Stage one execution. Returns its directory (as reports show it). A
+    /// Stage one execution. Returns its unit file (as reports show it). A
     /// failed execution (`success == false`) may carry input edges and no
     /// artifacts. In a store this blocks on the lake's runtime: call it
     /// from a blocking thread.
@@ -96,17 +96,19 @@ impl StagingWriter {
 
     /// Write the unit object under its temporary name and stop before the
     /// rename that seals it: what a worker that dies just before sealing
-    /// leaves behind. For crash tests and load generators.
+    /// leaves behind (returned; a store is left nothing). For crash tests
+    /// and load generators.
     #[doc(hidden)]
     pub fn write_unsealed(&self, staged: &StagedExecution) -> Result<PathBuf> {
         self.write_inner(std::slice::from_ref(staged), None, false)
     }
 
-    /// Stage a batch of one step's executions in one directory: one file per
-    /// table for all of them, and one sentinel listing every execution. The
-    /// committer takes a batch whole or quarantines it whole; it costs five
-    /// files instead of five per execution, which is most of what a commit
-    /// of small executions spends. Returns the batch directory.
+    /// Stage a batch of one step's executions as one unit: one table file
+    /// inside for all of them, and one sentinel listing every execution.
+    /// The committer takes a batch whole or quarantines it whole; it costs
+    /// one file instead of one per execution, and five decoded tables
+    /// instead of five per execution, which is most of what a commit of
+    /// small executions spends. Returns the batch's unit file.
     pub fn write_batch(&self, staged: &[StagedExecution]) -> Result<PathBuf> {
         self.write_inner(staged, Some(paths::new_batch_id()), true)
     }
@@ -158,19 +160,21 @@ impl StagingWriter {
         }
         let (step, operation) = (first.origin_step_number, &first.operation_name);
         let name = batch.as_deref().unwrap_or(&first.execution_run_id);
+        if batch.is_some() && !paths::is_batch_id(name) {
+            return Err(Error::InvalidInput(format!(
+                "batch id {name:?} is rejected: it does not end in `{}`",
+                paths::BATCH_SUFFIX
+            )));
+        }
         let files = self.encode(staged)?;
         match &self.area {
             StagingArea::Dir(root) => {
-                let dir = match &batch {
-                    Some(id) => paths::batch_dir(root, step, operation, id)?,
-                    None => paths::run_dir(root, step, operation, name)?,
-                };
-                self.write_dir(&dir, files, seal)?;
-                Ok(dir)
+                let file = paths::unit_file(root, step, operation, name)?;
+                self.write_file(&file, name, files, seal)
             }
             StagingArea::Store(store) => {
-                let unit = area::unit_relative(step, operation, name)?;
-                area::block_on(write_objects(store, &unit, files, seal))??;
+                let unit = paths::unit_relative(step, operation, name)?;
+                area::block_on(write_object(store, &unit, files, seal))??;
                 Ok(store.shown(&unit))
             }
         }
@@ -212,30 +216,38 @@ impl StagingWriter {
         Ok(files)
     }
 
-    /// Write a unit into its folder as one file ([`bundle`](super::bundle)),
-    /// sealed by the rename that gives it its name; a unit left unsealed on
-    /// purpose stops before that rename, as a worker killed there would.
-    fn write_dir(&self, dir: &Path, files: Vec<(String, Vec<u8>)>, seal: bool) -> Result<()> {
-        create_run_dir(dir)?;
-        if super::is_sealed(dir) {
-            return Err(already_sealed(&dir.display()));
+    /// Write the unit `name` as one file ([`bundle`](super::bundle)) at
+    /// `file`, sealed by the rename that gives it its name; a unit left
+    /// unsealed on purpose stops before that rename, as a worker killed
+    /// there would.
+    /// Returns where the unit is: its file, or the partial one left unsealed.
+    fn write_file(
+        &self,
+        file: &Path,
+        name: &str,
+        files: Vec<(String, Vec<u8>)>,
+        seal: bool,
+    ) -> Result<PathBuf> {
+        let shard =
+            file.parent().ok_or_else(|| Error::Internal("a unit file has a folder".into()))?;
+        if file.exists() {
+            return Err(already_sealed(&file.display()));
         }
-        let unit = dir.join(super::bundle::UNIT_OBJECT);
-        let tmp = dir.join(format!(".{}.tmp-{}", super::bundle::UNIT_OBJECT, std::process::id()));
-        let mut file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        file.write_all(&super::bundle::pack(&files)).map_err(|e| Error::io(&tmp, e))?;
+        let tmp = shard.join(paths::partial_name(name));
+        let mut out = create_in_shard(&tmp)?;
+        out.write_all(&super::bundle::pack(&files)).map_err(|e| Error::io(&tmp, e))?;
         if self.sync {
-            file.sync_all().map_err(|e| Error::io(&tmp, e))?;
+            out.sync_all().map_err(|e| Error::io(&tmp, e))?;
         }
-        drop(file);
+        drop(out);
         if !seal {
-            return Ok(());
+            return Ok(tmp);
         }
-        std::fs::rename(&tmp, &unit).map_err(|e| Error::io(&unit, e))?;
+        std::fs::rename(&tmp, file).map_err(|e| Error::io(file, e))?;
         if self.sync {
-            sync_dir(dir)?;
+            sync_dir(shard)?;
         }
-        Ok(())
+        Ok(file.to_path_buf())
     }
 }
 
@@ -275,12 +287,12 @@ fn already_sealed(unit: &dyn std::fmt::Display) -> Error {
     Error::InvalidInput(format!("{unit}: already sealed; a run id is staged once"))
 }
 
-/// Put a unit into a store as one object ([`bundle`](super::bundle)), if
-/// absent: that one PUT writes and seals it. One already there with other
-/// bytes is another worker's unit. A unit left unsealed on purpose (a
-/// crash test) is not written at all: a worker that dies before its one
-/// PUT leaves nothing.
-async fn write_objects(
+/// Put a unit into a store as one object ([`bundle`](super::bundle)) at
+/// `unit`, if absent: that one PUT writes and seals it. One already there
+/// with other bytes is another worker's unit. A unit left unsealed on
+/// purpose (a crash test) is not written at all: a worker that dies before
+/// its one PUT leaves nothing.
+async fn write_object(
     store: &StoreArea,
     unit: &str,
     files: Vec<(String, Vec<u8>)>,
@@ -290,7 +302,7 @@ async fn write_objects(
         return Ok(());
     }
     let object = super::bundle::pack(&files);
-    if !store.put_if_absent(&format!("{unit}/{}", super::bundle::UNIT_OBJECT), &object).await? {
+    if !store.put_if_absent(unit, &object).await? {
         return Err(already_sealed(&store.shown(unit).display()));
     }
     Ok(())
@@ -302,16 +314,20 @@ pub fn staging_schema(spec: &TableSpec) -> deltalake::arrow::datatypes::SchemaRe
     crate::artifact::value::arrow_schema(&spec.columns)
 }
 
-/// Create a run directory. A committer removes shard directories it empties,
-/// which can race with this creation; retry a few times when a parent
-/// vanishes underneath.
-fn create_run_dir(dir: &Path) -> Result<()> {
+/// Create a unit's partial file, and its shard folder when missing.
+/// `vacuum` removes shard folders long empty, which can race with this
+/// creation; retry a few times when the folder vanishes underneath.
+fn create_in_shard(tmp: &Path) -> Result<File> {
+    let shard = tmp.parent().ok_or_else(|| Error::Internal("a unit file has a folder".into()))?;
     let mut attempt = 0;
     loop {
-        match std::fs::create_dir_all(dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt < 10 => attempt += 1,
-            Err(e) => return Err(Error::io(dir, e)),
+        match File::create(tmp) {
+            Ok(file) => return Ok(file),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && attempt < 10 => {
+                attempt += 1;
+                std::fs::create_dir_all(shard).map_err(|e| Error::io(shard, e))?;
+            }
+            Err(e) => return Err(Error::io(tmp, e)),
         }
     }
 }

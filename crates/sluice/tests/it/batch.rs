@@ -167,7 +167,7 @@ async fn a_bad_batch_is_quarantined_whole_and_the_rest_commits() {
     let step2 = forged.unwrap();
     let sentinel = file_mut(&mut unit_files(&step2), "executions.arrow").clone();
     edit_unit(&moved, |files| *file_mut(files, "executions.arrow") = sentinel);
-    std::fs::remove_dir_all(&step2).unwrap();
+    std::fs::remove_file(&step2).unwrap();
 
     let report = lake.commit().execute().await.unwrap();
     let reasons: Vec<&str> = report.quarantined.iter().map(|(_, r)| r.as_str()).collect();
@@ -224,7 +224,13 @@ async fn an_unsealed_batch_is_left_and_a_sealed_one_is_found_by_its_runs() {
     let report = lake.commit().execute().await.unwrap();
     assert_eq!(report.runs_committed, 5);
     assert_eq!(scalar(&lake, "SELECT count(*) FROM executions").await, "10");
-    assert!(unsealed.is_dir() && !staging::is_sealed(&unsealed), "never committed");
+    assert!(unsealed.is_file(), "never committed nor removed");
+    assert!(
+        staging::scan(&staging::default_root(lake.root().local().unwrap()), None)
+            .unwrap()
+            .sealed
+            .is_empty()
+    );
 }
 
 #[tokio::test]

@@ -128,7 +128,8 @@ async fn unsealed_dirs_are_reported_and_never_committed() {
         staged.succeeded.to_string()
     );
     for dir in &report.unsealed {
-        assert!(dir.is_dir() && !staging::is_sealed(dir), "left in place: {dir:?}");
+        let hidden = dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        assert!(dir.is_file() && hidden, "a partial unit, left in place: {dir:?}");
     }
     // Committing again commits nothing more.
     let again = lake.commit().execute().await.unwrap();
@@ -164,9 +165,9 @@ async fn bad_input_is_quarantined_with_a_reason_and_the_rest_commits() {
         .fields
         .insert("content".into(), FieldValue::String(r#"{"forged":1}"#.into()));
     let tampered_dir = w.write(&tampered).unwrap();
-    std::fs::remove_dir_all(&runs[2].path).unwrap();
-    // 4: an unexpected file.
-    std::fs::write(runs[4].path.join("notes.txt"), "hi").unwrap();
+    std::fs::remove_file(&runs[2].path).unwrap();
+    // 4: an unexpected file in the unit.
+    edit_unit(&runs[4].path, |files| files.push(("notes.txt".into(), b"hi".to_vec())));
     // 5: an edge to an artifact nobody has.
     let (mut staged, _) =
         synthetic::execution(&SyntheticSpec { seed: 99, ..spec.clone() }, lake.registry(), 0)

@@ -85,9 +85,15 @@ pub async fn distinct_and_rows(lake: &Lake) -> String {
     sluice::query::format::render(&n.batches, sluice::query::OutputFormat::Csv).unwrap()
 }
 
-/// The files inside the unit object staged in the folder `unit`, in order.
+/// The unit object of a staged unit: its file, or the object in an older
+/// sluice's folder.
+fn unit_object(unit: &std::path::Path) -> std::path::PathBuf {
+    if unit.is_dir() { unit.join(sluice::staging::bundle::UNIT_OBJECT) } else { unit.to_path_buf() }
+}
+
+/// The files inside the unit object staged at `unit`, in order.
 pub fn unit_files(unit: &std::path::Path) -> Vec<(String, Vec<u8>)> {
-    let path = unit.join(sluice::staging::bundle::UNIT_OBJECT);
+    let path = unit_object(unit);
     let object = bytes::Bytes::from(std::fs::read(&path).unwrap());
     sluice::staging::bundle::unpack(&object)
         .unwrap()
@@ -96,12 +102,12 @@ pub fn unit_files(unit: &std::path::Path) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
-/// Rewrite the unit object staged in the folder `unit` after `edit`
-/// changed its files (a worker that staged something else).
+/// Rewrite the unit object staged at `unit` after `edit` changed its
+/// files (a worker that staged something else).
 pub fn edit_unit(unit: &std::path::Path, edit: impl FnOnce(&mut Vec<(String, Vec<u8>)>)) {
     let mut files = unit_files(unit);
     edit(&mut files);
-    let path = unit.join(sluice::staging::bundle::UNIT_OBJECT);
+    let path = unit_object(unit);
     std::fs::write(path, sluice::staging::bundle::pack(&files)).unwrap();
 }
 

@@ -287,8 +287,9 @@ async fn item5_staged_content_is_rederived_not_trusted() {
     let honest = stage_with(&lake, 206, metrics(&lake, 1, 2)[1..].to_vec());
 
     let report = lake.commit().execute().await.unwrap();
+    // A unit `{id}.sluice` is quarantined in a folder named `{id}`.
     let reason_of = |dir: &Path| {
-        let name = dir.file_name().unwrap();
+        let name = dir.file_stem().unwrap();
         report
             .quarantined
             .iter()
@@ -795,9 +796,9 @@ async fn an_append_on_a_tip_that_loses_its_version_checks_again_before_committin
 }
 
 /// A unit's small tables travel as Arrow IPC and a large one as
-/// compressed Parquet, in one object; a folder of loose Parquet files
-/// staged by an older sluice still commits; and a unit object holding a
-/// table twice is refused.
+/// compressed Parquet, in one object; the folders an older sluice staged
+/// (loose Parquet files, or the unit object) still commit; and a unit
+/// object holding a table twice is refused.
 #[tokio::test]
 async fn staged_units_of_each_form_commit_and_a_table_staged_twice_is_refused() {
     let (_dir, lake) = lake().await;
@@ -824,9 +825,17 @@ async fn staged_units_of_each_form_commit_and_a_table_staged_twice_is_refused() 
     let data = &files[0].1;
     assert!(data.len() < 300_000, "compressed: {} bytes for 1 MiB of rows", data.len());
 
-    // Loose Parquet files, as an older sluice staged them.
-    let loose = stage_with(&lake, 302, metrics(&lake, 1, 2));
-    for (name, bytes) in unit_files(&loose) {
+    // An older sluice's folders: `{id[0:2]}/{id[2:4]}/{id}/` holding loose
+    // Parquet files, or the unit object.
+    let older_folder = |unit: &std::path::Path| {
+        let id = unit.file_name().unwrap().to_str().unwrap().strip_suffix(".sluice").unwrap();
+        let folder = unit.parent().unwrap().join(&id[2..4]).join(id);
+        std::fs::create_dir_all(&folder).unwrap();
+        folder
+    };
+    let unit = stage_with(&lake, 302, metrics(&lake, 1, 2));
+    let loose = older_folder(&unit);
+    for (name, bytes) in unit_files(&unit) {
         let batches = staged_batches(&name, &bytes);
         let table = name.strip_suffix(".arrow").unwrap();
         let file = std::fs::File::create(loose.join(format!("{table}.parquet"))).unwrap();
@@ -838,7 +847,10 @@ async fn staged_units_of_each_form_commit_and_a_table_staged_twice_is_refused() 
         }
         w.close().unwrap();
     }
-    std::fs::remove_file(loose.join(sluice::staging::bundle::UNIT_OBJECT)).unwrap();
+    std::fs::remove_file(&unit).unwrap();
+    let unit = stage_with(&lake, 304, metrics(&lake, 1, 5)[4..].to_vec());
+    let folder = older_folder(&unit);
+    std::fs::rename(&unit, folder.join(sluice::staging::bundle::UNIT_OBJECT)).unwrap();
 
     // A unit object naming the metrics table twice.
     let twice = stage_with(&lake, 303, metrics(&lake, 1, 3)[2..].to_vec());
@@ -850,10 +862,10 @@ async fn staged_units_of_each_form_commit_and_a_table_staged_twice_is_refused() 
     let report = lake.commit().execute().await.unwrap();
     assert_eq!(report.quarantined.len(), 1, "{report:?}");
     let (path, reason) = &report.quarantined[0];
-    assert_eq!(path.file_name(), twice.file_name());
+    assert_eq!(path.file_name(), twice.file_stem(), "quarantined in a folder named by its id");
     assert!(reason.contains("metrics.arrow: twice in the unit"), "{reason}");
-    assert_eq!(report.runs_committed, 2);
-    assert!(!large.exists() && !loose.exists());
+    assert_eq!(report.runs_committed, 3);
+    assert!(!large.exists() && !loose.exists() && !folder.exists());
     assert_eq!(scalar(&lake, "SELECT count(*) FROM data").await, "1");
-    assert_eq!(scalar(&lake, "SELECT count(*) FROM metrics").await, "2");
+    assert_eq!(scalar(&lake, "SELECT count(*) FROM metrics").await, "3");
 }

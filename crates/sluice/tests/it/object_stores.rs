@@ -391,7 +391,7 @@ async fn on_azure_store_requests_are_counted() {
 /// once; staging is empty at the end.
 async fn staged_units_commit_through_the_store(emulator: &Emulator) {
     use sluice::lake::LakeRoot;
-    use sluice::staging::bundle::{UNIT_OBJECT, pack, unpack};
+    use sluice::staging::bundle::{pack, unpack};
     use sluice::staging::synthetic::{self, SyntheticSpec};
     use sluice::staging::{StagingArea, StagingWriter, SyncPolicy};
     let url = Url::parse(&format!("{}/lakes/staged", emulator.root)).unwrap();
@@ -438,7 +438,7 @@ async fn staged_units_commit_through_the_store(emulator: &Emulator) {
     let mut damaged = false;
     for unit in scan.sealed.iter().filter(|d| !d.is_batch()) {
         let object = object_store::path::Path::from(format!(
-            "{}/_staging/{}/{UNIT_OBJECT}",
+            "{}/_staging/{}",
             url.path().trim_matches('/'),
             unit.relative()
         ));

@@ -74,17 +74,17 @@ fn a_successful_execution_stages_every_table_sentinel_last() {
         }],
         artifacts: outputs,
     };
-    let run_dir = writer.write(&staged).unwrap();
-    assert_eq!(run_dir, root.join("1_score/0a/1b/0a1b2c3d4e5f"));
-    // One file: the unit object, sealed by its rename.
-    let names: Vec<String> = std::fs::read_dir(&run_dir)
+    let unit = writer.write(&staged).unwrap();
+    assert_eq!(unit, root.join("1_score/0a/0a1b2c3d4e5f.sluice"));
+    // One file, the unit object, sealed by its rename; nothing else is left.
+    let names: Vec<String> = std::fs::read_dir(unit.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(names, [staging::bundle::UNIT_OBJECT]);
+    assert_eq!(names, ["0a1b2c3d4e5f.sluice"]);
     // Inside, one small Arrow IPC stream per table touched, the sentinel last.
     assert_eq!(
-        staged_rows(&run_dir),
+        staged_rows(&unit),
         [
             ("metrics.arrow".to_owned(), 3),
             ("index.arrow".to_owned(), 3),
@@ -119,19 +119,22 @@ fn failed_executions_and_crashed_workers_are_told_apart() {
     assert!(rows.contains(&("execution_edges.arrow".to_owned(), 1)), "{rows:?}");
     assert!(!rows.iter().any(|(name, _)| name.starts_with("metrics")), "{rows:?}");
 
-    // A crashed worker: a folder without its unit object.
-    let crashed = writer
-        .write(&StagedExecution { execution: execution("cccc0002", true), ..failed.clone() })
+    // A crashed worker: its unit under the hidden name, never renamed.
+    writer
+        .write_unsealed(&StagedExecution {
+            execution: execution("cccc0002", true),
+            ..failed.clone()
+        })
         .unwrap();
-    std::fs::remove_file(crashed.join(staging::bundle::UNIT_OBJECT)).unwrap();
     // Junk that does not fit the layout.
     std::fs::write(root.join("README"), "x").unwrap();
     std::fs::create_dir_all(root.join("1_score/zz/yy/aabb0003")).unwrap();
+    std::fs::write(root.join("1_score/zz/aabb0004.sluice"), "not in its shard").unwrap();
 
     let found = staging::scan(&root, None).unwrap();
     assert_eq!(found.sealed.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["ffff0001"]);
     assert_eq!(found.unsealed.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(), ["cccc0002"]);
-    assert_eq!(found.foreign.len(), 2, "{:?}", found.foreign);
+    assert_eq!(found.foreign.len(), 3, "{:?}", found.foreign);
     assert!(staging::scan(&root, Some(2)).unwrap().sealed.is_empty());
 }
 
