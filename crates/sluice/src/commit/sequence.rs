@@ -721,7 +721,52 @@ async fn conformed_on_tip<'b>(
             }
         }
     }
-    Ok((tip, batches))
+    match joined(&schema, batches, &spec.name) {
+        Ok(batches) => Ok((tip, batches)),
+        Err(e) => {
+            lake.handles().keep_tip(spec, tip);
+            Err(e)
+        }
+    }
+}
+
+/// Rows of a table joined into batches of up to this many bytes.
+const JOINED_BATCH_BYTES: usize = 64 << 20;
+
+/// The staged rows of a sequence joined into few batches. A commit of
+/// thousands of one-unit runs stages a batch of a row or two per unit and
+/// table; every step after (de-duplication, key filters, the Parquet
+/// write) costs per batch as well as per row, so the rows are joined once
+/// here. A batch stays under [`JOINED_BATCH_BYTES`] (a large one stays
+/// alone), far below what a binary array holds.
+fn joined(schema: &SchemaRef, batches: Vec<RecordBatch>, table: &str) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    let mut group: Vec<RecordBatch> = Vec::new();
+    let mut bytes = 0;
+    let mut flush = |group: &mut Vec<RecordBatch>| -> Result<()> {
+        match group.len() {
+            0 => {}
+            1 => out.extend(group.pop()),
+            _ => {
+                let one = deltalake::arrow::compute::concat_batches(schema, group.iter())
+                    .map_err(|e| Error::arrow(format!("table `{table}` rows"), e))?;
+                group.clear();
+                out.push(one);
+            }
+        }
+        Ok(())
+    };
+    for batch in batches {
+        let size = batch.get_array_memory_size();
+        if !group.is_empty() && bytes + size > JOINED_BATCH_BYTES {
+            flush(&mut group)?;
+            bytes = 0;
+        }
+        bytes += size;
+        group.push(batch);
+    }
+    flush(&mut group)?;
+    Ok(out)
 }
 
 /// Bytes of binary values per written batch at most: a Delta binary column
@@ -839,5 +884,29 @@ mod tests {
         let batch =
             RecordBatch::try_from_iter([("content", Arc::new(values) as ArrayRef)]).unwrap();
         assert_eq!(slices(&batch), vec![(0, 1), (1, 1), (2, 2)]);
+    }
+
+    #[test]
+    fn rows_of_many_units_are_joined_in_order_and_large_ones_stay_apart() {
+        use deltalake::arrow::array::Int64Array;
+        let one = |i: i64| {
+            RecordBatch::try_from_iter([("n", Arc::new(Int64Array::from(vec![i])) as ArrayRef)])
+                .unwrap()
+        };
+        let schema = one(0).schema();
+        let batches: Vec<RecordBatch> = (0..2000).map(one).collect();
+        let one_batch = joined(&schema, batches, "t").unwrap();
+        assert_eq!(one_batch.len(), 1);
+        let values = one_batch[0].column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(values.values().to_vec(), (0..2000).collect::<Vec<i64>>(), "in order");
+
+        let rows = JOINED_BATCH_BYTES / 8 / 2 + 1;
+        let large = || {
+            let values = Int64Array::from(vec![7; rows]);
+            RecordBatch::try_from_iter([("n", Arc::new(values) as ArrayRef)]).unwrap()
+        };
+        let two = joined(&schema, vec![one(1), large(), large(), one(2)], "t").unwrap();
+        let sizes: Vec<usize> = two.iter().map(RecordBatch::num_rows).collect();
+        assert_eq!(sizes, vec![1 + rows, rows + 1], "{sizes:?}");
     }
 }
