@@ -379,7 +379,13 @@ impl<'a> CommitBuilder<'a> {
         ctx: &sequence::Context<'_>,
         report: &mut CommitReport,
     ) -> Result<()> {
+        let clock = Instant::now();
         let scan = staging::scan::scan_area(ctx.staging, self.step).await?;
+        tracing::debug!(
+            sealed = scan.sealed.len(),
+            ms = clock.elapsed().as_secs_f64() * 1e3,
+            "staging scanned"
+        );
         report.unsealed = scan.unsealed.iter().map(|r| r.path.clone()).collect();
         if !scan.unsealed.is_empty() && !self.recover_only {
             tracing::warn!(
@@ -403,8 +409,8 @@ impl<'a> CommitBuilder<'a> {
         let mut done = 0;
         let mut pending: std::collections::VecDeque<RunDir> = sealed.into();
         while !pending.is_empty() {
-            let chunk = next_chunk(&mut pending, self.chunk, self.chunk_bytes);
             let clock = Instant::now();
+            let chunk = next_chunk(&mut pending, self.chunk, self.chunk_bytes);
             let taken = chunk.len();
             let (loaded, left) = sequence::Loaded::load_within(ctx, chunk, self.memory).await?;
             let size = taken - left.len();
