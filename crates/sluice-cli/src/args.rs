@@ -592,6 +592,20 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Two steps of --units units each (generate_data of 10-row tables,
+    /// then compute_metrics of each) run by `sluice run` in a new process
+    /// on a new lake, once on the local backend with --workers workers and
+    /// once on SLURM (`units_per_worker = "auto"`), each step's time on
+    /// SLURM against the same step's on the local backend. Says so and
+    /// measures nothing where SLURM is not running.
+    Slurm {
+        /// Units per step.
+        #[arg(long, default_value_t = 10_000)]
+        units: u64,
+        /// Local worker processes (the local baseline).
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+    },
     /// Lineage cost at scale: a layered derivation graph of --edges edges
     /// (needs an empty lake), then lineage --up --depth 5 of --samples
     /// artifacts, each in a fresh process (time, peak RSS), against one SQL

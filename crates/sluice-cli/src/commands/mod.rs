@@ -7,6 +7,7 @@ mod bench_results;
 mod bench_scale;
 mod bench_seed;
 mod bench_size;
+mod bench_slurm;
 mod bench_store;
 mod commit;
 mod demo;

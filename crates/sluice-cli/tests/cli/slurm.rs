@@ -24,6 +24,50 @@ pub(crate) fn slurm_available() -> bool {
     up
 }
 
+/// Step `name` of a `sluice run --json` report.
+fn step<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["steps"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap()
+}
+
+/// A query's answer as CSV.
+fn csv(lake: &Lake, sql: &str) -> String {
+    lake.ok(&["sql", "--format", "csv", sql])
+}
+
+/// Write `text` as `dir/pipeline.toml` and run it: the process's output and
+/// its JSON report.
+fn run_file(lake: &Lake, dir: &Path, text: &str) -> (std::process::Output, Value) {
+    let file = dir.join("pipeline.toml");
+    std::fs::write(&file, text).unwrap();
+    let out = lake.run(&["run", file.to_str().unwrap(), "--json"]);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out, report)
+}
+
+/// A pipeline of `tables` generated tables, then a `command` step `step`
+/// on SLURM that runs `script` on each (table in `inputs/t/`, copies out
+/// to `outputs/t/`), with more of the step's `settings`.
+fn after_gen(pipeline: &str, tables: u32, step: &str, script: &str, settings: &str) -> String {
+    format!(
+        r#"name = "{pipeline}"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = {tables}, rows = 5 }}
+
+[[step]]
+name = "{step}"
+operation = "command"
+command = ["sh", "-c", '''{script}''']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+backend = "slurm"
+{settings}
+"#
+    )
+}
+
 fn pipeline(dir: &Path, marker: &Path) -> String {
     format!(
         r#"name = "on-slurm"
@@ -110,7 +154,7 @@ fn a_pipeline_runs_on_slurm_with_a_failing_and_a_killed_task() {
         )
     });
     assert!(!out.status.success(), "failed units make the run fail");
-    let work = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "work").unwrap();
+    let work = step(&report, "work");
     assert_eq!(work["total"], 6);
     assert_eq!(work["succeeded"], 4, "{work:#}");
     assert_eq!(work["failed"], 2, "{work:#}");
@@ -118,9 +162,12 @@ fn a_pipeline_runs_on_slurm_with_a_failing_and_a_killed_task() {
         work["failures"].as_array().unwrap().iter().map(|f| f[1].as_str().unwrap()).collect();
     assert!(errors.iter().any(|e| e.contains("exit status 4")), "{errors:?}");
     assert!(errors.iter().any(|e| e.contains("was cancelled") && e.contains("log:")), "{errors:?}");
-    let stats = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "stats").unwrap();
+    let stats = step(&report, "stats");
     assert_eq!(stats["outputs"]["metrics"], 4, "the good results flow on");
-    let backends = lake.ok(&["sql", "--format", "csv", "SELECT DISTINCT compute_backend, worker_id LIKE '%slurm-%' AS in_task FROM executions WHERE origin_step_number = 1"]);
+    let backends = csv(
+        &lake,
+        "SELECT DISTINCT compute_backend, worker_id LIKE '%slurm-%' AS in_task FROM executions WHERE origin_step_number = 1",
+    );
     assert!(backends.contains("slurm,true"), "{backends}");
 
     // Fix both problems: a rerun on SLURM submits only the two failed units.
@@ -129,7 +176,7 @@ fn a_pipeline_runs_on_slurm_with_a_failing_and_a_killed_task() {
     std::fs::write(&file, fixed).unwrap();
     let again = lake.run(&["run", file.to_str().unwrap(), "--json"]);
     let report: Value = serde_json::from_slice(&again.stdout).unwrap();
-    let work = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "work").unwrap();
+    let work = step(&report, "work");
     // The command changed, so its units are new work; gen is cached whole.
     assert_eq!(report["steps"][0]["status"], "skipped");
     assert_eq!(work["failed"], 0, "{work:#}");
@@ -143,36 +190,17 @@ fn a_task_over_its_time_limit_is_reported_as_timed_out() {
     }
     let lake = Lake::new();
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("pipeline.toml");
-    std::fs::write(
-        &file,
-        r#"name = "too-slow"
-[[step]]
-name = "gen"
-operation = "generate_data"
-params = { tables = 2, rows = 5 }
-
-[[step]]
-name = "slow"
-operation = "command"
-command = ["sh", "-c", 'if [ -e inputs/t/table_0001.csv ]; then sleep 600; fi; cp inputs/t/* outputs/t/']
-inputs = { t = "gen.data" }
-outputs = { t = "data" }
-backend = "slurm"
-resources = { time = "00:01:00" }
-"#,
-    )
-    .unwrap();
-    let out = lake.run(&["run", file.to_str().unwrap(), "--json"]);
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
-    let slow = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "slow").unwrap();
+    let script = "if [ -e inputs/t/table_0001.csv ]; then sleep 600; fi; cp inputs/t/* outputs/t/";
+    let settings = "resources = { time = \"00:01:00\" }";
+    let (out, report) =
+        run_file(&lake, dir.path(), &after_gen("too-slow", 2, "slow", script, settings));
+    assert!(!out.status.success(), "a unit over its time limit fails the run");
+    let slow = step(&report, "slow");
     assert_eq!(slow["succeeded"], 1, "{slow:#}");
     assert_eq!(slow["failed"], 1, "{slow:#}");
     let error = slow["failures"][0][1].as_str().unwrap();
     assert!(error.contains("timed out") && error.contains("--time"), "{error}");
-    let stored =
-        lake.ok(&["sql", "--format", "csv", "SELECT error FROM executions WHERE NOT success"]);
+    let stored = csv(&lake, "SELECT error FROM executions WHERE NOT success");
     assert!(stored.contains("timed out"), "{stored}");
 }
 
@@ -184,27 +212,8 @@ fn ctrl_c_cancels_the_running_array() {
     let lake = Lake::new();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pipeline.toml");
-    std::fs::write(
-        &file,
-        format!(
-            r#"name = "interrupted"
-[[step]]
-name = "gen"
-operation = "generate_data"
-params = {{ tables = 3, rows = 5 }}
-
-[[step]]
-name = "hang"
-operation = "command"
-command = ["sh", "-c", 'touch {}/started; sleep 600']
-inputs = {{ t = "gen.data" }}
-outputs = {{ t = "data" }}
-backend = "slurm"
-"#,
-            dir.path().display()
-        ),
-    )
-    .unwrap();
+    let script = format!("touch {}/started; sleep 600", dir.path().display());
+    std::fs::write(&file, after_gen("interrupted", 3, "hang", &script, "")).unwrap();
     let child = lake
         .command(&["run", file.to_str().unwrap(), "--json"])
         .stdout(std::process::Stdio::piped())
@@ -223,7 +232,7 @@ backend = "slurm"
     assert!(started.elapsed() < Duration::from_secs(300), "the run did not stop promptly");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["cancelled"], true, "{report:#}");
-    let hang = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "hang").unwrap();
+    let hang = step(&report, "hang");
     assert_eq!(hang["status"], "cancelled", "{hang:#}");
     assert_eq!(hang["not_run"], 3, "{hang:#}");
     let queued = std::process::Command::new("squeue")
@@ -265,24 +274,8 @@ fn item8_a_failing_squeue_is_retried_and_never_loses_running_units() {
     .unwrap();
     std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let file = dir.path().join("pipeline.toml");
-    std::fs::write(
-        &file,
-        r#"name = "busy-controller"
-[[step]]
-name = "gen"
-operation = "generate_data"
-params = { tables = 3, rows = 5 }
-
-[[step]]
-name = "work"
-operation = "command"
-command = ["sh", "-c", 'sleep 4; cp inputs/t/* outputs/t/']
-inputs = { t = "gen.data" }
-outputs = { t = "data" }
-backend = "slurm"
-"#,
-    )
-    .unwrap();
+    let script = "sleep 4; cp inputs/t/* outputs/t/";
+    std::fs::write(&file, after_gen("busy-controller", 3, "work", script, "")).unwrap();
     let path = format!("{}:{}", shims.display(), std::env::var("PATH").unwrap_or_default());
     let out = lake
         .command(&["run", file.to_str().unwrap(), "--json"])
@@ -298,7 +291,7 @@ backend = "slurm"
     // truly again, once every task's result is on disk.
     assert!(calls >= 3, "squeue was retried ({calls} calls)");
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let work = report["steps"].as_array().unwrap().iter().find(|s| s["name"] == "work").unwrap();
+    let work = step(&report, "work");
     assert_eq!(work["succeeded"], 3, "{work:#}");
     assert_eq!(work["failed"], 0, "{work:#}");
     // No content without its execution: every data artifact of step 2 is an
@@ -311,4 +304,105 @@ backend = "slurm"
          (SELECT e.artifact_id FROM execution_edges e JOIN executions x ON e.execution_run_id = x.execution_run_id WHERE x.success AND e.direction = 'output')",
     ]);
     assert_eq!(orphans, "n\n0\n");
+}
+
+/// Twenty units in two tasks (`units_per_worker = "auto"` under a throttle
+/// of 2): a unit that kills its task fails alone with what the task had
+/// sealed before it kept, and the units the task never reached fail saying
+/// so; a rerun runs exactly those.
+#[test]
+fn auto_sized_tasks_run_many_units_and_a_killed_task_keeps_what_it_staged() {
+    if !slurm_available() {
+        return;
+    }
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("kill-me");
+    std::fs::write(&marker, "").unwrap();
+    let text = |marker: &Path| {
+        let script = format!(
+            "if [ -e inputs/t/table_0012.csv ]; then sleep 1; fi\n\
+             if [ -e inputs/t/table_0013.csv ] && [ -e {} ]; then kill -9 $PPID; sleep 5; fi\n\
+             cp inputs/t/* outputs/t/",
+            marker.display()
+        );
+        let settings = "batch = { units_per_worker = \"auto\" }\nresources = { throttle = 2 }";
+        after_gen("packed", 20, "packed", &script, settings)
+    };
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(&file, text(&marker)).unwrap();
+    let out = lake.run(&["run", file.to_str().unwrap(), "--json"]);
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(!out.status.success(), "a killed task fails the run");
+    let work = step(&report, "packed");
+    assert_eq!(work["total"], 20, "{work:#}");
+    // Task 0 ran units 0-9; task 1 sealed 10-12 (unit 12 took over the
+    // seal interval), was killed by unit 13 and never reached 14-19.
+    assert_eq!(work["succeeded"], 13, "{work:#}");
+    assert_eq!(work["failed"], 7, "{work:#}");
+    let errors = csv(
+        &lake,
+        "SELECT error FROM executions WHERE origin_step_number = 2 AND NOT success ORDER BY error",
+    );
+    assert_eq!(errors.matches("(while running this unit)").count(), 1, "{errors}");
+    assert_eq!(errors.matches("(before running this unit)").count(), 6, "{errors}");
+    assert!(errors.contains("SLURM task 1 of job") && errors.contains("log:"), "{errors}");
+    let tasks = csv(
+        &lake,
+        "SELECT count(DISTINCT worker_id) AS n FROM executions WHERE origin_step_number = 2 AND success",
+    );
+    assert_eq!(tasks, "n\n2\n", "twenty units ran in two array tasks");
+
+    std::fs::remove_file(&marker).unwrap();
+    let again = lake.run(&["run", file.to_str().unwrap(), "--json"]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let report: Value = serde_json::from_slice(&again.stdout).unwrap();
+    let work = step(&report, "packed");
+    assert_eq!(work["dispatched"], 7, "only the failed units run again: {work:#}");
+    assert_eq!(work["failed"], 0, "{work:#}");
+    let data =
+        csv(&lake, "SELECT count(*) AS n FROM executions WHERE origin_step_number = 2 AND success");
+    assert_eq!(data, "n\n20\n");
+}
+
+/// A step of more tasks than an array may hold goes in several arrays, one
+/// after the other under a throttle; a task of the last array that dies is
+/// named with its own job and log.
+#[test]
+fn a_step_larger_than_an_array_is_submitted_as_several() {
+    if !slurm_available() {
+        return;
+    }
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    let script = "if [ -e inputs/t/table_0004.csv ]; then kill -9 $PPID; sleep 5; fi; cp inputs/t/* outputs/t/";
+    let settings = "resources = { throttle = 1, max_array = 2 }";
+    let (out, report) =
+        run_file(&lake, dir.path(), &after_gen("arrays", 5, "spread", script, settings));
+    assert!(!out.status.success(), "a dead task fails the run");
+    let work = step(&report, "spread");
+    assert_eq!(work["succeeded"], 4, "{work:#}");
+    assert_eq!(work["failed"], 1, "{work:#}");
+    // Five tasks in arrays of two, two and one: three job ids in the logs.
+    let slurm = lake.root.join("_slurm");
+    let step_dir = std::fs::read_dir(&slurm)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("logs").read_dir().is_ok_and(|mut d| d.next().is_some()))
+        .expect("the step's task folder");
+    let mut jobs: Vec<u64> = std::fs::read_dir(step_dir.join("logs"))
+        .unwrap()
+        .map(|e| {
+            e.unwrap().file_name().to_string_lossy().split('_').next().unwrap().parse().unwrap()
+        })
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    let error = work["failures"][0][1].as_str().unwrap();
+    let log = error.split("log: ").nth(1).unwrap().split(' ').next().unwrap();
+    assert!(error.contains("SLURM task 0 of job"), "the last array's first task: {error}");
+    assert!(Path::new(log).exists(), "the named log is the task's own: {error}");
+    assert!(log.contains(&format!("{}_0.log", jobs[2])), "{error} vs {jobs:?}");
 }

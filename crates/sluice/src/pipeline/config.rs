@@ -78,13 +78,70 @@ impl BackendKind {
 pub struct Batch {
     /// Paired input sets per unit (default 1).
     pub artifacts_per_unit: usize,
-    /// Units per SLURM array task (default 1).
-    pub units_per_worker: usize,
+    /// Units per SLURM array task (default 1, or `"auto"`).
+    pub units_per_worker: UnitsPerTask,
 }
 
 impl Default for Batch {
     fn default() -> Self {
-        Batch { artifacts_per_unit: 1, units_per_worker: 1 }
+        Batch { artifacts_per_unit: 1, units_per_worker: UnitsPerTask::Fixed(1) }
+    }
+}
+
+/// How many units one SLURM array task runs: a number, or `"auto"`.
+///
+/// One unit per task (the default) isolates units the way a cluster's
+/// users expect: a task that dies takes one unit with it. A step of many
+/// small units pays a job start per unit that way, so `"auto"` runs as
+/// many tasks as the partition has CPU slots (or the step's `throttle`),
+/// each running its share of the units one after the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnitsPerTask {
+    /// Exactly this many units per task.
+    Fixed(usize),
+    /// Sized to the cluster at submission.
+    Auto,
+}
+
+impl Serialize for UnitsPerTask {
+    fn serialize<S: serde::Serializer>(
+        &self,
+        serializer: S,
+    ) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            UnitsPerTask::Fixed(n) => serializer.serialize_u64(*n as u64),
+            UnitsPerTask::Auto => serializer.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for UnitsPerTask {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = UnitsPerTask;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a number of units or \"auto\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> std::result::Result<Self::Value, E> {
+                usize::try_from(n).map(UnitsPerTask::Fixed).map_err(E::custom)
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> std::result::Result<Self::Value, E> {
+                usize::try_from(n)
+                    .map(UnitsPerTask::Fixed)
+                    .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(n), &self))
+            }
+            fn visit_str<E: serde::de::Error>(
+                self,
+                text: &str,
+            ) -> std::result::Result<Self::Value, E> {
+                match text {
+                    "auto" => Ok(UnitsPerTask::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(text), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
     }
 }
 
@@ -104,6 +161,9 @@ pub struct Resources {
     pub gres: Option<String>,
     /// At most this many array tasks at once (`--array=…%N`).
     pub throttle: Option<u32>,
+    /// At most this many tasks per array (default: the cluster's
+    /// `MaxArraySize`); a step of more tasks is submitted as several arrays.
+    pub max_array: Option<u32>,
     /// More `sbatch` arguments, verbatim.
     pub extra: Vec<String>,
 }
@@ -397,7 +457,7 @@ resources = { cpus = 2, memory_gb = 4, time = "00:10:00" }
         assert_eq!(p.lines, vec![4, 9]);
         let stats = &p.steps[1];
         assert_eq!(stats.batch.artifacts_per_unit, 5);
-        assert_eq!(stats.batch.units_per_worker, 1);
+        assert_eq!(stats.batch.units_per_worker, UnitsPerTask::Fixed(1));
         assert_eq!(stats.resources.cpus, Some(2));
         assert_eq!(p.backend_of(1), BackendKind::Slurm);
         assert_eq!(p.backend_of(0), BackendKind::Local);
@@ -424,5 +484,28 @@ resources = { cpus = 2, memory_gb = 4, time = "00:10:00" }
         for bad in ["a", ".b", "a.", "a.b.c"] {
             assert!(InputRef::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn units_per_task_is_a_number_or_auto_and_says_so_otherwise() {
+        let batch = |text: &str| toml::from_str::<Batch>(text);
+        assert_eq!(batch("units_per_worker = 3").unwrap().units_per_worker, UnitsPerTask::Fixed(3));
+        assert_eq!(
+            batch("units_per_worker = \"auto\"").unwrap().units_per_worker,
+            UnitsPerTask::Auto
+        );
+        assert_eq!(batch("").unwrap().units_per_worker, UnitsPerTask::Fixed(1));
+        for bad in ["units_per_worker = \"fast\"", "units_per_worker = -2"] {
+            let e = batch(bad).unwrap_err().to_string();
+            assert!(e.contains("a number of units or \"auto\""), "{bad}: {e}");
+        }
+        let json = serde_json::to_string(&Batch {
+            artifacts_per_unit: 1,
+            units_per_worker: UnitsPerTask::Auto,
+        })
+        .unwrap();
+        assert!(json.contains("\"units_per_worker\":\"auto\""), "{json}");
+        let back: Batch = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.units_per_worker, UnitsPerTask::Auto);
     }
 }

@@ -44,6 +44,7 @@ pub mod run;
 pub mod status;
 mod step_run;
 pub mod steps_log;
+pub(crate) mod task_records;
 pub mod unit;
 pub mod validate;
 pub mod worker;

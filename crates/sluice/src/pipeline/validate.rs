@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use super::config::{InputRef, PipelineConfig};
+use super::config::{InputRef, PipelineConfig, StepConfig, UnitsPerTask};
 use super::operation::{Operation, Signature};
 use super::ops::Operations;
 use crate::error::Result;
@@ -104,8 +104,8 @@ impl Pipeline {
                     crate::error::words::did_you_mean(&near)
                 )));
             }
-            if step.batch.artifacts_per_unit == 0 || step.batch.units_per_worker == 0 {
-                return Err(err("batch sizes must be at least 1".into()));
+            if let Some(wrong) = zero_size(step) {
+                return Err(err(wrong.into()));
             }
             step.time_limit().map_err(|e| err(e.to_string()))?;
             let mut refs = step.input_refs().map_err(|e| err(e.to_string()))?;
@@ -189,6 +189,15 @@ impl Pipeline {
     ) -> Result<Pipeline> {
         Self::validate(PipelineConfig::load(path)?, operations, types)
     }
+}
+
+/// What a step sets to zero that must be at least 1.
+fn zero_size(step: &StepConfig) -> Option<&'static str> {
+    if step.batch.artifacts_per_unit == 0 || step.batch.units_per_worker == UnitsPerTask::Fixed(0) {
+        return Some("batch sizes must be at least 1");
+    }
+    (step.resources.throttle == Some(0) || step.resources.max_array == Some(0))
+        .then_some("resources.throttle and resources.max_array must be at least 1")
 }
 
 #[cfg(test)]

@@ -35,9 +35,8 @@ use crate::staging::{StagedExecution, StagingArea, StagingWriter, paths};
 pub(crate) const SEAL_AFTER: Duration = Duration::from_millis(500);
 
 /// Run `jobs` (one step's), staging their executions in groups sealed at
-/// least every `seal_after` (zero: each unit alone, as a SLURM task does
-/// for the orchestrator to wait on each run) and at the end, and tell
-/// `emit` what happens. Errors are returned only when staging fails or
+/// least every `seal_after` (zero: each unit alone) and at the end, and
+/// tell `emit` what happens. Errors are returned only when staging fails or
 /// `emit` does.
 pub(crate) async fn run_chunk(
     lake: &Lake,
@@ -184,10 +183,15 @@ pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
     Ok(())
 }
 
+/// Units a SLURM task runs as one chunk: their inputs read in one look-up
+/// (bounded, as a local worker's chunk is).
+const TASK_CHUNK: usize = 256;
+
 /// Worker mode for a SLURM array task: run units `task*per_task ..
-/// (task+1)*per_task` of a units file (one [`UnitJob`] per line), their
-/// inputs read at once, each staged alone (the orchestrator waits for each
-/// run's staged unit to be visible on the shared filesystem).
+/// (task+1)*per_task` of a units file (one [`UnitJob`] per line) in chunks,
+/// staging them in groups as a local worker does, and say what it did in
+/// the task's record ([`super::task_records`]), whose final name
+/// tells the orchestrator the task is done.
 pub async fn run_slice(
     lake: &Lake,
     operations: &Operations,
@@ -195,6 +199,7 @@ pub async fn run_slice(
     task: usize,
     per_task: usize,
 ) -> Result<usize> {
+    use super::task_records::{TaskRecorder, records_dir};
     let text = std::fs::read_to_string(units_file).map_err(|e| Error::io(units_file, e))?;
     let lake = &lake.clone().with_snapshot_reads();
     let writer = staging_writer(lake)?;
@@ -208,9 +213,12 @@ pub async fn run_slice(
                 .map_err(|e| Error::json(format!("a unit job in {}", units_file.display()), e))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut quiet = |_: WorkerEvent| Ok(());
+    let mut record = TaskRecorder::open(&records_dir(units_file), task)?;
+    let mut emit = |event: WorkerEvent| record.record(&event);
     let slice: Vec<&UnitJob> = jobs.iter().collect();
-    run_chunk(lake, operations, &writer, &slice, &id, std::time::Duration::ZERO, &mut quiet)
-        .await?;
+    for chunk in slice.chunks(TASK_CHUNK) {
+        run_chunk(lake, operations, &writer, chunk, &id, SEAL_AFTER, &mut emit).await?;
+    }
+    record.finish()?;
     Ok(jobs.len())
 }

@@ -3,7 +3,7 @@
 //! - [`local`]: a pool of worker processes on this machine (the `sluice`
 //!   binary in worker mode), or, when no worker program is set, tasks in the
 //!   orchestrating process.
-//! - [`slurm`]: one job array per step, on a shared filesystem.
+//! - [`slurm`]: job arrays, on a shared filesystem.
 //!
 //! A backend returns one [`Outcome`] per dispatched unit. A unit whose worker
 //! died (or whose SLURM task was cancelled, timed out or ran out of memory)
@@ -26,9 +26,6 @@ use super::unit::{UnitReport, WorkerPhases};
 pub enum Outcome {
     /// The worker ran it and staged its execution (success or failure).
     Reported(UnitReport),
-    /// Its sealed staging directory is there (SLURM: success is read from
-    /// the lake after the commit).
-    Staged,
     /// The worker never staged it: why.
     Lost(String),
 }
