@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use deltalake::arrow::array::{Array, StringArray};
-use deltalake::arrow::json::reader::{ReaderBuilder, infer_json_schema_from_iterator};
+use deltalake::arrow::json::reader::{ReaderBuilder, infer_json_schema};
 use deltalake::datafusion::datasource::MemTable;
 use deltalake::datafusion::prelude::SessionContext;
 use deltalake::datafusion::sql::sqlparser::dialect::GenericDialect;
@@ -173,35 +173,60 @@ async fn derivations(
     Ok(out)
 }
 
+/// Metrics read by id at once: what `filter` holds of them as artifacts.
+const METRICS_AT_ONCE: usize = 16_384;
+
 /// The metrics among `ids` whose content satisfies `predicate`.
+///
+/// The metrics are read [`METRICS_AT_ONCE`] at a time and kept only as
+/// lines of JSON (their content and id), so that memory follows the
+/// metrics' text, not the artifacts read; the schema is inferred over all
+/// the lines at once (a key missing from some metrics is null there, a key
+/// that is an integer in some and a float in others is a float), then the
+/// lines are decoded in batches and the predicate runs over them.
 async fn passing_metrics(
     lake: &crate::Lake,
     ids: &[ArtifactId],
     predicate: &str,
 ) -> Result<BTreeSet<ArtifactId>> {
-    let artifacts = lake.get_many(ids).await?;
-    let mut rows = Vec::with_capacity(artifacts.len());
-    for artifact in artifacts.values() {
-        let mut value = artifact.json_content()?;
-        if let Some(object) = value.as_object_mut() {
-            object.insert(ID_COLUMN.into(), serde_json::Value::String(artifact.id.to_hex()));
-            rows.push(value);
-        }
-    }
-    if rows.is_empty() {
-        return Ok(BTreeSet::new());
-    }
+    passing_metrics_by(lake, ids, predicate, METRICS_AT_ONCE).await
+}
+
+/// [`passing_metrics`], reading `at_once` metrics at a time.
+async fn passing_metrics_by(
+    lake: &crate::Lake,
+    ids: &[ArtifactId],
+    predicate: &str,
+    at_once: usize,
+) -> Result<BTreeSet<ArtifactId>> {
     let context = |e: &dyn std::fmt::Display| {
         Error::operation("filter", format!("reading metrics as a table: {e}"))
     };
-    let schema = infer_json_schema_from_iterator(rows.iter().map(Ok)).map_err(|e| context(&e))?;
+    let mut lines: Vec<u8> = Vec::new();
+    for chunk in ids.chunks(at_once.max(1)) {
+        for artifact in lake.get_many(chunk).await?.values() {
+            let mut value = artifact.json_content()?;
+            if let Some(object) = value.as_object_mut() {
+                object.insert(ID_COLUMN.into(), serde_json::Value::String(artifact.id.to_hex()));
+                serde_json::to_writer(&mut lines, &value).map_err(|e| context(&e))?;
+                lines.push(b'\n');
+            }
+        }
+    }
+    if lines.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let (schema, _) = infer_json_schema(lines.as_slice(), None).map_err(|e| context(&e))?;
     let schema = Arc::new(schema);
-    let mut decoder =
-        ReaderBuilder::new(schema.clone()).build_decoder().map_err(|e| context(&e))?;
-    decoder.serialize(&rows).map_err(|e| context(&e))?;
-    let batch = decoder.flush().map_err(|e| context(&e))?.ok_or_else(|| context(&"no rows"))?;
+    let batches = ReaderBuilder::new(schema.clone())
+        .with_batch_size(at_once.max(1))
+        .build(lines.as_slice())
+        .map_err(|e| context(&e))?
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| context(&e))?;
+    drop(lines);
     let ctx = SessionContext::new();
-    let table = MemTable::try_new(schema, vec![vec![batch]])?;
+    let table = MemTable::try_new(schema, vec![batches])?;
     ctx.register_table("m", Arc::new(table))?;
     let df = ctx
         .sql(&format!("SELECT {ID_COLUMN} FROM m WHERE {predicate}"))
@@ -223,4 +248,40 @@ async fn passing_metrics(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::artifact::Draft;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn metrics_read_in_parts_are_judged_as_one_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let (lake, _) = crate::Lake::init(dir.path()).await.unwrap();
+        let contents = [
+            json!({"loss": 1}),
+            json!({"loss": 2.5}),
+            json!({"other": 1}),
+            json!({"loss": 0.5, "name": "x"}),
+            json!({"loss": 7, "name": "y"}),
+        ];
+        let artifacts: Vec<_> = contents
+            .iter()
+            .map(|c| {
+                Draft::metric(c.clone()).unwrap().with_step(1).finalize(lake.registry()).unwrap()
+            })
+            .collect();
+        lake.put(&artifacts).await.unwrap();
+        let ids: Vec<ArtifactId> = artifacts.iter().map(|a| a.id).collect();
+        // Two at a time: `loss` is an integer in one part and a float in
+        // another, missing from a third; `name` only in the last parts.
+        let passing = passing_metrics_by(&lake, &ids, "loss > 1", 2).await.unwrap();
+        assert_eq!(passing, BTreeSet::from([ids[1], ids[4]]));
+        let named = passing_metrics_by(&lake, &ids, "name = 'x'", 2).await.unwrap();
+        assert_eq!(named, BTreeSet::from([ids[3]]));
+        assert_eq!(passing_metrics_by(&lake, &ids, "loss > 1", 100).await.unwrap(), passing);
+        assert!(passing_metrics_by(&lake, &[], "loss > 1", 2).await.unwrap().is_empty());
+    }
 }
