@@ -595,7 +595,8 @@ pub enum BenchCommand {
     /// Two steps of --units units each (generate_data of 10-row tables,
     /// then compute_metrics of each) run by `sluice run` in a new process
     /// on a new lake, once on the local backend with --workers workers and
-    /// once on SLURM (`units_per_worker = "auto"`), each step's time on
+    /// once on SLURM (`units_per_worker = "auto"`, or --units-per-task),
+    /// each step's time on
     /// SLURM against the same step's on the local backend. Says so and
     /// measures nothing where SLURM is not running.
     Slurm {
@@ -605,6 +606,9 @@ pub enum BenchCommand {
         /// Local worker processes (the local baseline).
         #[arg(long, default_value_t = 2)]
         workers: usize,
+        /// The SLURM steps' `units_per_worker`: a number, or "auto".
+        #[arg(long, default_value = "auto")]
+        units_per_task: String,
     },
     /// Lineage cost at scale: a layered derivation graph of --edges edges
     /// (needs an empty lake), then lineage --up --depth 5 of --samples

@@ -129,8 +129,8 @@ async fn run_on(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Seed { tables, workers, rounds } => {
             super::bench_seed::seed(root, tables, workers, rounds).await?
         }
-        BenchCommand::Slurm { units, workers } => {
-            super::bench_slurm::slurm(root, units, workers).await?
+        BenchCommand::Slurm { units, workers, units_per_task } => {
+            super::bench_slurm::slurm(root, units, workers, &units_per_task).await?
         }
         BenchCommand::Lineage { edges, layers, samples } => {
             super::bench_scale::lineage(root, edges, layers, samples).await?

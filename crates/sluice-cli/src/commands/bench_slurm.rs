@@ -5,8 +5,9 @@
 //! The workload is two steps of N units — `generate_data` of N 10-row
 //! tables (no inputs), then `compute_metrics` of each (one input read per
 //! unit) — so that both a step's dispatch and its tasks' input reads are
-//! in the figure. On SLURM the steps say `units_per_worker = "auto"`: one
-//! array task per CPU slot of the partition, each running its share.
+//! in the figure. On SLURM the steps say `units_per_worker = "auto"` (unless
+//! `--units-per-task` says otherwise): one array task per CPU slot of the
+//! partition, each running its share.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -21,11 +22,10 @@ use crate::output::print;
 /// Issue 45, goal 4: a SLURM step at most twice the local one.
 const GOAL_RATIO: f64 = 2.0;
 
-fn pipeline_text(units: u64, slurm: bool) -> String {
-    let (backend, batch) = if slurm {
-        ("backend = \"slurm\"\n", "batch = { units_per_worker = \"auto\" }\n")
-    } else {
-        ("", "")
+fn pipeline_text(units: u64, per_task: Option<&str>) -> String {
+    let (backend, batch) = match per_task {
+        Some(n) => ("backend = \"slurm\"\n", format!("batch = {{ units_per_worker = {n} }}\n")),
+        None => ("", String::new()),
     };
     format!(
         "name = \"bench-slurm\"\n{backend}\
@@ -56,11 +56,13 @@ struct Run {
     peak: f64,
 }
 
-fn run(dir: &Path, units: u64, workers: usize, slurm: bool) -> anyhow::Result<Run> {
-    let name = if slurm { "slurm" } else { "local" };
+/// `per_task`: none for the local backend, else the SLURM steps'
+/// `units_per_worker` as TOML.
+fn run(dir: &Path, units: u64, workers: usize, per_task: Option<&str>) -> anyhow::Result<Run> {
+    let name = if per_task.is_some() { "slurm" } else { "local" };
     let lake = dir.join(name);
     let file = dir.join(format!("{name}.toml"));
-    std::fs::write(&file, pipeline_text(units, slurm))
+    std::fs::write(&file, pipeline_text(units, per_task))
         .with_context(|| format!("writing {}", file.display()))?;
     sluice_process(&lake, "init", &[OsStr::new("-q")])?;
     let workers = workers.to_string();
@@ -89,7 +91,18 @@ fn run(dir: &Path, units: u64, workers: usize, slurm: bool) -> anyhow::Result<Ru
 }
 
 /// Run both and compare, or say why not.
-pub async fn slurm(root: &Path, units: u64, workers: usize) -> anyhow::Result<Vec<Figure>> {
+pub async fn slurm(
+    root: &Path,
+    units: u64,
+    workers: usize,
+    units_per_task: &str,
+) -> anyhow::Result<Vec<Figure>> {
+    let per_task = match units_per_task {
+        "auto" => "\"auto\"".to_owned(),
+        n => n.parse::<u64>().ok().filter(|n| *n > 0).map(|n| n.to_string()).ok_or_else(|| {
+            anyhow::anyhow!("--units-per-task takes a number of units or \"auto\", not `{n}`")
+        })?,
+    };
     if !slurm_running() {
         print(
             "bench slurm: skipped, SLURM is not running here (`sinfo` does not answer); \
@@ -102,11 +115,11 @@ pub async fn slurm(root: &Path, units: u64, workers: usize) -> anyhow::Result<Ve
         std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     }
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let local = run(&dir, units, workers, false)?;
-    let slurm = run(&dir, units, workers, true)?;
+    let local = run(&dir, units, workers, None)?;
+    let slurm = run(&dir, units, workers, Some(&per_task))?;
     std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     let mut lines = vec![format!(
-        "workload: 2 steps of {units} units (generate_data of 10-row tables, compute_metrics of each), `sluice run` in a new process on a new lake: local backend with {workers} workers (baseline), then SLURM with units_per_worker = \"auto\""
+        "workload: 2 steps of {units} units (generate_data of 10-row tables, compute_metrics of each), `sluice run` in a new process on a new lake: local backend with {workers} workers (baseline), then SLURM with units_per_worker = {per_task}"
     )];
     let what = workload(&lines[0]).to_owned();
     let mut figures = Vec::new();

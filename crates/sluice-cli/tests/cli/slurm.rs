@@ -341,6 +341,8 @@ fn auto_sized_tasks_run_many_units_and_a_killed_task_keeps_what_it_staged() {
     // seal interval), was killed by unit 13 and never reached 14-19.
     assert_eq!(work["succeeded"], 13, "{work:#}");
     assert_eq!(work["failed"], 7, "{work:#}");
+    let computed = work["worker_seconds"]["compute"].as_f64().unwrap();
+    assert!(computed > 1.0, "the tasks' time is read from their records: {work:#}");
     let errors = csv(
         &lake,
         "SELECT error FROM executions WHERE origin_step_number = 2 AND NOT success ORDER BY error",

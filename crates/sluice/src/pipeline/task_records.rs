@@ -22,7 +22,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::pipeline::unit::{UnitReport, WorkerEvent};
+use crate::pipeline::unit::{UnitReport, WorkerEvent, WorkerPhases};
 
 /// The folder of a step's task records, beside its units file.
 pub(crate) fn records_dir(units_file: &Path) -> PathBuf {
@@ -103,6 +103,8 @@ pub(crate) struct TaskRecord {
     pub ran: Vec<String>,
     /// The unit it had started and not finished when it stopped.
     pub running: Option<String>,
+    /// Where the time of the units it sealed went.
+    pub phases: WorkerPhases,
 }
 
 /// Read task `task`'s record in `dir`; a line cut short by the task's end
@@ -129,9 +131,10 @@ pub(crate) fn read(dir: &Path, task: usize) -> Result<TaskRecord> {
                 record.ran.clear();
                 record.sealing = Some((unit, reports));
             }
-            WorkerEvent::Sealed { unit, .. } => {
+            WorkerEvent::Sealed { unit, phases } => {
                 if let Some(sealed) = record.sealing.take_if(|(u, _)| *u == unit) {
                     record.sealed.push(sealed);
+                    record.phases.add(&phases);
                 }
             }
         }
@@ -145,6 +148,10 @@ mod tests {
 
     fn report(run: &str) -> UnitReport {
         UnitReport { run_id: run.into(), success: true, error: None }
+    }
+
+    fn compute(seconds: f64) -> WorkerPhases {
+        WorkerPhases { compute: seconds, ..WorkerPhases::default() }
     }
 
     fn started(run: &str) -> WorkerEvent {
@@ -162,10 +169,10 @@ mod tests {
                 unit: "x.batch".into(),
                 reports: vec![report("a"), report("b")],
             },
-            WorkerEvent::Sealed { unit: "x.batch".into(), phases: Default::default() },
+            WorkerEvent::Sealed { unit: "x.batch".into(), phases: compute(0.25) },
             started("c"),
             WorkerEvent::Sealing { unit: "c".into(), reports: vec![report("c")] },
-            WorkerEvent::Sealed { unit: "c".into(), phases: Default::default() },
+            WorkerEvent::Sealed { unit: "c".into(), phases: compute(0.5) },
         ] {
             rec.record(&event).unwrap();
         }
@@ -179,6 +186,7 @@ mod tests {
         assert_eq!(record.sealed[0].0, "x.batch");
         assert_eq!(record.sealed[0].1, vec![report("a"), report("b")]);
         assert_eq!((record.sealing, record.running, record.ran.len()), (None, None, 0));
+        assert_eq!(record.phases.compute, 0.75, "the sealed units' time is summed");
     }
 
     #[test]

@@ -421,6 +421,9 @@ async fn collect(
         operation: first.step.operation.clone(),
         run_id: unit.to_owned(),
     };
+    for record in &records {
+        dispatch.spent(&record.phases);
+    }
     let mut reports: HashMap<String, Vec<UnitReport>> = HashMap::new();
     let (mut sealed, mut sealing) = (Vec::new(), Vec::new());
     for record in &records {
@@ -638,6 +641,7 @@ mod tests {
             sealing: Some(("t".into(), vec![report("b")])),
             ran: vec!["c".into()],
             running: Some("d".into()),
+            phases: Default::default(),
         };
         let at = |run| where_it_stopped(Some(&record), run);
         assert_eq!(at("b"), " (after running this unit, while staging it)");
