@@ -161,3 +161,38 @@ fn scale_grows_a_lake_measures_at_each_size_and_resumes() {
     let refused = other.command(&args.iter().map(String::as_str).collect::<Vec<_>>()).output();
     assert!(!refused.unwrap().status.success(), "a lake the bench did not grow is refused");
 }
+
+/// `bench slurm` runs the same steps on both backends and records each
+/// step's SLURM time against the local one; where SLURM does not answer it
+/// says it skipped and records nothing.
+#[test]
+fn bench_slurm_compares_the_backends_or_says_why_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("r.jsonl");
+    let lake = crate::Lake::at(dir.path().join("a"));
+    let args = ["bench", "slurm", "--units", "40", "--results", results.to_str().unwrap()];
+    // No SLURM on PATH: a clear skip, nothing recorded.
+    let out = lake.command(&args).env("PATH", dir.path()).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains("skipped, SLURM is not running here"), "{said}");
+    let recorded = std::fs::read_to_string(&results).unwrap_or_default();
+    assert!(recorded.is_empty(), "a skipped bench records no figure: {recorded}");
+    if !crate::slurm::slurm_available() {
+        return;
+    }
+    let out = lake.ok(&args);
+    for step in ["gen", "stats"] {
+        assert!(out.contains(&format!("step {step} (40 units): local ")), "{out}");
+    }
+    let figures = lines(&results);
+    let steps: Vec<&serde_json::Value> =
+        figures.iter().filter(|f| f["figure"].as_str().unwrap().starts_with("step ")).collect();
+    assert_eq!(steps.len(), 2, "{figures:?}");
+    for f in steps {
+        assert!(f["value"].as_f64().unwrap() > 0.0, "{f}");
+        assert!(f["ratio"].as_f64().unwrap() > 0.0, "{f}");
+        assert_eq!(f["goal"], "45.4", "{f}");
+    }
+    assert!(!dir.path().join("a.slurm-runs").exists(), "the bench's lakes are removed");
+}
