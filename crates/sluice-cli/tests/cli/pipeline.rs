@@ -53,7 +53,8 @@ impl Fixture {
     }
 }
 
-fn step<'a>(report: &'a Value, name: &str) -> &'a Value {
+/// Step `name` of a `sluice run --json` report.
+pub(crate) fn step<'a>(report: &'a Value, name: &str) -> &'a Value {
     report["steps"]
         .as_array()
         .unwrap()

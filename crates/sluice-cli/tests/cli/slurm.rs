@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::Lake;
+use crate::pipeline::step;
 
 pub(crate) fn slurm_available() -> bool {
     let up = std::process::Command::new("sinfo")
@@ -22,16 +23,6 @@ pub(crate) fn slurm_available() -> bool {
         eprintln!("SLURM is not running here; skipping (bash scripts/slurm.sh up starts it)");
     }
     up
-}
-
-/// Step `name` of a `sluice run --json` report.
-fn step<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["steps"].as_array().unwrap().iter().find(|s| s["name"] == name).unwrap()
-}
-
-/// A query's answer as CSV.
-fn csv(lake: &Lake, sql: &str) -> String {
-    lake.ok(&["sql", "--format", "csv", sql])
 }
 
 /// Write `text` as `dir/pipeline.toml` and run it: the process's output and
@@ -164,9 +155,9 @@ fn a_pipeline_runs_on_slurm_with_a_failing_and_a_killed_task() {
     assert!(errors.iter().any(|e| e.contains("was cancelled") && e.contains("log:")), "{errors:?}");
     let stats = step(&report, "stats");
     assert_eq!(stats["outputs"]["metrics"], 4, "the good results flow on");
-    let backends = csv(
-        &lake,
-        "SELECT DISTINCT compute_backend, worker_id LIKE '%slurm-%' AS in_task FROM executions WHERE origin_step_number = 1",
+    let backends = lake.csv(
+        "SELECT DISTINCT compute_backend, worker_id LIKE '%slurm-%' AS in_task \
+         FROM executions WHERE origin_step_number = 1",
     );
     assert!(backends.contains("slurm,true"), "{backends}");
 
@@ -200,7 +191,7 @@ fn a_task_over_its_time_limit_is_reported_as_timed_out() {
     assert_eq!(slow["failed"], 1, "{slow:#}");
     let error = slow["failures"][0][1].as_str().unwrap();
     assert!(error.contains("timed out") && error.contains("--time"), "{error}");
-    let stored = csv(&lake, "SELECT error FROM executions WHERE NOT success");
+    let stored = lake.csv("SELECT error FROM executions WHERE NOT success");
     assert!(stored.contains("timed out"), "{stored}");
 }
 
@@ -343,16 +334,15 @@ fn auto_sized_tasks_run_many_units_and_a_killed_task_keeps_what_it_staged() {
     assert_eq!(work["failed"], 7, "{work:#}");
     let computed = work["worker_seconds"]["compute"].as_f64().unwrap();
     assert!(computed > 1.0, "the tasks' time is read from their records: {work:#}");
-    let errors = csv(
-        &lake,
+    let errors = lake.csv(
         "SELECT error FROM executions WHERE origin_step_number = 2 AND NOT success ORDER BY error",
     );
     assert_eq!(errors.matches("(while running this unit)").count(), 1, "{errors}");
     assert_eq!(errors.matches("(before running this unit)").count(), 6, "{errors}");
     assert!(errors.contains("SLURM task 1 of job") && errors.contains("log:"), "{errors}");
-    let tasks = csv(
-        &lake,
-        "SELECT count(DISTINCT worker_id) AS n FROM executions WHERE origin_step_number = 2 AND success",
+    let tasks = lake.csv(
+        "SELECT count(DISTINCT worker_id) AS n FROM executions \
+         WHERE origin_step_number = 2 AND success",
     );
     assert_eq!(tasks, "n\n2\n", "twenty units ran in two array tasks");
 
@@ -364,7 +354,7 @@ fn auto_sized_tasks_run_many_units_and_a_killed_task_keeps_what_it_staged() {
     assert_eq!(work["dispatched"], 7, "only the failed units run again: {work:#}");
     assert_eq!(work["failed"], 0, "{work:#}");
     let data =
-        csv(&lake, "SELECT count(*) AS n FROM executions WHERE origin_step_number = 2 AND success");
+        lake.csv("SELECT count(*) AS n FROM executions WHERE origin_step_number = 2 AND success");
     assert_eq!(data, "n\n20\n");
 }
 
