@@ -32,11 +32,15 @@ use crate::staging::{StagedExecution, StagingArea, StagingWriter, paths};
 
 /// How long a worker keeps ran units unsealed before it seals them, when
 /// its chunk is not done yet: what a dead worker may leave to be run again.
-pub(crate) const SEAL_AFTER: Duration = Duration::from_millis(500);
+const SEAL_AFTER: Duration = Duration::from_millis(500);
+
+/// The most units run as one chunk (their inputs read in one look-up), by a
+/// local worker or a SLURM task: what a chunk's prefetch may hold.
+pub(crate) const CHUNK_MOST: usize = 256;
 
 /// Run `jobs` (one step's), staging their executions in groups sealed at
-/// least every `seal_after` (zero: each unit alone) and at the end, and
-/// tell `emit` what happens. Errors are returned only when staging fails or
+/// least every [`SEAL_AFTER`] and at the end, and tell `emit` what
+/// happens. Errors are returned only when staging fails or
 /// `emit` does.
 pub(crate) async fn run_chunk(
     lake: &Lake,
@@ -44,7 +48,6 @@ pub(crate) async fn run_chunk(
     writer: &StagingWriter,
     jobs: &[&UnitJob],
     worker_id: &str,
-    seal_after: Duration,
     emit: &mut (dyn FnMut(WorkerEvent) -> Result<()> + Send),
 ) -> Result<()> {
     let mut phases = WorkerPhases::default();
@@ -65,7 +68,7 @@ pub(crate) async fn run_chunk(
             .instrument(span)
             .await?;
         group.push(ran);
-        if opened.elapsed() >= seal_after {
+        if opened.elapsed() >= SEAL_AFTER {
             seal(writer, std::mem::take(&mut group), std::mem::take(&mut phases), emit).await?;
         }
     }
@@ -178,14 +181,10 @@ pub async fn serve_stdin(lake: &Lake, operations: &Operations) -> Result<()> {
         let jobs: Vec<UnitJob> = serde_json::from_str(&line)
             .map_err(|e| Error::json("a chunk of unit jobs on stdin", e))?;
         let jobs: Vec<&UnitJob> = jobs.iter().collect();
-        run_chunk(lake, operations, &writer, &jobs, &id, SEAL_AFTER, &mut emit).await?;
+        run_chunk(lake, operations, &writer, &jobs, &id, &mut emit).await?;
     }
     Ok(())
 }
-
-/// Units a SLURM task runs as one chunk: their inputs read in one look-up
-/// (bounded, as a local worker's chunk is).
-const TASK_CHUNK: usize = 256;
 
 /// Worker mode for a SLURM array task: run units `task*per_task ..
 /// (task+1)*per_task` of a units file (one [`UnitJob`] per line) in chunks,
@@ -216,8 +215,8 @@ pub async fn run_slice(
     let mut record = TaskRecorder::open(&records_dir(units_file), task)?;
     let mut emit = |event: WorkerEvent| record.record(&event);
     let slice: Vec<&UnitJob> = jobs.iter().collect();
-    for chunk in slice.chunks(TASK_CHUNK) {
-        run_chunk(lake, operations, &writer, chunk, &id, SEAL_AFTER, &mut emit).await?;
+    for chunk in slice.chunks(CHUNK_MOST) {
+        run_chunk(lake, operations, &writer, chunk, &id, &mut emit).await?;
     }
     record.finish()?;
     Ok(jobs.len())

@@ -25,7 +25,7 @@ use crate::lake::io::location::LakeRoot;
 use crate::pipeline::ops::Operations;
 use crate::pipeline::unit::{UnitJob, UnitReport, WorkerEvent, WorkerPhases};
 use crate::pipeline::worker::worker_id;
-use crate::pipeline::worker_mode::{SEAL_AFTER, run_chunk};
+use crate::pipeline::worker_mode::{CHUNK_MOST, run_chunk};
 use crate::staging::{StagingArea, StagingWriter, area};
 
 /// How long past a step's time limit a worker may take to answer before it
@@ -50,7 +50,7 @@ struct Chunks {
 
 impl Chunks {
     const TARGET: f64 = 0.2;
-    const MOST: usize = 256;
+    const MOST: usize = CHUNK_MOST;
 
     fn new() -> Self {
         Chunks { last: 1, seconds_per_unit: None }
@@ -137,8 +137,7 @@ pub async fn run(
                             }
                             Ok(())
                         };
-                        run_chunk(&lake, &operations, &writer, &chunk, &id, SEAL_AFTER, &mut emit)
-                            .await?;
+                        run_chunk(&lake, &operations, &writer, &chunk, &id, &mut emit).await?;
                         chunks.ran(chunk.len(), clock.elapsed());
                     }
                 });

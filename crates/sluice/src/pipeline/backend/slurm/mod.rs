@@ -6,8 +6,9 @@
 //! `sbatch --array=0-(T-1)[%throttle]`; array task `t` runs the same binary
 //! in worker mode on units `t*K .. (t+1)*K` ([`layout`]: `units_per_worker`,
 //! a number or `"auto"`). A task stages the units it runs in batches, as a
-//! local worker does, and says in its record ([`crate::pipeline::task_records`]) which staged
-//! unit holds which units; the rename of that record says it is done.
+//! local worker does, and says in its record
+//! ([`crate::pipeline::task_records`]) which staged unit holds which units;
+//! the rename of that record says it is done.
 //! Results travel through staging on the shared filesystem. The
 //! orchestrator waits until every task's record is done or the arrays have
 //! left the queue (one `squeue` for all of them, polled with backoff), then
@@ -254,12 +255,8 @@ async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Res
         // for the step.
         let after = step.resources.throttle.and(job_ids.last().map(String::as_str));
         let args = sbatch_args(step, span, after, &logs, &script);
-        let env = env.clone();
-        let out = tokio::task::spawn_blocking(move || command_output_with("sbatch", &args, env))
-            .await
-            .map_err(|e| Error::task("running `sbatch`", e))?;
-        let out = match out {
-            Ok(out) => out,
+        let job_id = match sbatch(args, env.clone()).await {
+            Ok(job_id) => job_id,
             Err(e) => {
                 // Arrays already submitted would run units nobody waits for.
                 if !job_ids.is_empty() {
@@ -268,18 +265,26 @@ async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Res
                 return Err(e);
             }
         };
-        let job_id = out.trim().split(';').next().unwrap_or_default().to_owned();
-        if job_id.is_empty() || !job_id.chars().all(|c| c.is_ascii_digit()) {
-            return Err(Error::Slurm {
-                command: "sbatch".into(),
-                message: format!("printed no job id: `{}`", out.trim()),
-            });
-        }
         tracing::info!(job = %job_id, tasks = span.1, first = span.0, units_per_task = layout.per_task, step = %step.name, "submitted SLURM array");
         job_ids.push(job_id);
     }
     let index = jobs.iter().enumerate().map(|(i, j)| (j.run_id.clone(), i)).collect();
     Ok(Array { job_ids, layout, dir, index })
+}
+
+/// Submit one array: its job id.
+async fn sbatch(args: Vec<String>, env: Option<(&'static str, String)>) -> Result<String> {
+    let out = tokio::task::spawn_blocking(move || command_output_with("sbatch", &args, env))
+        .await
+        .map_err(|e| Error::task("running `sbatch`", e))??;
+    let job_id = out.trim().split(';').next().unwrap_or_default().to_owned();
+    if job_id.is_empty() || !job_id.chars().all(|c| c.is_ascii_digit()) {
+        return Err(Error::Slurm {
+            command: "sbatch".into(),
+            message: format!("printed no job id: `{}`", out.trim()),
+        });
+    }
+    Ok(job_id)
 }
 
 /// Wait until every task's record is done or the arrays have left the
@@ -424,11 +429,14 @@ async fn collect(
     for record in &records {
         dispatch.spent(&record.phases);
     }
+    // Staged unit → the reports of its units; the ones a task said it sealed.
     let mut reports: HashMap<String, Vec<UnitReport>> = HashMap::new();
+    let mut said_sealed: HashSet<&str> = HashSet::new();
     let (mut sealed, mut sealing) = (Vec::new(), Vec::new());
     for record in &records {
         for (unit, units) in &record.sealed {
             reports.insert(unit.clone(), units.clone());
+            said_sealed.insert(unit);
             sealed.push(staged_unit(unit));
         }
         if let Some((unit, units)) = &record.sealing {
@@ -459,24 +467,26 @@ async fn collect(
     }
     // What a task said it sealed is on its way through the shared file
     // system; what a dead task was sealing may never come.
-    let (late, _) = first_poll.missing.into_iter().partition::<Vec<_>, _>(|unit| {
-        records.iter().any(|r| r.sealed.iter().any(|(u, _)| *u == unit.run_id))
-    });
+    let late: Vec<ExpectedRun> = first_poll
+        .missing
+        .into_iter()
+        .filter(|unit| said_sealed.contains(unit.run_id.as_str()))
+        .collect();
     let late = if late.is_empty() {
         WaitOutcome { missing: late, ..WaitOutcome::default() }
     } else {
         poll(late, options.sentinel_timeout).await?
     };
     take(late.ready, &mut results);
-    let invisible: HashMap<&str, &str> =
-        late.missing
-            .iter()
-            .flat_map(|unit| {
-                records.iter().flat_map(|r| &r.sealed).filter(|(u, _)| *u == unit.run_id).flat_map(
-                    |(u, units)| units.iter().map(move |r| (r.run_id.as_str(), u.as_str())),
-                )
-            })
-            .collect();
+    // Run → the staged unit its task sealed and this host does not see.
+    let invisible: HashMap<&str, &str> = late
+        .missing
+        .iter()
+        .flat_map(|unit| {
+            let units = reports.get(&unit.run_id).into_iter().flatten();
+            units.map(|r| (r.run_id.as_str(), unit.run_id.as_str()))
+        })
+        .collect();
     tracing::debug!(
         sealed = sealed_count,
         settled = settled.len(),
