@@ -189,26 +189,38 @@ impl StoreArea {
 
     /// Write the local file `from` as the object at `relative`, streamed
     /// (one PUT, or a multipart upload for a large file: either way the
-    /// object appears whole or not at all).
+    /// object appears whole or not at all). A failure to read `from` is the
+    /// file's ([`Error::Io`]), a failure to write the object the store's
+    /// ([`Error::Store`]); either way nothing is left in the store.
     pub(crate) async fn upload(&self, relative: &str, from: &std::path::Path) -> Result<()> {
-        use tokio::io::AsyncWriteExt;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut file = tokio::fs::File::open(from).await.map_err(|e| Error::io(from, e))?;
         let mut writer = object_store::buffered::BufWriter::new(
             self.lake.store().clone(),
             self.object(relative),
         );
-        let copied = tokio::io::copy(&mut file, &mut writer).await;
-        let written = match copied {
-            Ok(_) => writer.shutdown().await,
-            Err(e) => {
-                let _ = writer.abort().await;
-                Err(e)
-            }
-        };
-        written.map_err(|e| Error::Store {
+        let stored = |e: std::io::Error| Error::Store {
             what: format!("writing {} from {}", self.shown(relative).display(), from.display()),
-            source: object_store::Error::Generic { store: "sluice", source: Box::new(e) },
-        })
+            source: match e.downcast::<object_store::Error>() {
+                Ok(store) => store,
+                Err(e) => object_store::Error::Generic { store: "sluice", source: Box::new(e) },
+            },
+        };
+        let mut buffer = vec![0u8; UPLOAD_READ_BYTES];
+        let copied = async {
+            loop {
+                let n = file.read(&mut buffer).await.map_err(|e| Error::io(from, e))?;
+                if n == 0 {
+                    return writer.shutdown().await.map_err(stored);
+                }
+                writer.write_all(&buffer[..n]).await.map_err(stored)?;
+            }
+        }
+        .await;
+        if copied.is_err() {
+            let _ = writer.abort().await;
+        }
+        copied
     }
 
     /// Remove the object at `relative` (absent is fine).
@@ -273,3 +285,42 @@ impl StoreArea {
 /// How many times a batch of removals is sent before its failure is
 /// reported.
 const DELETE_ATTEMPTS: u32 = 4;
+
+/// Bytes of a local file read at a time by [`StoreArea::upload`].
+const UPLOAD_READ_BYTES: usize = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn area(name: &str) -> StoreArea {
+        let url = url::Url::parse(&format!("memory://area-{name}/lake/")).unwrap();
+        StoreArea::new(StoreRoot::in_memory(url), "files")
+    }
+
+    #[tokio::test]
+    async fn an_upload_larger_than_one_read_arrives_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("big.bin");
+        let bytes: Vec<u8> = (0..(UPLOAD_READ_BYTES * 3 + 17)).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&file, &bytes).unwrap();
+        let area = area("whole");
+        area.upload("h/big.bin", &file).await.unwrap();
+        assert_eq!(area.get("h/big.bin").await.unwrap().unwrap().as_ref(), bytes.as_slice());
+    }
+
+    #[tokio::test]
+    async fn a_local_file_that_cannot_be_read_is_named_as_the_files_error_and_nothing_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let area = area("unreadable");
+        // A folder opens but does not read; a missing file does not open.
+        for from in [dir.path().to_path_buf(), dir.path().join("absent")] {
+            let err = area.upload("h/x", &from).await.unwrap_err();
+            match &err {
+                Error::Io { path, .. } => assert_eq!(path, &from),
+                other => panic!("not the file's error: {other:?}"),
+            }
+            assert!(area.meta("h/x").await.unwrap().is_none());
+        }
+    }
+}
