@@ -275,7 +275,8 @@ pub enum Command {
     },
 
     /// Remove data files no version within the retention needs (Delta
-    /// VACUUM), and sluice's own leftovers.
+    /// VACUUM), and sluice's own leftovers (kept files no `file_ref`
+    /// references among them) older than the retention.
     Vacuum {
         /// One table (default: all).
         #[arg(long)]

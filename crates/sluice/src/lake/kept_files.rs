@@ -13,7 +13,9 @@
 //! which the user's own tools open.
 //!
 //! A file kept by a unit that then failed is referenced by nothing; it
-//! stays (content-addressed, a later success of the same bytes reuses it).
+//! stays (content-addressed, a later success of the same bytes reuses it)
+//! until `vacuum` collects it past the retention
+//! (`maintenance/unreferenced_files.rs`).
 
 use std::path::Path;
 
@@ -22,7 +24,7 @@ use super::io::store_area::StoreArea;
 use crate::error::{Error, Result};
 
 /// The folder of kept files, below the lake.
-const FILES: &str = "files";
+pub(crate) const FILES: &str = "files";
 
 /// A file the lake keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,7 +20,8 @@
 //! - [`vacuum`]: Delta VACUUM with the retention enforced (shorter needs
 //!   `force`), `full` for files crashed writers left; sluice's own leftovers
 //!   (key filters of files no longer active, old SLURM task folders, empty
-//!   staging shards) go under the same retention.
+//!   staging shards, kept files no `file_ref` references) go under the same
+//!   retention.
 //!
 //! Every operation takes the writer lock (a courtesy: each commit is still
 //! checked by Delta against concurrent commits), tells the
@@ -34,6 +35,7 @@ pub mod integrity;
 mod race_undo;
 pub mod restore;
 pub mod unfinished;
+mod unreferenced_files;
 pub mod vacuum;
 
 use serde::Serialize;

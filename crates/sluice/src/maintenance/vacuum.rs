@@ -9,7 +9,8 @@
 //! removes files no version ever referenced (left by a writer that died
 //! before its commit). sluice's own leftovers under the same retention:
 //! key filters whose files are all gone, SLURM task folders, units of
-//! workers that died before sealing them, empty staging shard folders.
+//! workers that died before sealing them, empty staging shard folders, and
+//! kept files no `file_ref` references.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -128,6 +129,15 @@ pub async fn vacuum(lake: &Lake, options: &VacuumOptions) -> Result<VacuumReport
     }
     options.progress.finish(specs.len());
     report.leftovers = leftovers(lake, options).await?;
+    // After the tables: what `file_refs` still holds in storage is what a
+    // version within the retention may reference.
+    let file_refs = lake.registry().descriptor(crate::artifact::FILE_REF)?.table_name();
+    if options.table.as_deref().is_none_or(|t| t == file_refs) {
+        report.leftovers.extend(
+            super::unreferenced_files::collect(lake, options.retention, options.dry_run).await?,
+        );
+        report.leftovers.sort();
+    }
     report.seconds = clock.elapsed().as_secs_f64();
     Ok(report)
 }

@@ -621,3 +621,100 @@ async fn journal_rewrites_racing_keep_every_row_once() {
     }
     assert!(completed.values().all(|n| *n == 1), "{completed:?}");
 }
+
+/// The kept files below `files/`, relative to the lake.
+fn kept_files(lake: &sluice::Lake) -> std::collections::BTreeSet<String> {
+    let root = lake.root().local().unwrap();
+    let mut out = std::collections::BTreeSet::new();
+    for folder in std::fs::read_dir(root.join("files")).into_iter().flatten().flatten() {
+        for file in std::fs::read_dir(folder.path()).unwrap().flatten() {
+            out.insert(file.path().strip_prefix(root).unwrap().display().to_string());
+        }
+    }
+    out
+}
+
+fn age(path: &std::path::Path, by: Duration) {
+    let file = std::fs::File::options().append(true).open(path).unwrap();
+    file.set_modified(std::time::SystemTime::now() - by).unwrap();
+}
+
+/// A unit keeps its file before its execution is committed, so a unit
+/// that failed leaves a kept file nothing references. Vacuum collects it
+/// past the retention, and never a file a version within the retention
+/// references (a restore that drops the references leaves them kept) nor
+/// one just written (its unit's commit may still come).
+#[tokio::test]
+async fn vacuum_collects_kept_files_no_reference_names_once_past_the_retention() {
+    let (_dir, lake) = lake().await;
+    let text = r#"name = "files"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 2, rows = 3 }
+[[step]]
+name = "report"
+operation = "command"
+command = ["sh", "-c", "cat inputs/t/* > outputs/r/report.txt"]
+inputs = { t = "gen.data" }
+outputs = { r = "file_ref" }
+"#;
+    let run = |text: &str| {
+        let lake = lake.clone();
+        let config =
+            sluice::pipeline::PipelineConfig::parse(text, std::path::Path::new("p.toml")).unwrap();
+        async move {
+            let ops = sluice::pipeline::Operations::linked().unwrap();
+            let pipeline =
+                sluice::pipeline::Pipeline::validate(config, &ops, lake.registry()).unwrap();
+            lake.run(pipeline, ops).execute().await.unwrap();
+        }
+    };
+    // The tables first, then the step that keeps a file per table.
+    run(&text[..text.find("[[step]]\nname = \"report\"").unwrap()]).await;
+    let before = maintenance::history::lake_history(&lake, Some(1)).await.unwrap()[0].version;
+    run(text).await;
+    let referenced = kept_files(&lake);
+    assert_eq!(referenced.len(), 2, "{referenced:?}");
+    let root = lake.root().local().unwrap().to_path_buf();
+    let week_and_a_day = Duration::from_secs(8 * 24 * 3600);
+    // What a failed unit leaves, long ago; what a running one just kept.
+    let orphan = format!("files/{}/orphan.txt", "0".repeat(64));
+    let running = format!("files/{}/running.txt", "1".repeat(64));
+    for file in [&orphan, &running] {
+        std::fs::create_dir_all(root.join(file).parent().unwrap()).unwrap();
+        std::fs::write(root.join(file), "bytes").unwrap();
+    }
+    age(&root.join(&orphan), week_and_a_day);
+    for file in &referenced {
+        age(&root.join(file), week_and_a_day);
+    }
+    let dry = VacuumOptions { dry_run: true, ..VacuumOptions::default() };
+    let listed = maintenance::vacuum::vacuum(&lake, &dry).await.unwrap();
+    let files_listed: Vec<&String> =
+        listed.leftovers.iter().filter(|l| l.starts_with("files/")).collect();
+    assert_eq!(files_listed, [&orphan], "{listed:?}");
+    assert!(root.join(&orphan).exists(), "a dry run removes nothing");
+    let done = maintenance::vacuum::vacuum(&lake, &VacuumOptions::default()).await.unwrap();
+    assert!(done.leftovers.contains(&orphan), "{done:?}");
+    assert!(!root.join(&orphan).parent().unwrap().exists(), "its emptied folder goes too");
+    let mut left = referenced.clone();
+    left.insert(running.clone());
+    assert_eq!(kept_files(&lake), left);
+
+    // A restore to before the step drops its references from the head;
+    // the versions within the retention still name the files: kept.
+    let options = maintenance::RestoreOptions {
+        to: sluice::lake::journal::snapshot::LakePoint::Sequence(before),
+        ..Default::default()
+    };
+    maintenance::restore::restore(&lake, &options).await.unwrap();
+    assert_eq!(scalar(&lake, "SELECT count(*) FROM file_refs").await, "0");
+    maintenance::vacuum::vacuum(&lake, &VacuumOptions::default()).await.unwrap();
+    assert_eq!(kept_files(&lake), left, "a reference within the retention keeps its file");
+    for file in &referenced {
+        let path = root.join(file);
+        let hash = blake3::hash(&std::fs::read(&path).unwrap()).to_hex().to_string();
+        assert!(file.contains(&hash), "{file} holds the bytes it is named by");
+    }
+}
