@@ -23,7 +23,7 @@ const RUNTIME_STACK: usize = 16 << 20;
 
 /// Run the `sluice` command line with the process's arguments.
 pub fn main_entry() -> ExitCode {
-    allocator::return_large_blocks();
+    allocator::configure_malloc();
     let matches = help::with_topics(Cli::command()).get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     output::set_quiet(cli.quiet);
