@@ -1,13 +1,16 @@
 # One local entry point that does exactly what CI does.
 #
-#   make test    every test: unit, integration, doc, and the Python interop check
+#   make test    every test: unit, integration, doc, the Python interop check, and
+#                the Python package's tests (the wheel built and installed in a new venv)
+#   make wheel   the sluice wheel (the Python module and the `sluice` binary) in
+#                $(CARGO_TARGET_DIR)/wheels: `pip install` it
 #   make lint    structure check (no import cycles, no huge functions), rustfmt, clippy -D warnings
 #   make bench   release build; issue 11's end-to-end benches → bench-results/results.jsonl
 #                → docs/PERFORMANCE.md's table; then the criterion benchmarks
 #   make demo    build sluice, run the demo pipeline into ./sluice-demo/lake and query it
 #   make install put the dev build of `sluice` on PATH as ~/.local/bin/sluice
 #                (PREFIX=DIR for DIR/bin/sluice; no release build needed)
-#   make python  the Python readers (deltalake, polars, duckdb, pandas) in /var/tmp/sluice-venv
+#   make python  the Python readers (deltalake, polars, pyarrow) and maturin in /var/tmp/sluice-venv
 
 # Build profile (Cargo.toml): one dev profile for the binary, tests, examples
 # and CI, no debuginfo, dependencies at opt-level 0 except the crates a commit
@@ -26,11 +29,18 @@
 #   dev-dependencies (criterion, proptest) and the two workspace crates.
 # 2026-12-04 afternoon, same procedure (3c133b1): make demo 8 min 12 s;
 #   the test build again only the dev-dependencies and workspace crates (28 s).
+# The Python extension (python/, crate sluice-python) links the same library
+# crate with the same features in the same target dir: it adds pyo3 and one
+# crate to the build, not a second dependency tree (`cargo build -p
+# sluice-cli` after `cargo build --workspace` compiles nothing). Measured
+# 2026-12-07 over a warm tree: pyo3 and the extension from nothing 12 s;
+# `make wheel` warm 40 s (most of it compressing the debug binary and
+# extension, 131 MB of wheel).
 export CARGO_TARGET_DIR ?= /var/tmp/sluice-target
 export SLUICE_VENV ?= /var/tmp/sluice-venv
 CARGO ?= cargo
 
-.PHONY: test lint fmt bench build demo python help install
+.PHONY: test lint fmt bench build demo python wheel help install
 
 help:
 	@awk '/^#   make /{on=1} on && /^#/{sub(/^#   /, ""); print; next} on{exit}' Makefile
@@ -46,6 +56,10 @@ test: python
 	$(CARGO) build --workspace --examples
 	SLUICE_PYTHON=$(SLUICE_VENV)/bin/python $(CARGO) test --workspace --lib --bins --tests
 	$(CARGO) test --workspace --doc
+	bash scripts/test-python.sh
+
+wheel: python
+	bash scripts/build-wheel.sh $(CARGO_TARGET_DIR)/wheels
 
 lint:
 	python3 scripts/check-structure.py

@@ -1,0 +1,208 @@
+"""sluice: a transactional artifact lake and pipeline engine on Delta Lake.
+
+Open a lake and read it in process, at any lake version::
+
+    import sluice
+
+    lake = sluice.Lake("lake")
+    lake.table("metrics").collect()               # a polars LazyFrame
+    lake.table("metrics", as_of=3).collect()      # as lake version 3 left it
+    lake.sql("SELECT count(*) AS n FROM data")    # a pyarrow Table
+    lake.get("3fa9")                              # dict, DataFrame or Path
+    lake.put("metric", {"loss": 0.12}, step=1)    # the new artifact's id
+
+Every call runs in the same library the ``sluice`` command runs (no
+subprocess), releases the GIL while it reads or writes, and raises a
+:class:`SluiceError` subclass carrying the message and help the command
+would print.
+"""
+
+from __future__ import annotations
+
+import datetime as _datetime
+import io as _io
+import json as _json
+import os as _os
+import pathlib as _pathlib
+from typing import Any, Dict, List, Optional, Union
+
+from . import _native
+from ._native import (
+    ArrowStream,
+    ArtifactNotFound,
+    InvalidInput,
+    LakeNotFound,
+    QueryError,
+    SchemaError,
+    SluiceError,
+    TimeTravelError,
+)
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "Lake",
+    "ArrowStream",
+    "SluiceError",
+    "LakeNotFound",
+    "ArtifactNotFound",
+    "TimeTravelError",
+    "SchemaError",
+    "InvalidInput",
+    "QueryError",
+    "__version__",
+]
+
+#: A point of the lake to read at: a lake version (``sluice history``
+#: lists them), a timezone-aware time, the text ``--as-of`` takes (``"3"``,
+#: ``"2026-12-01T08:00:00Z"``, ``"metrics@4,index@5"``), or ``None`` for
+#: the latest.
+AsOf = Union[int, str, _datetime.datetime, None]
+
+_DATA_FORMATS = {".parquet": "parquet", ".csv": "csv", ".arrow": "arrow", ".ipc": "arrow", ".feather": "arrow"}
+
+
+def _as_of(as_of: AsOf) -> Optional[str]:
+    if as_of is None:
+        return None
+    if isinstance(as_of, bool):
+        raise TypeError("as_of: a lake version, a time or a string, not a bool")
+    if isinstance(as_of, int):
+        return str(as_of)
+    if isinstance(as_of, _datetime.datetime):
+        if as_of.tzinfo is None:
+            raise InvalidInput(
+                f"as_of {as_of.isoformat()}: a time without a timezone is ambiguous. "
+                "Help: give one, e.g. datetime.now(timezone.utc)"
+            )
+        return as_of.isoformat()
+    if isinstance(as_of, str):
+        return as_of
+    raise TypeError(f"as_of: a lake version, a time or a string, not {type(as_of).__name__}")
+
+
+class Lake:
+    """A sluice lake: a folder, or an ``s3://``, ``az://`` or ``abfss://`` URL.
+
+    A ``Lake`` may be shared between threads. Reads see one consistent
+    point of the lake: every table at the versions the lake's commit
+    journal records for one lake version, never half of a commit.
+    """
+
+    def __init__(self, root: Union[str, "_os.PathLike[str]"]) -> None:
+        """Open the lake at ``root``; :class:`LakeNotFound` if there is none."""
+        self._lake = _native.Lake(_os.fspath(root))
+
+    @property
+    def root(self) -> str:
+        """Where the lake is."""
+        return self._lake.root
+
+    def tables(self) -> List[str]:
+        """The names of the lake's tables (those ``table`` and ``sql`` read)."""
+        return self._lake.tables()
+
+    def table(self, name: str, as_of: AsOf = None) -> "polars.LazyFrame":  # noqa: F821
+        """Table ``name`` as a Polars ``LazyFrame``, pinned to the Delta
+        version the journal records for it at ``as_of`` (default: the
+        latest lake version)."""
+        import polars
+
+        location, version, lake_version = self._lake.table_location(name, _as_of(as_of))
+        if version is None:
+            at = "the latest lake version" if as_of is None else f"lake point {as_of!r}"
+            raise TimeTravelError(f"table `{name}` did not exist at {at}")
+        return polars.scan_delta(location, version=version)
+
+    def sql(self, query: str, as_of: AsOf = None) -> "pyarrow.Table":  # noqa: F821
+        """Run a SQL statement (DataFusion's dialect) over every table at one
+        point of the lake; the rows as a ``pyarrow.Table``."""
+        import pyarrow
+
+        return pyarrow.RecordBatchReader.from_stream(self.sql_stream(query, as_of)).read_all()
+
+    def sql_stream(self, query: str, as_of: AsOf = None) -> ArrowStream:
+        """:meth:`sql`'s rows as an Arrow C stream, for any Arrow consumer
+        (``polars.DataFrame(s)``, ``pyarrow.table(s)``, DuckDB), with the
+        lake version and table versions it read."""
+        return self._lake.sql(query, _as_of(as_of))
+
+    def get(self, id: str) -> Any:
+        """The content of artifact ``id`` (or of a unique prefix of at least
+        four hex digits): a ``dict`` for a metric, a config or a declared
+        type, a ``polars.DataFrame`` for data, a ``pathlib.Path`` (a URL
+        string in a store) for a file_ref."""
+        type_key, content, _ = self._lake.get(id)
+        if type_key == "data":
+            return _read_table(*content)
+        if type_key == "file_ref":
+            return content if "://" in content else _pathlib.Path(content)
+        return _json.loads(content)
+
+    def put(self, type: str, value: Any, step: int = 0) -> str:
+        """Put one artifact of ``type`` at ``step``; its id (the same for the
+        same content, which is stored once).
+
+        - ``metric``, ``config`` and declared types: a ``dict``;
+        - ``data``: a ``polars.DataFrame`` or ``pyarrow.Table`` (stored as
+          Parquet), or the path of a ``.parquet``, ``.csv`` or ``.arrow``
+          file (stored as its bytes);
+        - ``file_ref``: the path of a file (hashed; the file stays where it is).
+        """
+        if type == "data":
+            return self._put_data(value, step)
+        if type == "file_ref":
+            return self._lake.put_file(_os.fspath(value), step)
+        if not isinstance(value, dict):
+            raise SchemaError(f"a {type} is given as a dict, not {value.__class__.__name__}")
+        return self._lake.put_json(type, _json.dumps(value, allow_nan=False), step)
+
+    def _put_data(self, value: Any, step: int) -> str:
+        if isinstance(value, (str, _os.PathLike)):
+            path = _pathlib.Path(value)
+            format = _DATA_FORMATS.get(path.suffix.lower())
+            if format is None:
+                raise InvalidInput(
+                    f"{path}: a data file ends in .parquet, .csv or .arrow (.ipc, .feather)"
+                )
+            try:
+                content = path.read_bytes()
+            except OSError as e:
+                raise InvalidInput(f"{path}: {e.strerror}") from e
+            return self._lake.put_data(content, format, step, path.name)
+        buffer = _io.BytesIO()
+        if hasattr(value, "write_parquet"):
+            value.write_parquet(buffer)
+        else:
+            import pyarrow
+            import pyarrow.parquet
+
+            if not isinstance(value, pyarrow.Table):
+                raise SchemaError(
+                    "data is given as a polars.DataFrame, a pyarrow.Table or a file's path, "
+                    f"not {value.__class__.__name__}"
+                )
+            pyarrow.parquet.write_table(value, buffer)
+        return self._lake.put_data(buffer.getvalue(), "parquet", step)
+
+    def history(self, limit: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The lake's versions, newest first: each with its time, runs, rows
+        added and table versions (what ``sluice history --json`` says)."""
+        return _json.loads(self._lake.history(limit))
+
+    def __repr__(self) -> str:
+        return f"sluice.Lake({self.root!r})"
+
+
+def _read_table(content: bytes, format: str) -> "polars.DataFrame":  # noqa: F821
+    import polars
+
+    source = _io.BytesIO(content)
+    if format == "parquet":
+        return polars.read_parquet(source)
+    if format == "csv":
+        return polars.read_csv(source)
+    try:
+        return polars.read_ipc(source)
+    except Exception:
+        return polars.read_ipc_stream(_io.BytesIO(content))
