@@ -24,7 +24,7 @@ import io as _io
 import json as _json
 import os as _os
 import pathlib as _pathlib
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar, Union
 
 from . import _native
 from ._native import (
@@ -42,6 +42,7 @@ __version__: str = _native.__version__
 
 __all__ = [
     "Lake",
+    "op",
     "ArrowStream",
     "SluiceError",
     "LakeNotFound",
@@ -58,6 +59,40 @@ __all__ = [
 #: ``"2026-12-01T08:00:00Z"``, ``"metrics@4,index@5"``), or ``None`` for
 #: the latest.
 AsOf = Union[int, str, _datetime.datetime, None]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_TYPES = ("metric", "config", "data", "file_ref")
+
+
+def op(outputs: Mapping[str, str]) -> Callable[[_F], _F]:
+    """Declare the output roles of a pipeline step's function and their
+    artifact types, for ``sluice check`` and ``sluice run``::
+
+        @sluice.op(outputs={"metrics": "metric"})
+        def stats(table, scale=1):
+            return {"metrics": {"rows": table.height}}
+
+    A step running it (``operation = "python"``, ``function =
+    "mymodule:stats"``) may then leave ``outputs`` out; if it gives them,
+    they must be these. The function is returned unchanged.
+    """
+    declared = dict(outputs)
+    for role, type_key in declared.items():
+        if not isinstance(role, str) or not role.isidentifier():
+            raise ValueError(f"output role {role!r}: a role is a Python identifier")
+        if not isinstance(type_key, str) or not type_key:
+            raise ValueError(
+                f"output `{role}`: an artifact type ({', '.join(_TYPES)} or a declared type), "
+                f"not {type_key!r}"
+            )
+
+    def declare(function: _F) -> _F:
+        function.__sluice_op__ = {"outputs": declared}  # type: ignore[attr-defined]
+        return function
+
+    return declare
+
 
 _DATA_FORMATS = {".parquet": "parquet", ".csv": "csv", ".arrow": "arrow", ".ipc": "arrow", ".feather": "arrow"}
 

@@ -18,6 +18,7 @@ mod lineage;
 mod memory_cgroup;
 mod pipeline;
 mod protocol;
+mod python_steps;
 mod restore;
 mod slurm;
 mod store_crash;
@@ -238,7 +239,7 @@ fn declared_type_via_sluice_toml_and_types_listing() {
 /// The Python interpreter of the venv with deltalake and polars. `make test`
 /// (and so CI) sets `SLUICE_PYTHON`; without it the test is skipped locally but
 /// fails in CI, where a missing reader must not pass silently.
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     match std::env::var_os("SLUICE_PYTHON") {
         Some(p) => Some(PathBuf::from(p)),
         None if std::env::var_os("CI").is_some() => {

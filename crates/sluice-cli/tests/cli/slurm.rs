@@ -398,3 +398,55 @@ fn a_step_larger_than_an_array_is_submitted_as_several() {
     assert!(Path::new(log).exists(), "the named log is the task's own: {error}");
     assert!(log.contains(&format!("{}_0.log", jobs[2])), "{error} vs {jobs:?}");
 }
+
+#[test]
+fn python_steps_run_in_array_tasks_and_a_raising_unit_fails_alone() {
+    if !slurm_available() {
+        return;
+    }
+    let Some(python) = super::python() else { return };
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("feats.py"),
+        "def stats(table):\n    if table['x'][0] < 0.3:\n        raise ValueError('low start')\n    return {'m': {'rows': table.height, 'x0': float(table['x'][0])}}\n",
+    )
+    .unwrap();
+    let text = format!(
+        r#"name = "py-slurm"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 6, rows = 8, seed = 5 }}
+
+[[step]]
+name = "stats"
+operation = "python"
+function = "feats.py:stats"
+python = "{python}"
+inputs = {{ table = "gen.data" }}
+outputs = {{ m = "metric" }}
+backend = "slurm"
+batch = {{ units_per_worker = 3 }}
+"#,
+        python = python.display()
+    );
+    let (out, report) = run_file(&lake, dir.path(), &text);
+    assert!(!out.status.success(), "a raising unit fails the run");
+    let stats = step(&report, "stats");
+    let (ok, failed) = (stats["succeeded"].as_u64().unwrap(), stats["failed"].as_u64().unwrap());
+    assert!(ok >= 1 && failed >= 1 && ok + failed == 6, "{stats:#}");
+    let backends =
+        lake.csv("SELECT DISTINCT compute_backend FROM executions WHERE operation_name = 'python'");
+    assert_eq!(backends.trim(), "compute_backend\nslurm");
+    let errors = lake.csv("SELECT error FROM executions WHERE NOT success");
+    assert!(
+        errors.contains("raised ValueError: low start") && errors.contains("feats.py"),
+        "{errors}"
+    );
+    assert_eq!(
+        lake.csv("SELECT count(*) AS n FROM metrics").trim(),
+        format!("n\n{ok}"),
+        "every other unit of a task kept its result"
+    );
+}

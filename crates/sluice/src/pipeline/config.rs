@@ -209,6 +209,16 @@ pub struct StepConfig {
     /// Program and arguments (`command` operation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+    /// The function a `python` step runs: `"package.module:function"` (a
+    /// module the interpreter imports) or `"path/to/file.py:function"`
+    /// (relative to the pipeline file; made absolute when it is read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// The interpreter of a `python` step (default: the `python3` beside
+    /// the running `sluice`, as in the venv the wheel installed it into,
+    /// else `python3` on PATH).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
     /// Input role → `"<step>.<output role>"`.
     #[serde(default)]
     pub inputs: BTreeMap<String, String>,
@@ -330,11 +340,17 @@ impl PipelineConfig {
             message: e.message().trim().to_owned(),
         })?;
         let lines = raw.steps.iter().map(|s| line_of(text, s.span().start)).collect();
+        let mut steps: Vec<StepConfig> =
+            raw.steps.into_iter().map(toml::Spanned::into_inner).collect();
+        let base = path.parent().unwrap_or(Path::new(""));
+        for step in &mut steps {
+            step.function = step.function.take().map(|f| function_from(base, f));
+        }
         Ok(PipelineConfig {
             name: raw.name,
             failure: raw.failure,
             backend: raw.backend,
-            steps: raw.steps.into_iter().map(toml::Spanned::into_inner).collect(),
+            steps,
             path: path.to_path_buf(),
             lines,
         })
@@ -368,6 +384,20 @@ impl PipelineConfig {
     /// The backend of step `index`.
     pub fn backend_of(&self, index: usize) -> BackendKind {
         self.steps.get(index).and_then(|s| s.backend).unwrap_or(self.backend)
+    }
+}
+
+/// A `python` step's `function` with a file path made absolute against the
+/// pipeline file's folder (`base`): workers and SLURM tasks may start
+/// elsewhere. A module name is kept as it is.
+fn function_from(base: &Path, function: String) -> String {
+    match function.rsplit_once(':') {
+        Some((module, name)) if module.ends_with(".py") || module.contains('/') => {
+            let file = base.join(module);
+            let file = std::path::absolute(&file).unwrap_or(file);
+            format!("{}:{name}", file.display())
+        }
+        _ => function,
     }
 }
 
@@ -476,6 +506,15 @@ resources = { cpus = 2, memory_gb = 4, time = "00:10:00" }
         .to_string();
         assert!(err.starts_with("p.toml:4:"), "{err}");
         assert!(err.contains("operaton"), "{err}");
+    }
+
+    #[test]
+    fn a_python_function_given_as_a_file_is_found_beside_the_pipeline() {
+        let text = "name = \"p\"\n[[step]]\nname = \"a\"\noperation = \"python\"\nfunction = \"steps/f.py:run\"\n\
+                    [[step]]\nname = \"b\"\noperation = \"python\"\nfunction = \"pkg.mod:Class.run\"\n";
+        let p = PipelineConfig::parse(text, Path::new("/work/pipes/p.toml")).unwrap();
+        assert_eq!(p.steps[0].function.as_deref(), Some("/work/pipes/steps/f.py:run"));
+        assert_eq!(p.steps[1].function.as_deref(), Some("pkg.mod:Class.run"), "a module is kept");
     }
 
     #[test]

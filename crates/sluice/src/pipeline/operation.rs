@@ -83,6 +83,13 @@ pub trait Operation: Send + Sync + 'static {
         Ok(BTreeMap::new())
     }
 
+    /// What else identifies the operation's behaviour in this step, beyond
+    /// its params and files (a `python` step's function and interpreter
+    /// version). Part of every cache key of the step.
+    fn identity(&self, _step: &StepConfig) -> Result<Option<serde_json::Value>> {
+        Ok(None)
+    }
+
     /// How inputs are grouped into units.
     fn grouping(&self) -> Grouping {
         Grouping::Paired

@@ -52,6 +52,9 @@ pub fn operation_identity(step: &StepConfig, op: &dyn Operation) -> Result<Value
     if let Some(version) = &step.version {
         identity["step_version"] = json!(version);
     }
+    if let Some(behaviour) = op.identity(step)? {
+        identity["behaviour"] = behaviour;
+    }
     let files = op.depends_on(step)?;
     if !files.is_empty() {
         identity["files"] = json!(files);

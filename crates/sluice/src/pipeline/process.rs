@@ -35,6 +35,21 @@ fn live_groups() -> &'static Mutex<BTreeSet<u32>> {
     GROUPS.get_or_init(|| Mutex::new(BTreeSet::new()))
 }
 
+/// Register a process group this process started, to be killed if the
+/// orchestrator dies ([`watch_parent`]).
+pub(crate) fn register_group(pgid: u32) {
+    if let Ok(mut g) = live_groups().lock() {
+        g.insert(pgid);
+    }
+}
+
+/// Forget a group registered with [`register_group`], once reaped.
+pub(crate) fn forget_group(pgid: u32) {
+    if let Ok(mut g) = live_groups().lock() {
+        g.remove(&pgid);
+    }
+}
+
 /// Kill a process group (SIGKILL to `-pgid`). Best effort. Never signals
 /// this process's own group.
 pub fn kill_group(pgid: u32) {
@@ -88,9 +103,7 @@ pub fn run_tool(mut command: Command, limit: Option<Duration>, keep: usize) -> R
         .spawn()
         .map_err(|e| Error::operation("command", format!("cannot start `{program}`: {e}")))?;
     let pgid = child.id();
-    if let Ok(mut g) = live_groups().lock() {
-        g.insert(pgid);
-    }
+    register_group(pgid);
     let out = child.stdout.take().map(|p| drain(p, keep));
     let err = child.stderr.take().map(|p| drain(p, keep));
     let deadline = limit.map(|l| started + l);
@@ -115,9 +128,7 @@ pub fn run_tool(mut command: Command, limit: Option<Duration>, keep: usize) -> R
     // The main process is done: whatever it left running goes with it, so
     // the pipes close and the unit ends now.
     kill_group(pgid);
-    if let Ok(mut g) = live_groups().lock() {
-        g.remove(&pgid);
-    }
+    forget_group(pgid);
     let text = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
         h.and_then(|h| h.join().ok())
             .map(|b| String::from_utf8_lossy(&b).into_owned())

@@ -6,6 +6,7 @@
 //! | `ingest_files`   | none (`paths` globs)      | `files`: file_ref       | worker   |
 //! | `compute_metrics`| any roles of data         | `metrics`: metric       | worker   |
 //! | `command`        | any                       | declared in `outputs`   | worker   |
+//! | `python`         | any                       | declared (or @sluice.op)| worker   |
 //! | `filter`         | `candidates` + `metric`   | `kept`: candidates' type| inline   |
 //! | `merge`          | any roles of one type     | `merged`: that type     | inline   |
 
@@ -15,6 +16,8 @@ mod generate;
 mod ingest;
 mod merge;
 mod metrics;
+mod python;
+mod sandbox;
 
 pub use command::CommandOp;
 pub use filter::FilterOp;
@@ -22,6 +25,7 @@ pub use generate::GenerateData;
 pub use ingest::IngestFiles;
 pub use merge::MergeOp;
 pub use metrics::ComputeMetrics;
+pub use python::PythonOp;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -37,6 +41,7 @@ pub fn builtins() -> Vec<Box<dyn Operation>> {
         Box::new(IngestFiles),
         Box::new(ComputeMetrics),
         Box::new(CommandOp),
+        Box::new(PythonOp),
         Box::new(FilterOp),
         Box::new(MergeOp),
     ]

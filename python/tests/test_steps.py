@@ -1,0 +1,82 @@
+"""Pipeline steps written as Python functions, run by the installed
+``sluice`` in the interpreter beside it (this venv's)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import shutil
+import sys
+
+import pytest
+
+import sluice
+from conftest import sluice_cli
+
+MODULE = '''
+import sys
+import sluice
+
+@sluice.op(outputs={"metrics": "metric"})
+def stats(table, scale=1):
+    return {"metrics": {"rows": table.height, "x0": float(table["x"][0]) * scale,
+                        "python": sys.prefix}}
+'''
+
+PIPELINE = '''
+name = "py"
+
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 4, rows = 8, seed = 1 }}
+
+[[step]]
+name = "stats"
+operation = "python"
+function = "feats.py:stats"
+inputs = {{ table = "gen.data" }}
+{outputs}
+'''
+
+
+def test_a_decorated_function_runs_as_a_step_in_the_interpreter_beside_sluice(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "feats.py").write_text(MODULE)
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(PIPELINE.format(outputs=""))
+    lake_dir = tmp_path / "lake"
+    report = json.loads(sluice_cli("run", str(pipeline), "--workers", "2", "--json", lake=lake_dir))
+    stats = next(s for s in report["steps"] if s["name"] == "stats")
+    assert stats["outputs"] == {"metrics": 4}, report
+    lake = sluice.Lake(lake_dir)
+    contents = [json.loads(c) for c in lake.sql("SELECT content FROM metrics").column("content").to_pylist()]
+    assert sorted(c["rows"] for c in contents) == [8, 8, 8, 8]
+    # No `python` in the step: the interpreter is the one the wheel's
+    # `sluice` sits beside, this venv's.
+    assert {c["python"] for c in contents} == {sys.prefix}
+    again = json.loads(sluice_cli("run", str(pipeline), "--json", lake=lake_dir))
+    assert next(s for s in again["steps"] if s["name"] == "stats")["dispatched"] == 0
+
+
+def test_outputs_that_differ_from_the_declared_ones_are_refused(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "feats.py").write_text(MODULE)
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(PIPELINE.format(outputs='outputs = { metrics = "config" }'))
+    done = subprocess.run(
+        [shutil.which("sluice") or "sluice", "check", str(pipeline)], capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert "differ from what `@sluice.op` declares" in done.stderr, done.stderr
+
+
+def test_the_decorator_checks_what_it_declares() -> None:
+    @sluice.op(outputs={"m": "metric"})
+    def f(table):
+        return {}
+
+    assert f.__sluice_op__ == {"outputs": {"m": "metric"}}
+    with pytest.raises(ValueError, match="identifier"):
+        sluice.op(outputs={"not a role": "metric"})
+    with pytest.raises(ValueError, match="artifact type"):
+        sluice.op(outputs={"m": ""})
