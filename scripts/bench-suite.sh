@@ -29,6 +29,9 @@ run commit1   bench commit --executions "$(n 10000)" --artifacts-per-execution 3
 run pipeline  bench pipeline --executions "$(n 2000)" --workers 2
 # Issue 45 goal 1: the seed's bench pipeline as a `sluice run` process.
 run seed      bench seed --tables "$(n 1000)" --workers 2 --rounds 3
+# Issue 41: Python steps against a built-in step, and the seed's shape with
+# its metrics in Python (the venv's interpreter has polars).
+run python    bench python --units "$(n 2000)" --tables "$(n 1000)" --workers 2 --python "${SLUICE_VENV:-/var/tmp/sluice-venv}/bin/python"
 # Issue 45 goal 4: a 10,000-unit step on SLURM against the local backend
 # (says it skipped where SLURM is not running).
 run slurm     bench slurm --units "$(n 10000)" --workers 2

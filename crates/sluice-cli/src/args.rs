@@ -593,6 +593,27 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Pipeline steps written as Python functions: a trivial Python
+    /// metrics step against `compute_metrics` on the same --units 10-row
+    /// tables (extra ms per unit), and the seed's bench shape with its
+    /// metrics computed in Python (--tables tables -> metrics -> filter)
+    /// end to end as a process, against the seed's 101.3 s. Each run a new
+    /// process on a new lake beside this one.
+    Python {
+        /// Units of the per-unit comparison.
+        #[arg(long, default_value_t = 2000)]
+        units: u64,
+        /// Tables of the seed-shaped pipeline.
+        #[arg(long, default_value_t = 1000)]
+        tables: u64,
+        /// Local worker processes.
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        /// The interpreter of the Python steps (it needs polars); default
+        /// as a step's: the python3 beside sluice, else on PATH.
+        #[arg(long)]
+        python: Option<std::path::PathBuf>,
+    },
     /// Two steps of --units units each (generate_data of 10-row tables,
     /// then compute_metrics of each) run by `sluice run` in a new process
     /// on a new lake, once on the local backend with --workers workers and

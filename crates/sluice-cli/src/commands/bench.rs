@@ -129,6 +129,9 @@ async fn run_on(root: &Path, args: BenchArgs) -> anyhow::Result<()> {
         BenchCommand::Seed { tables, workers, rounds } => {
             super::bench_seed::seed(root, tables, workers, rounds).await?
         }
+        BenchCommand::Python { units, tables, workers, python } => {
+            super::bench_python::python(root, units, tables, workers, python.as_deref()).await?
+        }
         BenchCommand::Slurm { units, workers, units_per_task } => {
             super::bench_slurm::slurm(root, units, workers, &units_per_task).await?
         }

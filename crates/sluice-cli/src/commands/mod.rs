@@ -3,6 +3,7 @@
 mod bench;
 mod bench_ingest;
 mod bench_load;
+mod bench_python;
 mod bench_results;
 mod bench_scale;
 mod bench_seed;

@@ -196,3 +196,31 @@ fn bench_slurm_compares_the_backends_or_says_why_not() {
     }
     assert!(!dir.path().join("a.slurm-runs").exists(), "the bench's lakes are removed");
 }
+
+#[test]
+fn bench_python_compares_a_python_step_with_a_builtin_and_the_seed() {
+    let Some(python) = crate::python() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("r.jsonl");
+    let lake = crate::Lake::at(dir.path().join("lake"));
+    let out = lake.ok(&[
+        "bench",
+        "python",
+        "--units",
+        "12",
+        "--tables",
+        "8",
+        "--python",
+        python.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    assert!(out.contains("compute_metrics step") && out.contains("ms more per unit"), "{out}");
+    assert!(out.contains("x faster (goal >= 20x)"), "{out}");
+    let figures = lines(&results);
+    assert_eq!(figures.len(), 2, "{figures:?}");
+    assert!(figures.iter().all(|f| f["bench"] == "python" && f["ratio"].as_f64().unwrap() > 0.0));
+    assert_eq!(figures[0]["unit"], "ms");
+    assert_eq!(figures[1]["goal"], "41.speed.2");
+    assert!(!dir.path().join("lake.python-rounds").exists(), "its lakes are removed");
+}
