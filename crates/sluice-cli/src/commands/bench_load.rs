@@ -179,6 +179,27 @@ pub(crate) fn sluice_process(
     Ok(out)
 }
 
+/// `sluice run FILE --workers W --json` on a new lake at `lake`, as a user
+/// runs it (the lake made first, by its own process): the run's wall
+/// seconds, its JSON report, and the orchestrator's peak RSS (MiB).
+pub(crate) fn run_as_process(
+    lake: &std::path::Path,
+    file: &std::path::Path,
+    workers: usize,
+) -> anyhow::Result<(f64, serde_json::Value, f64)> {
+    use std::ffi::OsStr;
+    sluice_process(lake, "init", &[OsStr::new("-q")])?;
+    let clock = std::time::Instant::now();
+    let workers = workers.to_string();
+    let args =
+        [file.as_os_str(), OsStr::new("--workers"), OsStr::new(&workers), OsStr::new("--json")];
+    let out = sluice_process(lake, "run", &args)?;
+    let wall = clock.elapsed().as_secs_f64();
+    let report =
+        serde_json::from_slice(&out.stdout).context("reading the JSON report of sluice run")?;
+    Ok((wall, report, peak_of(&out.stderr)))
+}
+
 /// The peak RSS a [`sluice_process`] reported on its stderr, MiB.
 pub(crate) fn peak_of(stderr: &[u8]) -> f64 {
     String::from_utf8_lossy(stderr)

@@ -13,13 +13,11 @@
 //!   the seed's 101.3 s for the same shape (issue 45's measurement, quoted,
 //!   not run here; issue 41's goal: at least 20× faster).
 
-use std::ffi::OsStr;
 use std::path::Path;
-use std::time::Instant;
 
 use anyhow::Context;
 
-use super::bench_load::{sluice_process, workload};
+use super::bench_load::{run_as_process, workload};
 use super::bench_results::Figure;
 use crate::output::print;
 
@@ -58,16 +56,7 @@ fn python_step(python: Option<&Path>) -> String {
 fn run_once(dir: &Path, name: &str, text: &str, workers: usize) -> anyhow::Result<(f64, f64)> {
     let file = dir.join(format!("{name}.toml"));
     std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
-    let lake = dir.join(name);
-    sluice_process(&lake, "init", &[OsStr::new("-q")])?;
-    let clock = Instant::now();
-    let workers = workers.to_string();
-    let args =
-        [file.as_os_str(), OsStr::new("--workers"), OsStr::new(&workers), OsStr::new("--json")];
-    let out = sluice_process(&lake, "run", &args)?;
-    let wall = clock.elapsed().as_secs_f64();
-    let report: serde_json::Value =
-        serde_json::from_slice(&out.stdout).context("reading the JSON report of sluice run")?;
+    let (wall, report, _) = run_as_process(&dir.join(name), &file, workers)?;
     let stats = report["steps"]
         .as_array()
         .and_then(|steps| steps.iter().find(|s| s["name"] == "stats"))

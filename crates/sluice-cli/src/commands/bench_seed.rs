@@ -9,13 +9,11 @@
 //! 101.3, 106.7 and 101.4 s on this machine (issue 45); it is not run here,
 //! so that figure is quoted, not measured in the same run.
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::Context;
 
-use super::bench_load::{peak_of, peak_rss_mib, sluice_process, workload};
+use super::bench_load::{peak_rss_mib, run_as_process, workload};
 use super::bench_results::Figure;
 use crate::output::print;
 
@@ -53,18 +51,10 @@ pub async fn seed(
     let mut peaks = Vec::new();
     for round in 1..=rounds.max(1) {
         let lake = dir.join(format!("round-{round}"));
-        sluice_process(&lake, "init", &[OsStr::new("-q")])?;
-        let clock = Instant::now();
-        let workers = workers.to_string();
-        let args =
-            [file.as_os_str(), OsStr::new("--workers"), OsStr::new(&workers), OsStr::new("--json")];
-        let out = sluice_process(&lake, "run", &args)?;
-        let wall = clock.elapsed().as_secs_f64();
-        let report: serde_json::Value =
-            serde_json::from_slice(&out.stdout).context("reading the JSON report of sluice run")?;
+        let (wall, report, peak) = run_as_process(&lake, &file, workers)?;
         lines.push(shares(round, wall, &report));
         walls.push(wall);
-        peaks.push(peak_of(&out.stderr));
+        peaks.push(peak);
     }
     std::fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
     let mut sorted = walls.clone();
