@@ -19,6 +19,7 @@ would print.
 
 from __future__ import annotations
 
+import dataclasses as _dataclasses
 import datetime as _datetime
 import io as _io
 import json as _json
@@ -42,6 +43,10 @@ __version__: str = _native.__version__
 
 __all__ = [
     "Lake",
+    "Lineage",
+    "LineageNode",
+    "LineageEdge",
+    "Producer",
     "op",
     "ArrowStream",
     "SluiceError",
@@ -114,6 +119,83 @@ def _as_of(as_of: AsOf) -> Optional[str]:
     if isinstance(as_of, str):
         return as_of
     raise TypeError(f"as_of: a lake version, a time or a string, not {type(as_of).__name__}")
+
+
+@_dataclasses.dataclass(frozen=True)
+class Producer:
+    """The execution that produced an artifact."""
+
+    execution_run_id: str
+    operation: str
+    step_name: Optional[str]
+    step_number: int
+
+
+@_dataclasses.dataclass(frozen=True)
+class LineageNode:
+    """One artifact of a lineage: ``depth`` is its distance from the root,
+    negative for ancestors, positive for descendants."""
+
+    id: str
+    artifact_type: str
+    step: int
+    depth: int
+    produced_by: Optional[Producer]
+    name: Optional[str]
+
+
+@_dataclasses.dataclass(frozen=True)
+class LineageEdge:
+    """One derivation: ``target`` was made from ``source`` by an execution."""
+
+    source: str
+    target: str
+    execution_run_id: str
+    source_role: str
+    target_role: str
+
+
+@_dataclasses.dataclass(frozen=True)
+class Lineage:
+    """The lineage of one artifact (:meth:`Lake.lineage`): every artifact
+    reached, by id, and every derivation between them."""
+
+    root: str
+    nodes: Dict[str, LineageNode]
+    edges: List[LineageEdge]
+    #: Whether the walk stopped at its depth with more to go.
+    truncated: bool
+
+    @classmethod
+    def _from_json(cls, text: str) -> "Lineage":
+        graph = _json.loads(text)
+        nodes = {}
+        for id, node in graph["nodes"].items():
+            producer = node.get("produced_by")
+            nodes[id] = LineageNode(
+                id=node["id"],
+                artifact_type=node["artifact_type"],
+                step=node["step"],
+                depth=node["depth"],
+                produced_by=Producer(**producer) if producer else None,
+                name=node.get("name"),
+            )
+        edges = [LineageEdge(**edge) for edge in graph["edges"]]
+        return cls(root=graph["root"], nodes=nodes, edges=edges, truncated=graph["truncated"])
+
+    def to_networkx(self) -> "networkx.DiGraph":  # noqa: F821
+        """The lineage as a ``networkx.DiGraph`` (nodes carry the
+        artifact's fields, edges the derivation's); needs networkx."""
+        try:
+            import networkx
+        except ImportError as e:
+            raise ImportError("Lineage.to_networkx needs networkx: pip install networkx") from e
+        graph = networkx.DiGraph(root=self.root, truncated=self.truncated)
+        for id, node in self.nodes.items():
+            graph.add_node(id, **_dataclasses.asdict(node))
+        for edge in self.edges:
+            graph.add_edge(edge.source, edge.target, **_dataclasses.asdict(edge))
+        return graph
 
 
 class Lake:
@@ -224,6 +306,25 @@ class Lake:
         """The lake's versions, newest first: each with its time, runs, rows
         added and table versions (what ``sluice history --json`` says)."""
         return _json.loads(self._lake.history(limit))
+
+    def lineage(self, id: str, up: Optional[bool] = None, depth: int = 10) -> Lineage:
+        """The lineage of artifact ``id`` (or a unique prefix): its ancestors
+        (``up=True``), its descendants (``up=False``) or both (the default),
+        at most ``depth`` derivations away; the same graph as ``sluice
+        lineage --format json``."""
+        direction = "both" if up is None else ("up" if up else "down")
+        return Lineage._from_json(self._lake.lineage(id, direction, depth))
+
+    def runs(self) -> List[Dict[str, Any]]:
+        """Every pipeline run, newest first: pipeline, status, start and
+        each step's counts (what ``sluice runs --json`` says)."""
+        return _json.loads(self._lake.runs())
+
+    def status(self, run: Optional[str] = None) -> Dict[str, Any]:
+        """The state of run ``run`` (an id or unique prefix; default: the
+        latest): each step's units, failures and their errors (what
+        ``sluice status --json`` says)."""
+        return _json.loads(self._lake.status(run))
 
     def __repr__(self) -> str:
         return f"sluice.Lake({self.root!r})"

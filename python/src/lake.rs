@@ -7,6 +7,8 @@ use pyo3::types::PyBytes;
 use sluice::artifact::{CONFIG, DATA, DataFormat, FILE_REF, METRIC};
 use sluice::lake::LakeRoot;
 use sluice::lake::journal::snapshot;
+use sluice::lineage::{Direction, render};
+use sluice::pipeline::status;
 use sluice::query::AsOf;
 use sluice::{Draft, Error};
 
@@ -176,6 +178,42 @@ impl Lake {
         let versions = wait(py, sluice::maintenance::history::lake_history(&self.lake, limit))?;
         serde_json::to_string(&versions)
             .map_err(|e| to_python(Error::json("the lake's history", e)))
+    }
+
+    /// The lineage of artifact `id` (or a unique prefix) as JSON text (what
+    /// `sluice lineage --format json` prints): `direction` `up`, `down` or
+    /// `both`, at most `depth` derivations away.
+    #[pyo3(signature = (id, direction = "both", depth = 10))]
+    fn lineage(&self, py: Python<'_>, id: &str, direction: &str, depth: usize) -> PyResult<String> {
+        let direction = match direction {
+            "up" => Direction::Up,
+            "down" => Direction::Down,
+            "both" => Direction::Both,
+            other => {
+                return Err(to_python(Error::InvalidInput(format!(
+                    "direction `{other}`: up, down or both"
+                ))));
+            }
+        };
+        let graph = wait(py, async {
+            let root = self.lake.resolve(id).await?;
+            self.lake.lineage(root).with_direction(direction).with_depth(depth).execute().await
+        })?;
+        render::lineage(&graph, render::Format::Json).map_err(to_python)
+    }
+
+    /// Every pipeline run, newest first, as JSON text (`sluice runs --json`).
+    fn runs(&self, py: Python<'_>) -> PyResult<String> {
+        let runs = wait(py, status::runs(&self.lake))?;
+        serde_json::to_string(&runs).map_err(|e| to_python(Error::json("the runs", e)))
+    }
+
+    /// The state of run `run` (an id or a unique prefix; the latest when
+    /// `None`) as JSON text (`sluice status --json`).
+    #[pyo3(signature = (run = None))]
+    fn status(&self, py: Python<'_>, run: Option<&str>) -> PyResult<String> {
+        let state = wait(py, status::status(&self.lake, run))?;
+        serde_json::to_string(&state).map_err(|e| to_python(Error::json("the run's state", e)))
     }
 
     fn __repr__(&self) -> String {

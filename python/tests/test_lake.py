@@ -229,3 +229,43 @@ def test_the_readmes_python_example_runs(tmp_path: pathlib.Path, monkeypatch: py
     lake = namespace["lake"]
     assert isinstance(lake, sluice.Lake)
     assert lake.get(namespace["best"]) is not None
+
+
+def test_lineage_is_the_clis_graph_as_typed_values(demo_lake: pathlib.Path) -> None:
+    lake = sluice.Lake(demo_lake)
+    metric = lake.sql("SELECT artifact_id FROM metrics ORDER BY artifact_id LIMIT 1").column(0)[0].as_py()
+    for up, direction in ((True, "up"), (False, "down"), (None, "both")):
+        graph = lake.lineage(metric, up=up, depth=3)
+        args = ["lineage", metric, "--format", "json", "--depth", "3"]
+        args.append(f"--{direction}")
+        cli = json.loads(sluice_cli(*args, lake=demo_lake))
+        assert graph.root == cli["root"] == metric
+        assert set(graph.nodes) == set(cli["nodes"])
+        assert sorted((e.source, e.target, e.source_role) for e in graph.edges) == sorted(
+            (e["source"], e["target"], e["source_role"]) for e in cli["edges"]
+        )
+    up = lake.lineage(metric[:10], up=True)
+    assert up.nodes[metric].depth == 0
+    assert up.nodes[metric].produced_by is not None and up.nodes[metric].produced_by.operation == "compute_metrics"
+    ancestors = [n for n in up.nodes.values() if n.depth < 0]
+    assert ancestors and all(n.artifact_type == "data" for n in ancestors)
+    try:
+        import networkx
+    except ImportError:
+        with pytest.raises(ImportError, match="networkx"):
+            up.to_networkx()
+    else:
+        g = up.to_networkx()
+        assert isinstance(g, networkx.DiGraph) and g.number_of_nodes() == len(up.nodes)
+
+
+def test_runs_and_status_are_what_the_cli_says(demo_lake: pathlib.Path) -> None:
+    lake = sluice.Lake(demo_lake)
+    runs = lake.runs()
+    assert runs == json.loads(sluice_cli("runs", "--json", lake=demo_lake))
+    assert runs[0]["pipeline"] == "demo"
+    status = lake.status()
+    assert status == json.loads(sluice_cli("status", "--json", lake=demo_lake))
+    assert lake.status(runs[0]["pipeline_run_id"][:8]) == status
+    with pytest.raises(sluice.SluiceError):
+        lake.status("ffffffffffff")
