@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 
-def sluice_cli(*args: str, lake: pathlib.Path | None = None) -> str:
+def sluice_cli(*args: str, lake: "pathlib.Path | str | None" = None) -> str:
     """Run the installed ``sluice`` command; its standard output."""
     command = [shutil.which("sluice") or "sluice"]
     if lake is not None:
