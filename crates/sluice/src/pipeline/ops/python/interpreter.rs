@@ -136,13 +136,17 @@ pub(super) struct Reply {
     pub(super) log: String,
 }
 
-/// One file written for an output role.
+/// One value returned for an output role: a file written (data, file_ref)
+/// or the value itself (a dict: metric, config, declared types).
 #[derive(Debug, Deserialize)]
 pub(super) struct Written {
     pub(super) role: String,
     #[serde(rename = "type")]
     pub(super) type_key: String,
-    pub(super) path: PathBuf,
+    #[serde(default)]
+    pub(super) path: Option<PathBuf>,
+    #[serde(default)]
+    pub(super) value: Option<serde_json::Value>,
 }
 
 /// Why a unit got no reply.

@@ -39,7 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::json;
 
-use crate::artifact::ArtifactId;
+use crate::artifact::{ArtifactId, Draft};
 use crate::error::{Error, Result};
 use crate::pipeline::config::{StepConfig, StepError};
 use crate::pipeline::operation::{Operation, Output, Signature, UnitContext};
@@ -233,7 +233,12 @@ impl Operation for PythonOp {
                     written.role, written.type_key
                 )));
             }
-            let draft = output_draft(ctx, declared, &written.path).map_err(|e| {
+            let draft = match (written.value, &written.path) {
+                (Some(value), _) => json_draft(ctx, declared, value),
+                (None, Some(path)) => output_draft(ctx, declared, path),
+                (None, None) => Err(Error::Internal("a reply's output has no value".into())),
+            }
+            .map_err(|e| {
                 failed(format!(
                     "returned output `{}` that is not a valid {declared}: {e}",
                     written.role
@@ -242,6 +247,15 @@ impl Operation for PythonOp {
             outputs.push(Output::New { role: written.role, draft, derived_from: None });
         }
         Ok(outputs)
+    }
+}
+
+/// A dict returned for a metric, a config or a declared type.
+fn json_draft(ctx: &UnitContext, type_key: &str, value: serde_json::Value) -> Result<Draft> {
+    match type_key {
+        crate::artifact::METRIC => Draft::metric(value),
+        crate::artifact::CONFIG => Draft::config(value),
+        other => Draft::from_json_object(ctx.lake.registry(), other, &value),
     }
 }
 

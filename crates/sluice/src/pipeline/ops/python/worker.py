@@ -118,7 +118,8 @@ def read_input(item):
 
 
 def write_output(role, kind, value, folder, n):
-    """One returned value as the file the worker stages for `role`."""
+    """One returned value as the worker takes it for `role`: the path of a
+    file (data, file_ref) or the dict itself."""
     if kind == "file_ref":
         if isinstance(value, (str, os.PathLike)) and os.path.isfile(value):
             return os.path.abspath(os.fspath(value))
@@ -145,14 +146,12 @@ def write_output(role, kind, value, folder, n):
         )
     if not isinstance(value, dict):
         raise StepError(f"output `{role}` ({kind}) takes a dict, got {type(value).__name__}")
-    path = os.path.join(folder, f"{role}-{n}.json")
     try:
-        text = json.dumps(value, allow_nan=False)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise StepError(f"output `{role}` ({kind}) is not JSON: {e}") from None
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return path
+    # A dict travels in the reply itself: no file to write and read back.
+    return value
 
 
 def run(request):
@@ -183,8 +182,9 @@ def run(request):
     for role, value in result.items():
         values = value if isinstance(value, list) else [] if value is None else [value]
         for n, one in enumerate(values):
-            path = write_output(role, outputs[role], one, folder, n)
-            written.append({"role": role, "type": outputs[role], "path": path})
+            out = write_output(role, outputs[role], one, folder, n)
+            key = "value" if isinstance(out, dict) else "path"
+            written.append({"role": role, "type": outputs[role], key: out})
     return written
 
 
