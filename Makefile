@@ -31,8 +31,10 @@
 #   the test build again only the dev-dependencies and workspace crates (28 s).
 # The Python extension (python/, crate sluice-python) links the same library
 # crate with the same features in the same target dir: it adds pyo3 and one
-# crate to the build, not a second dependency tree (`cargo build -p
-# sluice-cli` after `cargo build --workspace` compiles nothing). Measured
+# crate to the build, not a second dependency tree: it depends on the CLI's
+# crate, so maturin building it alone resolves every shared dependency with
+# the CLI's features (`cargo tree -e features` of the two differ only by
+# pyo3) and reuses the CLI's compiled tree. Measured
 # 2026-12-07 over a warm tree: pyo3 and the extension from nothing 12 s;
 # `make wheel` warm 40 s (most of it compressing the debug binary and
 # extension, 131 MB of wheel).

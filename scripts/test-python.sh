@@ -9,7 +9,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/sluice-target}"
 WHEEL="$(bash scripts/build-wheel.sh "$CARGO_TARGET_DIR/wheels")"
-TEST_VENV="${SLUICE_WHEEL_VENV:-/var/tmp/sluice-wheel-venv}"
+# Beside the build it tests, so that two target dirs never share one.
+TEST_VENV="${SLUICE_WHEEL_VENV:-$CARGO_TARGET_DIR/wheel-venv}"
 rm -rf "$TEST_VENV"
 python3 -m venv "$TEST_VENV"
 # The readers' versions the interop check uses (scripts/setup-python.sh).
