@@ -25,9 +25,9 @@ import io as _io
 import json as _json
 import os as _os
 import pathlib as _pathlib
-from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
-from . import _native
+from . import _native, _types
 from ._native import (
     ArrowStream,
     ArtifactNotFound,
@@ -110,12 +110,7 @@ def _as_of(as_of: AsOf) -> Optional[str]:
     if isinstance(as_of, int):
         return str(as_of)
     if isinstance(as_of, _datetime.datetime):
-        if as_of.tzinfo is None:
-            raise InvalidInput(
-                f"as_of {as_of.isoformat()}: a time without a timezone is ambiguous. "
-                "Help: give one, e.g. datetime.now(timezone.utc)"
-            )
-        return as_of.isoformat()
+        return _types.aware_text(as_of, "as_of")
     if isinstance(as_of, str):
         return as_of
     raise TypeError(f"as_of: a lake version, a time or a string, not {type(as_of).__name__}")
@@ -206,9 +201,22 @@ class Lake:
     journal records for one lake version, never half of a commit.
     """
 
-    def __init__(self, root: Union[str, "_os.PathLike[str]"]) -> None:
-        """Open the lake at ``root``; :class:`LakeNotFound` if there is none."""
-        self._lake = _native.Lake(_os.fspath(root))
+    def __init__(
+        self,
+        root: Union[str, "_os.PathLike[str]"],
+        storage_options: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        """Open the lake at ``root``; :class:`LakeNotFound` if there is none.
+
+        A lake in a store reads its credentials from the environment
+        (``AWS_*``, ``AZURE_STORAGE_*``, ``AZURE_CLIENT_*``);
+        ``storage_options`` (object_store's names, e.g. ``aws_endpoint``,
+        ``aws_region``, ``azure_storage_account_key``) take precedence and
+        are passed on to Polars by :meth:`table`.
+        """
+        self._root = _os.fspath(root)
+        self._storage_options = None if storage_options is None else dict(storage_options)
+        self._lake = _native.Lake(self._root, self._storage_options)
 
     @property
     def root(self) -> str:
@@ -229,7 +237,44 @@ class Lake:
         if version is None:
             at = "the latest lake version" if as_of is None else f"lake point {as_of!r}"
             raise TimeTravelError(f"table `{name}` did not exist at {at}")
-        return polars.scan_delta(location, version=version)
+        if self._storage_options is None:
+            return polars.scan_delta(location, version=version)
+        return polars.scan_delta(location, version=version, storage_options=self._storage_options)
+
+    def declare(
+        self,
+        cls: type,
+        key: Optional[str] = None,
+        table: Optional[str] = None,
+        identity: Optional[Sequence[str]] = None,
+        partition_by_step: bool = True,
+    ) -> str:
+        """Declare an artifact type from a dataclass or a pydantic model, as
+        an ``[[artifact_type]]`` entry of the lake's ``sluice.toml``.
+
+        Each field is a column: ``str`` string, ``int`` int64, ``float``
+        float64, ``bool`` bool, ``datetime`` timestamp, ``dict``/``list``
+        json; ``Optional[X]`` is nullable. ``key`` defaults to the class
+        name in snake case, ``table`` to ``artifacts/<key>s``, ``identity``
+        (the columns hashed into an id) to every column. Declaring the
+        same class again changes nothing; a class that gained ``Optional``
+        fields gives the table those columns. A change the lake cannot take
+        (a column's type under existing rows) raises and leaves the file as
+        it was. Returns ``"added"``, ``"unchanged"`` or ``"replaced"``;
+        :meth:`put` then takes instances of ``cls``::
+
+            @dataclass
+            class Sample:
+                name: str
+                weight: Optional[float] = None
+
+            lake.declare(Sample)
+            lake.put("sample", Sample("a", 2.5), step=1)
+        """
+        entry = _types.declaration(cls, key, table, identity, partition_by_step)
+        done = self._lake.declare_type(_json.dumps(entry))
+        self._lake = _native.Lake(self._root, self._storage_options)
+        return done
 
     def sql(self, query: str, as_of: AsOf = None) -> "pyarrow.Table":  # noqa: F821
         """Run a SQL statement (DataFusion's dialect) over every table at one
@@ -247,20 +292,25 @@ class Lake:
     def get(self, id: str) -> Any:
         """The content of artifact ``id`` (or of a unique prefix of at least
         four hex digits): a ``dict`` for a metric, a config or a declared
-        type, a ``polars.DataFrame`` for data, a ``pathlib.Path`` (a URL
+        type (its ``timestamp`` columns as aware ``datetime``, its ``json``
+        columns as the values they hold), a ``polars.DataFrame`` for data, a ``pathlib.Path`` (a URL
         string in a store) for a file_ref."""
         type_key, content, _ = self._lake.get(id)
         if type_key == "data":
             return _read_table(*content)
         if type_key == "file_ref":
             return content if "://" in content else _pathlib.Path(content)
-        return _json.loads(content)
+        record = _json.loads(content)
+        if type_key in ("metric", "config"):
+            return record
+        return _types.from_columns(record, self._lake.column_types(type_key))
 
     def put(self, type: str, value: Any, step: int = 0) -> str:
         """Put one artifact of ``type`` at ``step``; its id (the same for the
         same content, which is stored once).
 
-        - ``metric``, ``config`` and declared types: a ``dict``;
+        - ``metric``, ``config`` and declared types: a ``dict`` (or, for a
+          type declared from a class, an instance of it);
         - ``data``: a ``polars.DataFrame`` or ``pyarrow.Table`` (stored as
           Parquet), or the path of a ``.parquet``, ``.csv`` or ``.arrow``
           file (stored as its bytes);
@@ -270,8 +320,12 @@ class Lake:
             return self._put_data(value, step)
         if type == "file_ref":
             return self._lake.put_file(_os.fspath(value), step)
+        value = _types.as_record(value)
         if not isinstance(value, dict):
-            raise SchemaError(f"a {type} is given as a dict, not {value.__class__.__name__}")
+            raise SchemaError(
+                f"a {type} is given as a dict, a dataclass or a pydantic model, "
+                f"not {value.__class__.__name__}"
+            )
         return self._lake.put_json(type, _json.dumps(value, allow_nan=False), step)
 
     def _put_data(self, value: Any, step: int) -> str:

@@ -1,5 +1,6 @@
 //! `sluice._native.Lake`: one open lake, shared by the threads that use it.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
@@ -10,6 +11,7 @@ use sluice::lake::journal::snapshot;
 use sluice::lineage::{Direction, render};
 use sluice::pipeline::status;
 use sluice::query::AsOf;
+use sluice::registry::declared::DeclaredTypeSpec;
 use sluice::{Draft, Error};
 
 use crate::errors::to_python;
@@ -32,12 +34,43 @@ fn as_of(text: Option<&str>) -> PyResult<Option<AsOf>> {
 
 #[pymethods]
 impl Lake {
-    /// Open the lake at `root`.
+    /// Open the lake at `root`; a lake in a store takes `storage_options`
+    /// (object_store's names, as delta-rs and Polars take them) over the
+    /// environment's variables.
     #[new]
-    fn open(py: Python<'_>, root: &str) -> PyResult<Self> {
-        let root = LakeRoot::parse(root).map_err(to_python)?;
+    #[pyo3(signature = (root, storage_options = None))]
+    fn open(
+        py: Python<'_>,
+        root: &str,
+        storage_options: Option<HashMap<String, String>>,
+    ) -> PyResult<Self> {
+        let root = match storage_options {
+            None => LakeRoot::parse(root).map_err(to_python)?,
+            Some(options) => match LakeRoot::parse(root).map_err(to_python)? {
+                LakeRoot::Store(store) => {
+                    LakeRoot::store(store.url().clone(), options).map_err(to_python)?
+                }
+                LakeRoot::Local(path) => {
+                    return Err(to_python(Error::InvalidInput(format!(
+                        "storage_options are for a lake in an object store, but `{}` is a folder",
+                        path.display()
+                    ))));
+                }
+            },
+        };
         let lake = wait(py, sluice::Lake::open(root))?;
         Ok(Lake { lake })
+    }
+
+    /// Declare an artifact type in the lake's `sluice.toml` from its
+    /// `[[artifact_type]]` entry given as JSON text (`key`, `table`,
+    /// `partition_by_step`, `identity`, `columns`); `added`, `unchanged` or
+    /// `replaced`. Open the lake again to use it.
+    fn declare_type(&self, py: Python<'_>, spec: &str) -> PyResult<&'static str> {
+        let spec: DeclaredTypeSpec = serde_json::from_str(spec)
+            .map_err(|e| to_python(Error::json("the artifact type declared", e)))?;
+        let done = wait(py, sluice::lake::config::declare_type(self.lake.root(), &spec))?;
+        Ok(done.as_str())
     }
 
     /// Where the lake is, as messages show it.
@@ -126,6 +159,13 @@ impl Lake {
             }
         };
         Ok((type_key, content, artifact.id.to_hex()))
+    }
+
+    /// The columns of artifact type `type_key` and their types (`string`,
+    /// `int64`, `timestamp`, `json`, …), as `sluice.toml` names them.
+    fn column_types(&self, type_key: &str) -> PyResult<HashMap<String, String>> {
+        let descriptor = self.lake.registry().descriptor(type_key).map_err(to_python)?;
+        Ok(descriptor.columns.iter().map(|c| (c.name.clone(), c.column_type.to_string())).collect())
     }
 
     /// Put one artifact given as JSON text (a metric or config object, or a

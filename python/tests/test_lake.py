@@ -75,6 +75,14 @@ def test_as_of_takes_a_time_and_table_versions(demo_lake: pathlib.Path) -> None:
         lake.table("data", as_of=datetime.datetime(2026, 1, 1))
 
 
+def test_a_time_copied_from_history_reads_that_lake_version(demo_lake: pathlib.Path) -> None:
+    lake = sluice.Lake(demo_lake)
+    query = "SELECT count(*) AS n FROM executions"
+    for version in lake.history():
+        by_time = lake.sql(query, as_of=version["time"]).column("n").to_pylist()
+        assert by_time == lake.sql(query, as_of=version["version"]).column("n").to_pylist(), version
+
+
 def test_query_results_cross_as_an_arrow_stream_any_consumer_takes(demo_lake: pathlib.Path) -> None:
     lake = sluice.Lake(demo_lake)
     stream = lake.sql_stream("SELECT artifact_id, origin_step_number FROM data ORDER BY artifact_id")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
 import subprocess
@@ -80,3 +81,47 @@ def test_the_decorator_checks_what_it_declares() -> None:
         sluice.op(outputs={"not a role": "metric"})
     with pytest.raises(ValueError, match="artifact type"):
         sluice.op(outputs={"m": ""})
+
+
+TYPED_MODULE = '''
+import dataclasses
+import datetime
+from typing import Optional
+import sluice
+
+@dataclasses.dataclass
+class TableShape:
+    rows: int
+    first: float
+    seen: datetime.datetime
+    note: Optional[str] = None
+
+@sluice.op(outputs={"shapes": "table_shape"})
+def shape(table):
+    seen = datetime.datetime(2026, 12, 7, tzinfo=datetime.timezone.utc)
+    return {"shapes": TableShape(table.height, float(table["x"][0]), seen)}
+'''
+
+
+def test_a_step_returns_instances_of_a_type_declared_from_its_class(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "typed.py").write_text(TYPED_MODULE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import typed  # the step's own module: the class is declared from it
+    finally:
+        sys.path.remove(str(tmp_path))
+    lake_dir = tmp_path / "lake"
+    sluice_cli("init", lake=lake_dir)
+    assert sluice.Lake(lake_dir).declare(typed.TableShape) == "added"
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(
+        PIPELINE.replace("feats.py:stats", "typed.py:shape").replace("{outputs}", "").replace("{{", "{").replace("}}", "}")
+    )
+    report = json.loads(sluice_cli("run", str(pipeline), "--json", lake=lake_dir))
+    assert next(s for s in report["steps"] if s["name"] == "stats")["outputs"] == {"shapes": 4}, report
+    lake = sluice.Lake(lake_dir)
+    rows = lake.sql("SELECT artifact_id, rows FROM table_shapes").to_pylist()
+    assert sorted(r["rows"] for r in rows) == [8, 8, 8, 8]
+    got = lake.get(rows[0]["artifact_id"])
+    assert got["seen"] == datetime.datetime(2026, 12, 7, tzinfo=datetime.timezone.utc)
+    assert got["note"] is None

@@ -48,3 +48,23 @@ def test_a_lake_in_s3_is_read_and_written_like_a_folder(s3_lake: str) -> None:
     assert lake.sql("SELECT count(*) AS n FROM metrics").column("n").to_pylist() == [1]
     frame = lake.table("metrics").collect()
     assert frame["artifact_id"].to_list() == [metric]
+
+
+def test_storage_options_reach_the_lake_and_polars_without_the_environment(
+    s3_lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = {
+        "aws_endpoint_url": os.environ["AWS_ENDPOINT_URL"],
+        "allow_http": "true",
+        "aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": os.environ["AWS_SECRET_ACCESS_KEY"],
+        "aws_region": os.environ["AWS_REGION"],
+    }
+    for name in ("AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
+        monkeypatch.delenv(name)
+    lake = sluice.Lake(s3_lake, storage_options=options)
+    metric = lake.put("metric", {"loss": 0.25}, step=1)
+    assert lake.get(metric) == {"loss": 0.25}
+    assert lake.table("metrics").collect()["artifact_id"].to_list() == [metric]
+    with pytest.raises(sluice.SluiceError, match="aws_regoin"):
+        sluice.Lake(s3_lake, storage_options={**options, "aws_regoin": "x"})

@@ -244,6 +244,27 @@ async fn lake_digest(lake: &sluice::Lake, as_of: Option<AsOf>) -> Vec<String> {
     out
 }
 
+/// A time copied from `sluice history` reads the lake version it was
+/// copied from, not the one before: the row's time is taken before the
+/// journal commit that holds it, and `history` prints it in milliseconds.
+#[tokio::test]
+async fn as_of_the_time_history_prints_reads_that_lake_version() {
+    let (_dir, lake) = lake().await;
+    small_commits(&lake, 0..4).await;
+    let history = maintenance::history::lake_history(&lake, None).await.unwrap();
+    assert_eq!(history.len(), 4);
+    for version in &history {
+        let at = chrono::DateTime::parse_from_rfc3339(&version.time).unwrap().to_utc();
+        assert_eq!(
+            lake_digest(&lake, Some(AsOf::Time(at))).await,
+            lake_digest(&lake, Some(AsOf::Lake(version.version))).await,
+            "as of {} (lake version {})",
+            version.time,
+            version.version
+        );
+    }
+}
+
 #[tokio::test]
 async fn restore_to_a_lake_version_equals_reading_as_of_it_and_can_be_undone() {
     let (_dir, lake) = lake().await;

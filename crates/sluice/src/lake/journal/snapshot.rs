@@ -272,16 +272,31 @@ async fn versions_at(
     Ok(out)
 }
 
-/// The journal as it was at an instant.
+/// The journal as it was at an instant: every row committed by then, and
+/// every row whose own time is at or before it. A row's time is taken
+/// before the journal commit that holds it, and `history` prints it to the
+/// millisecond, so a time copied from `history` falls a little before that
+/// commit; going by commit times alone would read the lake version before
+/// the one the user copied.
 async fn journal_at(root: &LakeRoot, at: DateTime<Utc>) -> Result<Journal> {
     let spec = layout::commits_table();
     if !table::exists(root, &spec).await? {
         return Ok(Journal::default());
     }
-    match table::version_at(root, &spec, at).await? {
-        Some(version) => journal::read(root, Some(version)).await,
-        None => Ok(Journal::default()),
-    }
+    let by_commit_time = table::version_at(root, &spec, at).await?;
+    let latest = journal::read(root, None).await?;
+    let at_ms = at.timestamp_millis();
+    let by_row_time = latest
+        .entries()
+        .iter()
+        .filter(|e| e.timestamp.div_euclid(1000) <= at_ms)
+        .map(|e| e.position)
+        .max();
+    let Some(position) = by_commit_time.max(by_row_time) else {
+        return Ok(Journal::default());
+    };
+    let entries = latest.into_entries().into_iter().filter(|e| e.position <= position).collect();
+    Ok(Journal::new(entries, Some(position)))
 }
 
 #[cfg(test)]

@@ -14,6 +14,8 @@
 # role, or the exception and its traceback. Prints of the function are
 # captured per unit and returned as its log; file descriptor 1 is pointed at
 # stderr so that nothing a library prints can break the channel.
+import dataclasses
+import datetime
 import importlib
 import importlib.util
 import inspect
@@ -117,6 +119,19 @@ def read_input(item):
         return json.load(f)
 
 
+def as_record(value):
+    """A dataclass instance or a pydantic model (a type declared from a
+    class with `Lake.declare`) as the dict of its fields, times as RFC 3339
+    text; anything else unchanged."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        record = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    elif hasattr(value, "model_dump") and not isinstance(value, type):
+        record = value.model_dump()
+    else:
+        return value
+    return {k: v.isoformat() if isinstance(v, datetime.datetime) else v for k, v in record.items()}
+
+
 def write_output(role, kind, value, folder, n):
     """One returned value as the worker takes it for `role`: the path of a
     file (data, file_ref) or the dict itself."""
@@ -144,8 +159,12 @@ def write_output(role, kind, value, folder, n):
             f"output `{role}` (data) takes a polars.DataFrame, a pyarrow.Table or a pandas.DataFrame, "
             f"got {type(value).__name__}"
         )
+    value = as_record(value)
     if not isinstance(value, dict):
-        raise StepError(f"output `{role}` ({kind}) takes a dict, got {type(value).__name__}")
+        raise StepError(
+            f"output `{role}` ({kind}) takes a dict, a dataclass or a pydantic model, "
+            f"got {type(value).__name__}"
+        )
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as e:

@@ -13,6 +13,9 @@ use crate::error::{Error, Result};
 use crate::lake::io::location::LakeRoot;
 use crate::registry::declared::DeclaredTypeSpec;
 
+mod declare;
+pub use declare::{Declaration, declare_type};
+
 /// File name of the lake config, at the lake root.
 pub const CONFIG_FILE: &str = "sluice.toml";
 
