@@ -313,7 +313,7 @@ outputs = {{ {outputs} }}
         (
             "funcs.py:returns_text_metric",
             "m = \"metric\"",
-            "output `m` (metric) takes a dict, got str",
+            "output `m` (metric) takes a dict, a dataclass or a pydantic model, got str",
         ),
         (
             "funcs.py:returns_unknown_role",
