@@ -27,12 +27,15 @@
 //! it (and the step's `depends` files), its name and the interpreter's
 //! `major.minor`; editing the module reruns the step's units.
 //!
-//! Inputs are written to the unit's sandbox as for `command` (see
-//! [`super::sandbox`]); the worker's long-lived interpreter reads them,
+//! Data, metric and config inputs travel in the unit's request (data as an
+//! Arrow IPC stream: [`inline`]); others are written to the unit's sandbox
+//! as for `command` (see [`super::sandbox`]). The worker's long-lived
+//! interpreter reads them,
 //! calls the function and writes its outputs there. A function that raises
 //! fails its unit with the exception and its traceback in the execution's
 //! error (`sluice status`, `sluice logs`).
 
+mod inline;
 mod interpreter;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -182,8 +185,12 @@ impl Operation for PythonOp {
         let mut stems: BTreeMap<String, ArtifactId> = BTreeMap::new();
         for (role, artifacts) in &ctx.inputs {
             let dir = sandbox.join("inputs").join(role);
-            mkdir(&dir)?;
             for artifact in artifacts {
+                if let Some(entry) = inline::inline(artifact) {
+                    inputs.entry(role).or_default().push(entry);
+                    continue;
+                }
+                mkdir(&dir)?;
                 let (stem, path) = materialize(ctx, artifact, &dir, &stems)?;
                 stems.insert(stem, artifact.id);
                 inputs.entry(role).or_default().push(json!({

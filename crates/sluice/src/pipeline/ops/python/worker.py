@@ -14,6 +14,7 @@
 # role, or the exception and its traceback. Prints of the function are
 # captured per unit and returned as its log; file descriptor 1 is pointed at
 # stderr so that nothing a library prints can break the channel.
+import base64
 import dataclasses
 import datetime
 import importlib
@@ -96,12 +97,18 @@ def describe(spec):
 
 
 def read_input(item):
-    kind, path = item["type"], item["path"]
+    if "value" in item:
+        return item["value"]
+    kind = item["type"]
     if kind == "data":
         try:
             import polars
         except ImportError:
             raise StepError("data inputs arrive as polars.DataFrame: install polars in the step's interpreter") from None
+    if "ipc" in item:
+        return polars.read_ipc_stream(io.BytesIO(base64.b64decode(item["ipc"])))
+    path = item["path"]
+    if kind == "data":
         fmt = item.get("format", "csv")
         if fmt == "parquet":
             return polars.read_parquet(path)
