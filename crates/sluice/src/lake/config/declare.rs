@@ -47,14 +47,8 @@ impl Declaration {
 pub async fn declare_type(root: &LakeRoot, spec: &DeclaredTypeSpec) -> Result<Declaration> {
     DeclaredType::try_new(spec)?;
     let path = root.shown(CONFIG_FILE);
-    let before = root.read_file(CONFIG_FILE).await?;
-    let text = match &before {
-        Some(bytes) => String::from_utf8(bytes.to_vec()).map_err(|e| Error::Config {
-            path: path.clone(),
-            message: format!("not UTF-8: {e}"),
-        })?,
-        None => String::new(),
-    };
+    let before = super::read_text(root).await?;
+    let text = before.clone().unwrap_or_default();
     let config = LakeConfig::parse(&text, &path)?;
     let existing = config.artifact_types.iter().position(|t| t.key == spec.key);
     if existing.is_some_and(|i| &config.artifact_types[i] == spec) {
@@ -92,7 +86,7 @@ pub async fn declare_type(root: &LakeRoot, spec: &DeclaredTypeSpec) -> Result<De
     root.write_file(CONFIG_FILE, document.to_string().into_bytes()).await?;
     if let Err(err) = Lake::open(root.clone()).await {
         match before {
-            Some(bytes) => root.write_file(CONFIG_FILE, bytes.to_vec()).await?,
+            Some(text) => root.write_file(CONFIG_FILE, text.into_bytes()).await?,
             None => root.remove_file(CONFIG_FILE).await?,
         }
         return Err(err);

@@ -61,15 +61,10 @@ impl MaintenanceConfig {
 impl LakeConfig {
     /// Read the config of a lake; a missing file is an empty config.
     pub async fn load(lake_root: &LakeRoot) -> Result<Self> {
-        let path = lake_root.shown(CONFIG_FILE);
-        let Some(bytes) = Box::pin(lake_root.read_file(CONFIG_FILE)).await? else {
-            return Ok(LakeConfig::default());
-        };
-        let text = String::from_utf8(bytes.to_vec()).map_err(|e| Error::Config {
-            path: path.clone(),
-            message: format!("not UTF-8: {e}"),
-        })?;
-        Self::parse(&text, &path)
+        match read_text(lake_root).await? {
+            Some(text) => Self::parse(&text, &lake_root.shown(CONFIG_FILE)),
+            None => Ok(LakeConfig::default()),
+        }
     }
 
     /// Parse config text; `path` is only used in error messages.
@@ -77,6 +72,17 @@ impl LakeConfig {
         toml::from_str(text)
             .map_err(|e| Error::Config { path: PathBuf::from(path), message: e.to_string() })
     }
+}
+
+/// The text of the lake's `sluice.toml`; `None` when there is none.
+async fn read_text(lake_root: &LakeRoot) -> Result<Option<String>> {
+    let Some(bytes) = Box::pin(lake_root.read_file(CONFIG_FILE)).await? else {
+        return Ok(None);
+    };
+    String::from_utf8(bytes.to_vec()).map(Some).map_err(|e| Error::Config {
+        path: lake_root.shown(CONFIG_FILE),
+        message: format!("not UTF-8: {e}"),
+    })
 }
 
 #[cfg(test)]
