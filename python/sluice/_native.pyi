@@ -4,6 +4,9 @@ from typing import Dict, List, Optional, Tuple, Union
 
 __version__: str
 
+def main(argv: List[str], python: str) -> int:
+    """Run the ``sluice`` command line in this process; its exit status."""
+
 class SluiceError(Exception): ...
 class LakeNotFound(SluiceError): ...
 class ArtifactNotFound(SluiceError): ...

@@ -10,6 +10,11 @@
 //! Query results cross to Python through the Arrow C stream interface (a
 //! PyCapsule named `arrow_array_stream`): pyarrow, Polars and DuckDB take
 //! the batches as they are, without a copy or a serialization.
+//!
+//! The module also carries the whole command line ([`main`]): the `sluice`
+//! command a `pip install` puts on PATH is a console script that runs it in
+//! its interpreter, so the package ships one build of sluice, not a module
+//! and a binary beside it.
 
 mod errors;
 mod lake;
@@ -49,9 +54,22 @@ fn wait<T: Send>(
     py.detach(|| runtime.block_on(future)).map_err(errors::to_python)
 }
 
+/// Run the `sluice` command line with `argv` (the program's name first) in
+/// this process and return its exit status. `python` is the interpreter
+/// running it: workers start as `python -m sluice`, and Python steps run
+/// in it unless their step names another. The interpreter's lock is
+/// released while the command runs.
+#[pyfunction]
+fn main(py: Python<'_>, argv: Vec<std::ffi::OsString>, python: std::path::PathBuf) -> u8 {
+    use sluice::pipeline::worker_program::{self, WorkerProgram};
+    worker_program::set_host(WorkerProgram::hosted(python, ["-m", "sluice"]));
+    py.detach(|| sluice_cli::run_with_args(argv))
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    module.add_function(wrap_pyfunction!(main, module)?)?;
     module.add_class::<lake::Lake>()?;
     module.add_class::<stream::ArrowStream>()?;
     errors::register(module)

@@ -20,13 +20,36 @@ import sluice
 from conftest import sluice_cli
 
 
-def test_the_wheel_puts_its_own_binary_on_path() -> None:
+def test_pip_install_puts_the_sluice_command_on_path() -> None:
     found = shutil.which("sluice")
-    assert found is not None, "the wheel installed no `sluice` command"
+    assert found is not None, "pip installed no `sluice` command"
     scripts = pathlib.Path(sys.prefix) / "bin"
     assert pathlib.Path(found).resolve().parent == scripts.resolve()
     out = subprocess.run([found, "--version"], capture_output=True, text=True, check=True).stdout
     assert out.startswith(f"sluice {sluice.__version__}")
+    # The same command as a module of this interpreter (how a run starts
+    # its workers).
+    module = subprocess.run([sys.executable, "-m", "sluice", "--version"], capture_output=True, text=True)
+    assert module.returncode == 0 and module.stdout == out
+
+
+def test_the_command_keeps_the_binarys_exit_statuses_and_streams(tmp_path: pathlib.Path) -> None:
+    found = shutil.which("sluice") or "sluice"
+    missing = subprocess.run([found, "--lake", str(tmp_path / "none"), "status"], capture_output=True, text=True)
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("error: "), missing.stderr
+    assert "sluice init" in missing.stderr, missing.stderr
+    usage = subprocess.run([found, "no-such-command"], capture_output=True, text=True)
+    assert usage.returncode == 2 and "no-such-command" in usage.stderr
+    # Output piped to a reader that stops early ends quietly, as the binary's.
+    lake = tmp_path / "lake"
+    sluice_cli("init", lake=lake)
+    head = subprocess.run(
+        f"'{found}' --lake '{lake}' sql --format csv 'SELECT * FROM range(200000)' | head -n 1",
+        shell=True, capture_output=True, text=True,
+    )
+    assert head.returncode == 0 and head.stdout.strip() != "", head.stderr
+    assert "Traceback" not in head.stderr and "error" not in head.stderr, head.stderr
 
 
 def test_every_table_at_every_lake_version_is_what_the_cli_reads(demo_lake: pathlib.Path) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import re
 import pathlib
 import subprocess
 import shutil
@@ -58,6 +60,38 @@ def test_a_decorated_function_runs_as_a_step_in_the_interpreter_beside_sluice(tm
     assert {c["python"] for c in contents} == {sys.prefix}
     again = json.loads(sluice_cli("run", str(pipeline), "--json", lake=lake_dir))
     assert next(s for s in again["steps"] if s["name"] == "stats")["dispatched"] == 0
+
+
+def slurm_is_up() -> bool:
+    """Whether a SLURM cluster answers here; CI must have one."""
+    try:
+        up = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30)
+        answered = up.returncode == 0 and up.stdout.strip() != ""
+    except (OSError, subprocess.TimeoutExpired):
+        answered = False
+    if not answered and os.environ.get("CI"):
+        pytest.fail("CI must run the SLURM tests: start SLURM with `bash scripts/slurm.sh up`")
+    return answered
+
+
+def test_slurm_array_tasks_run_python_steps_through_the_installed_command(tmp_path: pathlib.Path) -> None:
+    if not slurm_is_up():
+        pytest.skip("SLURM is not running here (bash scripts/slurm.sh up starts it)")
+    (tmp_path / "feats.py").write_text(MODULE)
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(PIPELINE.format(outputs=""))
+    lake_dir = tmp_path / "lake"
+    report = json.loads(sluice_cli("run", str(pipeline), "--backend", "slurm", "--json", lake=lake_dir))
+    stats = next(s for s in report["steps"] if s["name"] == "stats")
+    assert stats["outputs"] == {"metrics": 4}, report
+    # Each array task started this venv's Python with `-m sluice`, and the
+    # step's function ran in that same interpreter.
+    scripts = list(lake_dir.glob("_slurm/**/task.sh"))
+    assert scripts, "no SLURM task script was written"
+    venv_python = re.compile(re.escape(f"exec '{pathlib.Path(sys.executable).parent}/") + r"python[0-9.]*' '-m' 'sluice' ")
+    assert all(venv_python.search(p.read_text()) for p in scripts), scripts[0].read_text()
+    contents = [json.loads(c) for c in sluice.Lake(lake_dir).sql("SELECT content FROM metrics").column("content").to_pylist()]
+    assert {c["python"] for c in contents} == {sys.prefix}
 
 
 def test_outputs_that_differ_from_the_declared_ones_are_refused(tmp_path: pathlib.Path) -> None:

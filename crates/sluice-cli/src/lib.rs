@@ -23,8 +23,34 @@ const RUNTIME_STACK: usize = 16 << 20;
 
 /// Run the `sluice` command line with the process's arguments.
 pub fn main_entry() -> ExitCode {
+    ExitCode::from(run_with_args(std::env::args_os()))
+}
+
+/// Run the `sluice` command line with these arguments (the first is the
+/// program's name) and give its exit status: what a host that embeds sluice
+/// calls (the Python module's `sluice` command, which names itself first
+/// with `sluice::pipeline::worker_program::set_host`). As in the binary,
+/// `--help`, `--version` and a usage error print and end the process.
+pub fn run_with_args<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let status = run_args(args);
+    // A host's process does not end through Rust's `main`, which would
+    // flush what is buffered.
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    status
+}
+
+fn run_args<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
     allocator::configure_malloc();
-    let matches = help::with_topics(Cli::command()).get_matches();
+    let matches = help::with_topics(Cli::command()).get_matches_from(args);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     output::set_quiet(cli.quiet);
     init_tracing(cli.verbose, cli.quiet, log_format::colour(cli.color));
@@ -40,7 +66,7 @@ pub fn main_entry() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return 1;
         }
     };
     let outcome = runtime.block_on(commands::run(cli));
@@ -49,11 +75,11 @@ pub fn main_entry() -> ExitCode {
         eprintln!("peak RSS MiB: {:.1}", commands::peak_rss_mib());
     }
     match outcome {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Ok(()) => 0,
+        Err(e) if output::is_broken_pipe(&e) => 0,
         Err(e) => {
             eprint!("{}", error_text(&e));
-            ExitCode::FAILURE
+            1
         }
     }
 }

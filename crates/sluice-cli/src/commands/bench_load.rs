@@ -8,6 +8,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use sluice::Lake;
 use sluice::lake::LakeRoot;
+use sluice::pipeline::worker_program;
 use sluice::staging::synthetic::{self, SyntheticSpec};
 use sluice::staging::{StagingArea, StagingWriter, SyncPolicy};
 
@@ -75,7 +76,7 @@ pub(crate) async fn stage(
             workload.seed
         );
     }
-    let exe = std::env::current_exe().context("locating the sluice binary")?;
+    let program = worker_program::current()?;
     let workers = workers.max(1);
     let per = workload.executions.div_ceil(workers);
     let started = Instant::now();
@@ -85,7 +86,7 @@ pub(crate) async fn stage(
         if from >= to {
             continue;
         }
-        let mut command = tokio::process::Command::new(&exe);
+        let mut command = tokio::process::Command::from(program.command());
         match root {
             LakeRoot::Local(path) => command.arg("--lake").arg(path),
             // A store URL may carry a SAS token: in the environment, not in
@@ -164,8 +165,8 @@ pub(crate) fn sluice_process(
     command: &str,
     args: &[&std::ffi::OsStr],
 ) -> anyhow::Result<std::process::Output> {
-    let exe = std::env::current_exe().context("locating the sluice binary")?;
-    let out = std::process::Command::new(exe)
+    let out = worker_program::current()?
+        .command()
         .arg("--lake")
         .arg(lake)
         .arg(command)

@@ -27,6 +27,7 @@ use sluice::artifact::value::FieldValue;
 use sluice::lake::LakeRoot;
 use sluice::lake::append::Append;
 use sluice::lake::layout::{self, TableSpec};
+use sluice::pipeline::worker_program;
 use sluice::records::{Direction, ExecutionEdge, ExecutionRecord};
 use sluice::staging::{StagedExecution, StagingWriter, SyncPolicy};
 use sluice::{Artifact, ArtifactId, Lake};
@@ -484,9 +485,9 @@ async fn commit(
             writer.write_batch(&std::mem::take(&mut batch))?;
         }
     }
-    let exe = std::env::current_exe().context("locating the sluice binary")?;
+    let program = worker_program::current()?;
     let clock = Instant::now();
-    let out = tokio::process::Command::new(&exe)
+    let out = tokio::process::Command::from(program.command())
         .arg("--lake")
         .arg(root)
         .args(["commit", "--json"])

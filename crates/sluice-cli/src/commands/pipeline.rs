@@ -10,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sluice::Lake;
 use sluice::lake::LakeRoot;
 use sluice::pipeline::status::{self, RunState};
+use sluice::pipeline::worker_program;
 use sluice::pipeline::{BackendKind, Operations, Pipeline, RunEvent, RunReport, StepStatus};
 
 use crate::args::BackendArg;
@@ -128,10 +129,9 @@ pub async fn run_with_progress(
             }
         }
     });
-    let exe = std::env::current_exe()?;
     let mut builder = lake
         .run(pipeline, operations)
-        .with_worker_program(Some(exe))
+        .with_worker_program(Some(worker_program::current()?))
         .with_backend(backend)
         .with_cancel_flag(cancel)
         .with_observer(observer);

@@ -22,7 +22,9 @@
 //! - [`plan`]: units and cache keys.
 //! - [`worker`]: running one unit and describing what it stages;
 //!   [`worker_mode`]: the worker modes, running chunks of units with their
-//!   inputs read once and their executions sealed in groups.
+//!   inputs read once and their executions sealed in groups;
+//!   [`worker_program`]: which program a worker is (the binary, or the
+//!   interpreter that hosts sluice).
 //! - [`backend`]: local process pool and SLURM arrays.
 //! - [`cache`]: bulk look-ups in the executions and edges tables.
 //! - [`steps_log`]: the steps table.
@@ -49,6 +51,7 @@ pub mod unit;
 pub mod validate;
 pub mod worker;
 pub mod worker_mode;
+pub mod worker_program;
 
 /// How a child process ended, for execution errors: `exit status N`, or
 /// `killed by signal N` (naming SIGKILL, what an OOM killer or `kill -9` sends).

@@ -14,7 +14,6 @@
 //!   record `completed` / `failed` / `cancelled` with counts and timings
 //! ```
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -29,6 +28,7 @@ use super::plan;
 use super::step_run::{RunContext, StepRun};
 use super::steps_log::{StepStatus, Streams};
 use super::validate::Pipeline;
+use super::worker_program::WorkerProgram;
 use crate::error::Result;
 use crate::lake::Lake;
 
@@ -64,7 +64,7 @@ pub struct RunBuilder<'a> {
     operations: Operations,
     backend: Option<BackendKind>,
     workers: usize,
-    worker_program: Option<PathBuf>,
+    worker_program: Option<WorkerProgram>,
     cancel: Arc<AtomicBool>,
     observer: Option<Observer>,
     slurm: SlurmOptions,
@@ -109,9 +109,10 @@ impl RunBuilder<'_> {
         self
     }
 
-    /// The binary to start as worker (`<program> --lake L __worker`); without
-    /// one, local units run as tasks of this process.
-    pub fn with_worker_program(mut self, program: Option<PathBuf>) -> Self {
+    /// The program to start as worker (`<program> [leading…] --lake L
+    /// __worker`, see [`WorkerProgram`]); without one, local units run as
+    /// tasks of this process.
+    pub fn with_worker_program(mut self, program: Option<WorkerProgram>) -> Self {
         self.worker_program = program;
         self
     }

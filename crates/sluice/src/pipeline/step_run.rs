@@ -65,7 +65,7 @@ pub(super) struct RunContext<'a> {
     /// Overrides every step's backend.
     pub backend: Option<BackendKind>,
     pub workers: usize,
-    pub worker_program: Option<std::path::PathBuf>,
+    pub worker_program: Option<crate::pipeline::worker_program::WorkerProgram>,
     pub cancel: Arc<AtomicBool>,
     pub observer: Option<Observer>,
     pub slurm: &'a SlurmOptions,

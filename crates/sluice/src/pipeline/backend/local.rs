@@ -26,6 +26,7 @@ use crate::pipeline::ops::Operations;
 use crate::pipeline::unit::{UnitJob, UnitReport, WorkerEvent, WorkerPhases};
 use crate::pipeline::worker::worker_id;
 use crate::pipeline::worker_mode::{CHUNK_MOST, run_chunk};
+use crate::pipeline::worker_program::WorkerProgram;
 use crate::staging::{StagingArea, StagingWriter, area};
 
 /// How long past a step's time limit a worker may take to answer before it
@@ -165,8 +166,8 @@ struct Worker {
     lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
 }
 
-fn spawn_worker(program: &std::path::Path, dispatch: &Dispatch) -> Result<Worker> {
-    let mut command = tokio::process::Command::new(program);
+fn spawn_worker(program: &WorkerProgram, dispatch: &Dispatch) -> Result<Worker> {
+    let mut command = tokio::process::Command::from(program.command());
     match &dispatch.lake {
         LakeRoot::Local(root) => command.arg("--lake").arg(root),
         // A store's URL may carry credentials (a SAS token): it goes to the
@@ -182,7 +183,7 @@ fn spawn_worker(program: &std::path::Path, dispatch: &Dispatch) -> Result<Worker
         .process_group(0)
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| Error::io(program, e))?;
+        .map_err(|e| Error::io(program.program(), e))?;
     let stdin = child.stdin.take().ok_or_else(|| Error::Internal("worker stdin".into()))?;
     let stdout = child.stdout.take().ok_or_else(|| Error::Internal("worker stdout".into()))?;
     Ok(Worker {
@@ -214,7 +215,7 @@ struct Death {
 }
 
 async fn process_lane(
-    program: &std::path::Path,
+    program: &WorkerProgram,
     jobs: &[UnitJob],
     queue: &Queue,
     results: &Results,

@@ -13,9 +13,8 @@
 pub mod local;
 pub mod slurm;
 
-use std::path::PathBuf;
-
 use crate::lake::io::location::LakeRoot;
+use crate::pipeline::worker_program::WorkerProgram;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -37,7 +36,7 @@ pub struct Dispatch {
     pub lake: LakeRoot,
     /// The worker program and its leading arguments (`[exe]`), or none for
     /// in-process execution.
-    pub worker_program: Option<PathBuf>,
+    pub worker_program: Option<WorkerProgram>,
     /// Worker processes (local) at most.
     pub workers: usize,
     /// Set when dispatching must stop (Ctrl-C or a fail-fast failure).

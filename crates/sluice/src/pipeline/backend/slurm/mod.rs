@@ -33,6 +33,7 @@ use crate::lake::io::location::LakeRoot;
 use crate::pipeline::config::{StepConfig, UnitsPerTask};
 use crate::pipeline::task_records as records;
 use crate::pipeline::unit::{UnitJob, UnitReport};
+use crate::pipeline::worker_program::shell_quote;
 use crate::staging::{ExpectedRun, StagingArea, WaitOptions, WaitOutcome, wait::wait_in_area};
 
 /// Settings of the SLURM backend.
@@ -82,10 +83,6 @@ fn command_output_with(
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 /// The `sbatch` arguments of one array of a step: `count` tasks, the
@@ -202,7 +199,7 @@ pub async fn run(
 async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Result<Array> {
     let program = dispatch.worker_program.clone().ok_or_else(|| Error::Slurm {
         command: "sbatch".into(),
-        message: "the SLURM backend needs a worker program (the sluice binary)".into(),
+        message: "the SLURM backend needs a worker program (the sluice binary, or Python with `-m sluice`)".into(),
     })?;
     let step_run_id = jobs.first().map(|j| j.step_run_id.clone()).unwrap_or_default();
     let dir = task_dir(&dispatch.lake)?.join(step_run_id);
@@ -235,7 +232,9 @@ async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Res
     // SLURM hands them (`--export=ALL`, its default): its URL may carry a
     // SAS token, and the script is a file others may read.
     let (lake_arg, env) = match &dispatch.lake {
-        LakeRoot::Local(root) => (format!("--lake {} ", quote(&root.display().to_string())), None),
+        LakeRoot::Local(root) => {
+            (format!("--lake {} ", shell_quote(&root.display().to_string())), None)
+        }
         LakeRoot::Store(store) => {
             (String::new(), Some((crate::lake::LAKE_ENV, store.url().to_string())))
         }
@@ -244,8 +243,8 @@ async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Res
     let body = format!(
         "#!/bin/sh\n# sluice array task: step `{}`\nexec {} {lake_arg}__worker --units {} --per-task {} --task \"$(( ${{1:-0}} + SLURM_ARRAY_TASK_ID ))\"\n",
         step.name,
-        quote(&program.display().to_string()),
-        quote(&units_file.display().to_string()),
+        program.shell_words(),
+        shell_quote(&units_file.display().to_string()),
         layout.per_task
     );
     std::fs::write(&script, body).map_err(|e| Error::io(&script, e))?;

@@ -33,12 +33,17 @@ const WORKER_PY: &str = include_str!("worker.py");
 /// Bytes of an interpreter's stderr kept, to say why it died.
 const STDERR_TAIL: usize = 4096;
 
-/// The interpreter of a step: its `python`, else the `python3` beside the
-/// running binary (a venv the wheel installed sluice into), else `python3`
-/// on PATH.
+/// The interpreter of a step: its `python`, else the interpreter that hosts
+/// this sluice (the `sluice` command of a pip install runs inside Python,
+/// see [`worker_program`](crate::pipeline::worker_program)), else the
+/// `python3` beside the running binary (a venv it was installed into), else
+/// `python3` on PATH.
 pub(super) fn interpreter_for(configured: Option<&str>) -> PathBuf {
     if let Some(path) = configured {
         return PathBuf::from(path);
+    }
+    if let Some(host) = crate::pipeline::worker_program::host() {
+        return host.program().to_path_buf();
     }
     let beside = std::env::current_exe()
         .ok()
