@@ -44,20 +44,15 @@ impl Lake {
         root: &str,
         storage_options: Option<HashMap<String, String>>,
     ) -> PyResult<Self> {
-        let root = match storage_options {
-            None => LakeRoot::parse(root).map_err(to_python)?,
-            Some(options) => match LakeRoot::parse(root).map_err(to_python)? {
-                LakeRoot::Store(store) => {
-                    LakeRoot::store(store.url().clone(), options).map_err(to_python)?
-                }
-                LakeRoot::Local(path) => {
-                    return Err(to_python(Error::InvalidInput(format!(
-                        "storage_options are for a lake in an object store, but `{}` is a folder",
-                        path.display()
-                    ))));
-                }
-            },
-        };
+        let given = storage_options.is_some();
+        let root =
+            LakeRoot::parse_with(root, storage_options.unwrap_or_default()).map_err(to_python)?;
+        if let (true, LakeRoot::Local(path)) = (given, &root) {
+            return Err(to_python(Error::InvalidInput(format!(
+                "storage_options are for a lake in an object store, but `{}` is a folder",
+                path.display()
+            ))));
+        }
         let lake = wait(py, sluice::Lake::open(root))?;
         Ok(Lake { lake })
     }

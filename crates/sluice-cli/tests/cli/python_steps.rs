@@ -263,6 +263,15 @@ def returns_unknown_role(table):
 def returns_bad_data(table):
     return {"m": {"n": 1}, "d": "not a frame"}
 
+import dataclasses, datetime
+
+@dataclasses.dataclass
+class Seen:
+    at: datetime.datetime
+
+def returns_a_naive_time(table):
+    return {"m": Seen(datetime.datetime(2026, 12, 7, 8, 30))}
+
 not_a_function = 3
 "#,
     );
@@ -324,6 +333,11 @@ outputs = {{ {outputs} }}
             "funcs.py:returns_bad_data",
             "m = \"metric\", d = \"data\"",
             "output `d` (data) takes a polars.DataFrame",
+        ),
+        (
+            "funcs.py:returns_a_naive_time",
+            "m = \"metric\"",
+            "output `m`, field `at` 2026-12-07T08:30:00: a time without a timezone is ambiguous",
         ),
     ];
     for (function, outputs, expected) in at_the_unit {

@@ -287,13 +287,16 @@ impl IngestConfig {
         super::transform::validate(&file.transforms).map_err(bad)?;
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+        // A store's options are the file's `[storage]`: an error in them is
+        // said to be there.
+        let named = |what: &str, text: &str| match file.storage.is_empty() {
+            true => format!("{what} `{text}`"),
+            false => format!("{what} `{text}` with the options of [storage]"),
+        };
         let mut queue = file.queue.clone();
         let landing = queue.landing.to_string_lossy().into_owned();
-        queue.landing_store = match LakeRoot::parse(&landing) {
-            Ok(LakeRoot::Store(store)) if queue.kind == "local" => Some(
-                LakeRoot::store(store.url().clone(), file.storage.clone())
-                    .map_err(|e| bad(format!("[storage]: {e}")))?,
-            ),
+        queue.landing_store = match LakeRoot::parse_with(&landing, file.storage.clone()) {
+            Ok(store @ LakeRoot::Store(_)) if queue.kind == "local" => Some(store),
             Ok(LakeRoot::Store(_)) => {
                 return Err(bad(format!(
                     "landing `{landing}` is a prefix in a store, but queue kind is `{}`",
@@ -301,7 +304,7 @@ impl IngestConfig {
                 )));
             }
             Ok(LakeRoot::Local(_)) => None,
-            Err(e) => return Err(bad(format!("landing `{landing}`: {e}"))),
+            Err(e) => return Err(bad(format!("{}: {e}", named("landing", &landing)))),
         };
         if queue.landing_store.is_none() {
             queue.landing = resolve(&queue.landing);
@@ -312,7 +315,7 @@ impl IngestConfig {
         }
         Ok(IngestConfig {
             path: path.to_path_buf(),
-            lake: match LakeRoot::parse(&file.lake) {
+            lake: match LakeRoot::parse_with(&file.lake, file.storage.clone()) {
                 Ok(LakeRoot::Local(_))
                     if !file.storage.is_empty() && queue.landing_store.is_none() =>
                 {
@@ -331,10 +334,8 @@ impl IngestConfig {
                         std::path::absolute(&folder).map_err(|e| Error::io(&folder, e))?,
                     )
                 }
-                Ok(LakeRoot::Store(store)) if file.storage.is_empty() => LakeRoot::Store(store),
-                Ok(LakeRoot::Store(store)) => LakeRoot::store(store.url().clone(), file.storage)
-                    .map_err(|e| bad(format!("[storage]: {e}")))?,
-                Err(e) => return Err(bad(format!("lake `{}`: {e}", file.lake))),
+                Ok(store @ LakeRoot::Store(_)) => store,
+                Err(e) => return Err(bad(format!("{}: {e}", named("lake", &file.lake)))),
             },
             schemas: resolve(&file.schemas),
             queue,

@@ -50,11 +50,18 @@ impl LakeRoot {
     /// The lake `text` names; a relative path is made absolute.
     /// A store lake's options come from the environment.
     pub fn parse(text: &str) -> Result<LakeRoot> {
+        Self::parse_with(text, HashMap::new())
+    }
+
+    /// [`LakeRoot::parse`], a store lake taking `options` on top of the
+    /// environment's (a folder has none to take: the caller says whether
+    /// options given for one are a mistake).
+    pub fn parse_with(text: &str, options: HashMap<String, String>) -> Result<LakeRoot> {
         match scheme_of(text) {
             Some(scheme) if super::storage::is_store_scheme(&scheme) => {
                 let url = Url::parse(text)
                     .map_err(|e| Error::InvalidInput(format!("{scheme}:// lake URL: {e}")))?;
-                Self::store(url, HashMap::new())
+                Self::store(url, options)
             }
             _ => {
                 let path = local_root(text)?;

@@ -126,17 +126,28 @@ def read_input(item):
         return json.load(f)
 
 
-def as_record(value):
+def as_record(value, role):
     """A dataclass instance or a pydantic model (a type declared from a
     class with `Lake.declare`) as the dict of its fields, times as RFC 3339
-    text; anything else unchanged."""
+    text (a time without a timezone is refused, as `Lake.put` refuses it:
+    the lake keeps UTC and will not guess a zone); anything else unchanged."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         record = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     elif hasattr(value, "model_dump") and not isinstance(value, type):
         record = value.model_dump()
     else:
         return value
-    return {k: v.isoformat() if isinstance(v, datetime.datetime) else v for k, v in record.items()}
+    out = {}
+    for name, field in record.items():
+        if isinstance(field, datetime.datetime):
+            if field.tzinfo is None:
+                raise StepError(
+                    f"output `{role}`, field `{name}` {field.isoformat()}: a time without a "
+                    "timezone is ambiguous. Help: give one, e.g. datetime.now(timezone.utc)"
+                )
+            field = field.isoformat()
+        out[name] = field
+    return out
 
 
 def write_output(role, kind, value, folder, n):
@@ -166,7 +177,7 @@ def write_output(role, kind, value, folder, n):
             f"output `{role}` (data) takes a polars.DataFrame, a pyarrow.Table or a pandas.DataFrame, "
             f"got {type(value).__name__}"
         )
-    value = as_record(value)
+    value = as_record(value, role)
     if not isinstance(value, dict):
         raise StepError(
             f"output `{role}` ({kind}) takes a dict, a dataclass or a pydantic model, "
