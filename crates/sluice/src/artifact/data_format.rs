@@ -173,6 +173,20 @@ impl DataFormat {
     }
 }
 
+/// `batches` (all of `schema`) as the bytes of one Arrow IPC stream: what a
+/// staged table of a few rows is written as, and how a data input crosses
+/// to a Python step; [`DataFormat::Arrow`] reads it back.
+pub(crate) fn ipc_stream_bytes(
+    schema: &deltalake::arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+) -> std::result::Result<Vec<u8>, deltalake::arrow::error::ArrowError> {
+    let mut writer = deltalake::arrow::ipc::writer::StreamWriter::try_new(Vec::new(), schema)?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.into_inner()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

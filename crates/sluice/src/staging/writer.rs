@@ -266,11 +266,11 @@ fn encoded(table: &str, batch: &RecordBatch) -> Result<(String, Vec<u8>)> {
     if batch.get_array_memory_size() <= IPC_MAX_BYTES {
         let name = format!("{table}.arrow");
         let failed = |e| Error::arrow(name.clone(), e);
-        let mut writer =
-            deltalake::arrow::ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema())
-                .map_err(failed)?;
-        writer.write(batch).map_err(failed)?;
-        let bytes = writer.into_inner().map_err(failed)?;
+        let bytes = crate::artifact::data_format::ipc_stream_bytes(
+            &batch.schema(),
+            std::slice::from_ref(batch),
+        )
+        .map_err(failed)?;
         return Ok((name, bytes));
     }
     let name = format!("{table}.parquet");

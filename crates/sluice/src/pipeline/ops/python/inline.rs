@@ -11,11 +11,10 @@
 //! to the sandbox as before, so Polars still reads what it alone can.
 
 use base64::Engine as _;
-use deltalake::arrow::ipc::writer::StreamWriter;
 use serde_json::{Value, json};
 
 use crate::artifact::value::FieldValue;
-use crate::artifact::{Artifact, CONFIG, DATA, DataFormat, METRIC};
+use crate::artifact::{Artifact, CONFIG, DATA, DataFormat, METRIC, data_format};
 
 /// The request's entry for `artifact` when it travels inline; `None` when
 /// it is written to the sandbox instead.
@@ -28,12 +27,7 @@ pub(super) fn inline(artifact: &Artifact) -> Option<Value> {
         (DATA, FieldValue::Binary(bytes)) => {
             let format = DataFormat::from_name(artifact.field("format").as_str()?).ok()?;
             let batches = format.read_batches(bytes).ok()?;
-            let schema = batches.first()?.schema();
-            let mut writer = StreamWriter::try_new(Vec::new(), &schema).ok()?;
-            for batch in &batches {
-                writer.write(batch).ok()?;
-            }
-            let ipc = writer.into_inner().ok()?;
+            let ipc = data_format::ipc_stream_bytes(&batches.first()?.schema(), &batches).ok()?;
             let encoded = base64::engine::general_purpose::STANDARD.encode(ipc);
             Some(json!({ "type": DATA, "ipc": encoded }))
         }
