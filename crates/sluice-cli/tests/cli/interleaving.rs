@@ -1,27 +1,36 @@
 //! Operations meeting at random, with real processes: three slots run a
 //! random mix of `put`, `run` (a small pipeline), `commit`, `restore`,
-//! `compact`, `vacuum` (within its retention) and `ingest run --once`, a
-//! third of them SIGKILLed at a random moment, first with the writer lock
-//! and then with it defeated (as on two hosts). Afterwards `recover`, and:
-//! every acknowledged put is present exactly once (or a restore claimed
-//! after it undid it whole), no index row lacks its content, no table holds
-//! a key twice, no sequence is left open, every landed file's rows are in
-//! its table once, no content row lacks its index row (`recover` finishes
-//! puts killed between the two), a final pipeline run and commit succeed,
-//! and `doctor` is clean after `vacuum --full` (killed writers' files).
+//! `compact`, `vacuum` (within its retention) and, on a folder, `ingest run
+//! --once`, a third of them SIGKILLed at a random moment — on a folder with
+//! the writer lock and then with it defeated (as on two hosts), and on a
+//! lake in S3 (moto) and in Azure (Azurite), where there is no lock at all.
+//! Afterwards `recover`, and: every acknowledged put is present exactly once
+//! (or a restore claimed after it undid it whole), no index row lacks its
+//! content, no table holds a key twice, no sequence is left open, every
+//! landed file's rows are in its table once, no content row lacks its index
+//! row (`recover` finishes puts killed between the two), a final pipeline
+//! run and commit succeed, and `doctor` finds nothing but what it is
+//! documented to find after `vacuum --full` (killed writers' files).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::Lake;
+use serde_json::Value;
+
 use crate::crash::{dump, fraction, new_lake};
+use crate::stores::{StoreLake, azurite_lake, moto_lake};
 
 /// How many operations each half (locked, unlocked) runs.
 fn operations() -> u64 {
     crate::depth("SLUICE_INTERLEAVE_OPS", 100, 20)
+}
+
+/// How many operations a lake in a store runs (its requests are slower).
+fn store_operations() -> u64 {
+    crate::depth("SLUICE_STORE_INTERLEAVE_OPS", 45, 12)
 }
 
 const SCHEMA: &str = "columns:\n  - { name: trip_id, type: int64, nullable: false }\n  - { name: zone, type: string }\n";
@@ -44,28 +53,62 @@ fn now_us() -> i64 {
     chrono::Utc::now().timestamp_micros()
 }
 
-struct World {
-    lake: PathBuf,
-    config: PathBuf,
-    landing: PathBuf,
-    pipeline: PathBuf,
-    unlocked: bool,
+/// Where the operations run.
+enum Target<'a> {
+    /// A lake folder, its writer lock defeated when `unlocked`.
+    Folder { root: PathBuf, unlocked: bool },
+    /// A lake in an object store.
+    Store(&'a StoreLake),
 }
 
-impl World {
+/// Ingestion into the lake folder: its config and landing folder.
+struct Ingestion {
+    config: PathBuf,
+    landing: PathBuf,
+}
+
+struct World<'a> {
+    target: Target<'a>,
+    ingestion: Option<Ingestion>,
+    pipeline: PathBuf,
+}
+
+impl World<'_> {
     fn sluice(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        c.arg("--lake").arg(&self.lake).args(args).env_remove("SLUICE_LAKE");
-        if self.unlocked {
-            c.env("SLUICE_UNSAFE_NO_LOCK", "1");
+        match &self.target {
+            Target::Folder { root, unlocked } => {
+                let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+                c.arg("--lake").arg(root).args(args).env_remove("SLUICE_LAKE");
+                if *unlocked {
+                    c.env("SLUICE_UNSAFE_NO_LOCK", "1");
+                }
+                c
+            }
+            Target::Store(lake) => lake.command(args),
         }
-        c
     }
 
-    fn ingest(&self) -> Command {
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.sluice(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "sluice {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// The one number a query selects.
+    fn count(&self, sql: &str) -> i64 {
+        let rows = crate::json_lines(&self.ok(&["sql", "--format", "ndjson", sql]));
+        rows[0].as_object().unwrap().values().next().unwrap().as_i64().unwrap()
+    }
+
+    fn ingest(&self) -> Option<Command> {
+        let ingestion = self.ingestion.as_ref()?;
         let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        c.args(["ingest", "run", "--once", "--config"]).arg(&self.config);
-        c
+        c.args(["ingest", "run", "--once", "--config"]).arg(&ingestion.config);
+        Some(c)
     }
 
     /// The pipeline file for operation `i`: a seed per few operations, so
@@ -85,7 +128,7 @@ impl World {
 }
 
 /// Run one random operation `i`; SIGKILL it at a random moment one time in three.
-fn one_operation(world: &World, log: &Mutex<Log>, i: u64) {
+fn one_operation(world: &World<'_>, log: &Mutex<Log>, i: u64) {
     let pick = fraction(i * 7 + 1);
     let kill = fraction(i * 7 + 2) < 0.33;
     let delay = Duration::from_millis((fraction(i * 7 + 3) * 900.0) as u64);
@@ -102,19 +145,23 @@ fn one_operation(world: &World, log: &Mutex<Log>, i: u64) {
         }
         5 => ("compact", world.sluice(&["compact"])),
         6 => ("vacuum", world.sluice(&["vacuum"])),
-        _ => {
-            let rows = 3 + i % 5;
-            let name = format!("f{i}.csv");
-            let tmp = world.landing.join(format!(".{name}.tmp"));
-            let mut text = String::from("trip_id,zone\n");
-            for r in 0..rows {
-                text.push_str(&format!("{},z{}\n", i * 1000 + r, r % 3));
+        _ => match (&world.ingestion, world.ingest()) {
+            (Some(ingestion), Some(ingest)) => {
+                let rows = 3 + i % 5;
+                let name = format!("f{i}.csv");
+                let tmp = ingestion.landing.join(format!(".{name}.tmp"));
+                let mut text = String::from("trip_id,zone\n");
+                for r in 0..rows {
+                    text.push_str(&format!("{},z{}\n", i * 1000 + r, r % 3));
+                }
+                std::fs::write(&tmp, text).unwrap();
+                std::fs::rename(&tmp, ingestion.landing.join(&name)).unwrap();
+                log.lock().unwrap().landed_rows += rows;
+                ("ingest", ingest)
             }
-            std::fs::write(&tmp, text).unwrap();
-            std::fs::rename(&tmp, world.landing.join(&name)).unwrap();
-            log.lock().unwrap().landed_rows += rows;
-            ("ingest", world.ingest())
-        }
+            // A store lake's ingestion is tested on its own (store_ingest).
+            _ => ("commit", world.sluice(&["commit"])),
+        },
     };
     let child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let started = Instant::now();
@@ -147,22 +194,167 @@ fn one_operation(world: &World, log: &Mutex<Log>, i: u64) {
     assert!(!stderr.contains("panicked"), "{name} panicked:\n{stderr}");
 }
 
-fn count(lake: &Lake, sql: &str) -> i64 {
-    let rows = crate::json_lines(&lake.ok(&["sql", "--format", "ndjson", sql]));
-    rows[0].as_object().unwrap().values().next().unwrap().as_i64().unwrap()
-}
-
 /// Restores that were claimed after `at_us` and completed: the only thing
 /// that may undo an acknowledged put.
-fn restores_after(root: &Path, at_us: i64) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let journal = rt.block_on(sluice::lake::journal::read(&root.into(), None)).unwrap();
-    journal.entries().iter().any(|started| {
-        started.is_restore()
-            && started.phase() == sluice::lake::journal::Phase::Started
-            && started.timestamp > at_us
-            && journal.has(&started.token, sluice::lake::journal::Phase::Completed)
-    })
+fn restores_after(world: &World<'_>, at_us: i64) -> bool {
+    world.count(&format!(
+        "SELECT count(*) FROM commits s WHERE s.restore_to IS NOT NULL AND s.phase = 'started' \
+         AND s.timestamp > to_timestamp_micros({at_us}) AND EXISTS \
+         (SELECT 1 FROM commits c WHERE c.token = s.token AND c.phase = 'completed')"
+    )) > 0
+}
+
+/// Three slots run `ops` random operations between them.
+fn interleave(world: &World<'_>, ops: u64, seed: u64) -> Log {
+    let log = Mutex::new(Log::default());
+    std::thread::scope(|scope| {
+        for slot in 0..3 {
+            let log = &log;
+            scope.spawn(move || {
+                let mut i = slot;
+                while i < ops {
+                    one_operation(world, log, seed + i);
+                    i += 3;
+                }
+            });
+        }
+    });
+    log.into_inner().unwrap()
+}
+
+/// A few lake versions to restore to, then the operations, then the
+/// checks of the module docs.
+fn run_world(world: &World<'_>, ops: u64, seed: u64) {
+    for i in 0..4 {
+        world.ok(&["run", world.pipeline_for(i * 3).to_str().unwrap()]);
+    }
+    let log = interleave(world, ops, seed);
+    let place = match &world.target {
+        Target::Folder { unlocked, .. } => format!("a folder, unlocked: {unlocked}"),
+        Target::Store(lake) => lake.url.clone(),
+    };
+    eprintln!("{place}; (ok, failed, killed) per operation: {:?}", log.outcomes);
+
+    // Settle: recover must succeed (nothing wedged); ingestion drains.
+    world.ok(&["recover"]);
+    if let Some(ingestion) = &world.ingestion {
+        drain(world, ingestion);
+    }
+
+    // Every acknowledged put, once, unless a restore claimed after it undid it.
+    for acked in &log.acked {
+        let n =
+            world.count(&format!("SELECT count(*) FROM index WHERE artifact_id = '{}'", acked.id));
+        let m = world
+            .count(&format!("SELECT count(*) FROM metrics WHERE artifact_id = '{}'", acked.id));
+        assert!(n <= 1 && m <= 1, "{} held twice", acked.id);
+        if n == 0 || m == 0 {
+            assert!(
+                restores_after(world, acked.at_us),
+                "acknowledged put {} lost (index {n}, content {m}) with no restore after it",
+                acked.id
+            );
+            assert_eq!((n, m), (0, 0), "put {} half undone", acked.id);
+        }
+    }
+    // No index row without its content, no key twice, nothing open.
+    let orphans = world.count(
+        "SELECT count(*) FROM index i WHERE i.artifact_type = 'metric' \
+         AND NOT EXISTS (SELECT 1 FROM metrics m WHERE m.artifact_id = i.artifact_id)",
+    );
+    assert_eq!(orphans, 0, "index rows whose content is missing");
+    // Nothing unacknowledged half visible: `recover` finished every put
+    // killed between its content and index commits.
+    let unindexed = world.count(
+        "SELECT count(*) FROM metrics m WHERE NOT EXISTS \
+         (SELECT 1 FROM index i WHERE i.artifact_id = m.artifact_id)",
+    );
+    assert_eq!(unindexed, 0, "content rows without an index row after recover");
+    for (table, key) in [
+        ("index", "artifact_id"),
+        ("metrics", "artifact_id"),
+        ("data", "artifact_id"),
+        ("executions", "execution_run_id"),
+    ] {
+        let twice = world.count(&format!("SELECT count(*) - count(DISTINCT {key}) FROM {table}"));
+        assert_eq!(twice, 0, "`{table}` holds a key twice");
+    }
+    if let Target::Folder { root, .. } = &world.target {
+        assert_eq!(dump(root).1, 0, "duplicate keys");
+        crate::crash::check_journal(root, 0);
+    }
+    // Every landed row, once.
+    if world.ingestion.is_some() {
+        let trips = world.count("SELECT count(*) FROM trips");
+        let distinct = world.count("SELECT count(DISTINCT trip_id) FROM trips");
+        assert_eq!((trips, distinct), (log.landed_rows as i64, log.landed_rows as i64));
+    }
+    // Not wedged: a pipeline run and a commit succeed.
+    world.ok(&["run", world.pipeline_for(ops + 1000).to_str().unwrap()]);
+    world.ok(&["commit"]);
+    // What crashes and restores leave is what they are documented to leave,
+    // and the maintenance commands clear it: runs staged against inputs a
+    // restore (forced beside a running pipeline) removed are quarantined,
+    // naming the missing input; killed writers leave data files no commit
+    // names, which `vacuum --full` removes.
+    world.ok(&["vacuum", "--full", "--retention-hours", "0", "--force"]);
+    // (`doctor` fails when it finds anything, quarantined runs included.)
+    let doctor = world.sluice(&["doctor", "--json"]).output().unwrap();
+    let doctor: Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    for (_, reason) in quarantined(&doctor) {
+        assert!(reason.contains("edge to unknown artifact"), "quarantined: {reason}");
+    }
+    // Nothing else: every other finding is empty.
+    let findings =
+        doctor.as_object().unwrap().iter().filter(|(k, _)| {
+            !["clean", "repaired", "location", "quarantined"].contains(&k.as_str())
+        });
+    for (finding, value) in findings {
+        assert!(nothing_in(value), "{place}: doctor found {finding}: {doctor:#}");
+    }
+    if quarantined(&doctor).is_empty() {
+        assert_eq!(doctor["clean"], true, "{place}: {doctor:#}");
+    }
+}
+
+/// Whether a finding of `doctor --json` lists nothing: no entry, no count.
+fn nothing_in(finding: &Value) -> bool {
+    match finding {
+        Value::Null => true,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(parts) => parts.values().all(nothing_in),
+        Value::Bool(_) | Value::String(_) => false,
+    }
+}
+
+/// Ingestion drains the landing folder.
+fn drain(world: &World<'_>, ingestion: &Ingestion) {
+    for _ in 0..20 {
+        let out = world.ingest().unwrap().output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        if std::fs::read_dir(&ingestion.landing)
+            .unwrap()
+            .flatten()
+            .all(|e| e.file_name().to_string_lossy().starts_with('.'))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2100));
+    }
+    panic!("landing never drained");
+}
+
+/// The quarantined runs `doctor --json` lists: (where, why).
+fn quarantined(doctor: &Value) -> Vec<(String, String)> {
+    let listed = doctor["quarantined"].as_array().cloned().unwrap_or_default();
+    listed
+        .iter()
+        .map(|run| {
+            let text = |key: &str| run[key].as_str().unwrap_or_default().to_owned();
+            (text("path"), text("reason"))
+        })
+        .collect()
 }
 
 fn run_half(unlocked: bool, ops: u64, seed: u64) {
@@ -179,121 +371,22 @@ fn run_half(unlocked: bool, ops: u64, seed: u64) {
     );
     let landing = root.join("landing/trips");
     std::fs::create_dir_all(&landing).unwrap();
-    let world = Arc::new(World {
-        lake: lake.root.clone(),
-        config,
-        landing,
+    let world = World {
+        target: Target::Folder { root: lake.root.clone(), unlocked },
+        ingestion: Some(Ingestion { config, landing }),
         pipeline: root.join("p.toml"),
-        unlocked,
-    });
-    // A few lake versions to restore to.
-    for i in 0..4 {
-        lake.ok(&["run", world.pipeline_for(i * 3).to_str().unwrap()]);
-    }
-    let log = Arc::new(Mutex::new(Log::default()));
-    let slots: Vec<_> = (0..3)
-        .map(|slot| {
-            let (world, log) = (world.clone(), log.clone());
-            std::thread::spawn(move || {
-                let mut i = slot;
-                while i < ops {
-                    one_operation(&world, &log, seed + i);
-                    i += 3;
-                }
-            })
-        })
-        .collect();
-    for slot in slots {
-        slot.join().unwrap();
-    }
-    let log = log.lock().unwrap();
-    eprintln!("unlocked: {unlocked}; (ok, failed, killed) per operation: {:?}", log.outcomes);
-
-    // Settle: recover must succeed (nothing wedged); ingestion drains.
-    lake.ok(&["recover"]);
-    let mut drained = false;
-    for _ in 0..20 {
-        let out = world.ingest().output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        if std::fs::read_dir(&world.landing).unwrap().flatten().all(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with('.')
-        }) {
-            drained = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2100));
-    }
-    assert!(drained, "landing never drained");
-
-    // Every acknowledged put, once, unless a restore claimed after it undid it.
-    for acked in &log.acked {
-        let n =
-            count(&lake, &format!("SELECT count(*) FROM index WHERE artifact_id = '{}'", acked.id));
-        let m = count(
-            &lake,
-            &format!("SELECT count(*) FROM metrics WHERE artifact_id = '{}'", acked.id),
-        );
-        assert!(n <= 1 && m <= 1, "{} held twice", acked.id);
-        if n == 0 || m == 0 {
-            assert!(
-                restores_after(&lake.root, acked.at_us),
-                "acknowledged put {} lost (index {n}, content {m}) with no restore after it",
-                acked.id
-            );
-            assert_eq!((n, m), (0, 0), "put {} half undone", acked.id);
-        }
-    }
-    // No index row without its content, no key twice, nothing open.
-    let orphans = count(
-        &lake,
-        "SELECT count(*) FROM index i WHERE i.artifact_type = 'metric' \
-         AND NOT EXISTS (SELECT 1 FROM metrics m WHERE m.artifact_id = i.artifact_id)",
-    );
-    assert_eq!(orphans, 0, "index rows whose content is missing");
-    // Nothing unacknowledged half visible: `recover` finished every put
-    // killed between its content and index commits.
-    let unindexed = count(
-        &lake,
-        "SELECT count(*) FROM metrics m WHERE NOT EXISTS \
-         (SELECT 1 FROM index i WHERE i.artifact_id = m.artifact_id)",
-    );
-    assert_eq!(unindexed, 0, "content rows without an index row after recover");
-    assert_eq!(dump(&lake.root).1, 0, "duplicate keys");
-    crate::crash::check_journal(&lake.root, 0);
-    // Every landed row, once.
-    let rows = Lake::at(lake.root.clone());
-    let trips = count(&rows, "SELECT count(*) FROM trips");
-    let distinct = count(&rows, "SELECT count(DISTINCT trip_id) FROM trips");
-    assert_eq!((trips, distinct), (log.landed_rows as i64, log.landed_rows as i64));
-    // Not wedged: a pipeline run and a commit succeed.
-    lake.ok(&["run", world.pipeline_for(ops + 1000).to_str().unwrap()]);
-    lake.ok(&["commit"]);
-    // What crashes and restores leave is what they are documented to leave,
-    // and the maintenance commands clear it: runs staged against inputs a
-    // restore (forced beside a running pipeline) removed are quarantined,
-    // naming the missing input; killed writers leave data files no commit
-    // names, which `vacuum --full` removes.
-    let quarantine = lake.root.join("_staging/.quarantine");
-    for reason in reasons(&quarantine) {
-        assert!(reason.contains("edge to unknown artifact"), "quarantined: {reason}");
-    }
-    let _ = std::fs::remove_dir_all(&quarantine);
-    lake.ok(&["vacuum", "--full", "--retention-hours", "0", "--force"]);
-    let doctor = lake.ok(&["doctor"]);
-    assert!(doctor.contains("clean"), "{doctor}");
+    };
+    run_world(&world, ops, seed);
 }
 
-/// The reasons written into quarantined run folders.
-fn reasons(quarantine: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    for step in std::fs::read_dir(quarantine).into_iter().flatten().flatten() {
-        for run in std::fs::read_dir(step.path()).into_iter().flatten().flatten() {
-            let file = run.path().join(sluice::commit::REASON_FILE);
-            out.push(std::fs::read_to_string(file).unwrap_or_default());
-        }
-    }
-    out
+fn run_on_store(lake: &StoreLake) {
+    lake.ok(&["init"]);
+    let world = World {
+        target: Target::Store(lake),
+        ingestion: None,
+        pipeline: lake.cwd.path().join("p.toml"),
+    };
+    run_world(&world, store_operations(), 200_000);
 }
 
 #[test]
@@ -301,4 +394,18 @@ fn random_interleavings_lose_no_acknowledged_write_and_wedge_nothing() {
     let ops = operations();
     run_half(false, ops, 0);
     run_half(true, ops, 100_000);
+}
+
+#[test]
+fn on_s3_random_interleavings_lose_no_acknowledged_write_and_wedge_nothing() {
+    if let Some(lake) = moto_lake() {
+        run_on_store(&lake);
+    }
+}
+
+#[test]
+fn on_azure_random_interleavings_lose_no_acknowledged_write_and_wedge_nothing() {
+    if let Some(lake) = azurite_lake() {
+        run_on_store(&lake);
+    }
 }
