@@ -105,7 +105,8 @@ pub fn run_dir_from(root: &Path, relative: &Path) -> Option<RunDir> {
     let (step, operation) = parse_step_dir(step_dir)?;
     let mut path = root.to_path_buf();
     path.extend(&parts);
-    Some(RunDir { step, operation: operation.to_owned(), run_id: run_id.to_owned(), path, shape })
+    let operation = operation.to_owned();
+    Some(RunDir { step, operation, run_id: run_id.to_owned(), path, shape, listed_bytes: None })
 }
 
 /// A run directory's path relative to the staging root.

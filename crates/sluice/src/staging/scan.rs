@@ -22,6 +22,10 @@ pub struct RunDir {
     pub path: PathBuf,
     /// How it is staged.
     pub shape: Shape,
+    /// Its size as a store's listing gave it (a unit in a store, whose
+    /// `path` is only how it is shown); `None` on a filesystem, where
+    /// [`RunDir::staged_bytes`] asks the file.
+    pub listed_bytes: Option<u64>,
 }
 
 /// How a unit is staged.
@@ -46,6 +50,7 @@ impl RunDir {
             run_id: run_id.to_owned(),
             path,
             shape: Shape::File,
+            listed_bytes: None,
         }
     }
 
@@ -84,8 +89,12 @@ impl RunDir {
         }
     }
 
-    /// Bytes staged: the file's, or the files' directly in the folder.
+    /// Bytes staged: the file's, or the files' directly in the folder (in
+    /// a store: the unit object's, as listed).
     pub fn staged_bytes(&self) -> u64 {
+        if let Some(bytes) = self.listed_bytes {
+            return bytes;
+        }
         match self.shape {
             Shape::File | Shape::Partial => {
                 std::fs::symlink_metadata(&self.path).map_or(0, |m| m.len())
@@ -271,6 +280,7 @@ pub fn scan(root: &Path, step: Option<i32>) -> Result<StagingScan> {
             run_id: run_id.to_owned(),
             path,
             shape,
+            listed_bytes: None,
         };
         for (shard, kind) in entries(&step_dir)? {
             if !kind.is_dir() {
@@ -341,7 +351,7 @@ pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingS
         StagingArea::Store(store) => store,
     };
     let mut out = StagingScan::default();
-    for object in store.list("").await? {
+    for (object, size) in store.list_sized("").await? {
         let parts: Vec<&str> = object.split('/').collect();
         if parts[0].starts_with('.') {
             continue; // manifests and quarantine
@@ -374,6 +384,7 @@ pub async fn scan_area(area: &StagingArea, step: Option<i32>) -> Result<StagingS
             run_id: run_id.to_owned(),
             path: area.shown(&shown),
             shape,
+            listed_bytes: Some(size),
         });
     }
     Ok(out)

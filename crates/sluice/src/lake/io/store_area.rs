@@ -118,12 +118,23 @@ impl StoreArea {
     /// The names (below the area) of every object below `relative` (a
     /// folder; `""` for the whole area), sorted.
     pub(crate) async fn list(&self, relative: &str) -> Result<Vec<String>> {
-        Ok(self.list_dated(relative).await?.into_iter().map(|(name, _)| name).collect())
+        Ok(self.listed(relative).await?.into_iter().map(|(name, _)| name).collect())
     }
 
     /// [`list`](Self::list), each name with the time the store says its
     /// object was last written.
     pub(crate) async fn list_dated(&self, relative: &str) -> Result<Vec<(String, DateTime<Utc>)>> {
+        let listed = self.listed(relative).await?;
+        Ok(listed.into_iter().map(|(name, meta)| (name, meta.last_modified)).collect())
+    }
+
+    /// [`list`](Self::list), each name with its object's size in bytes.
+    pub(crate) async fn list_sized(&self, relative: &str) -> Result<Vec<(String, u64)>> {
+        Ok(self.listed(relative).await?.into_iter().map(|(name, meta)| (name, meta.size)).collect())
+    }
+
+    /// The objects below `relative`, by name relative to the area, sorted.
+    async fn listed(&self, relative: &str) -> Result<Vec<(String, object_store::ObjectMeta)>> {
         let base = self.object("");
         let prefix = self.object(relative);
         let found: Vec<object_store::ObjectMeta> = self
@@ -133,15 +144,15 @@ impl StoreArea {
             .try_collect()
             .await
             .map_err(|e| self.failed("listing", relative, e))?;
-        let mut out: Vec<(String, DateTime<Utc>)> = found
+        let mut out: Vec<(String, object_store::ObjectMeta)> = found
             .into_iter()
             .filter_map(|meta| {
                 let name = meta.location.prefix_match(&base)?;
                 let name = name.map(|p| p.as_ref().to_owned()).collect::<Vec<_>>().join("/");
-                Some((name, meta.last_modified))
+                Some((name, meta))
             })
             .collect();
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(out)
     }
 
