@@ -124,3 +124,42 @@ def test_a_pydantic_model_is_declared_like_a_dataclass(empty_lake: pathlib.Path)
     assert lake.declare(Cell, key="cell", table="artifacts/cells") == "added"
     id = lake.put("cell", Cell(plate="p1", count=3))
     assert lake.get(id) == {"plate": "p1", "count": 3, "label": None}
+
+
+RACE_SCRIPT = '''
+import dataclasses, sys
+import sluice
+
+@dataclasses.dataclass
+class Reading:
+    sensor: str
+    value: float
+
+lake = sluice.Lake(sys.argv[1])
+print(lake.declare(Reading))
+print(lake.put("reading", Reading(sys.argv[2], 1.5), step=1))
+'''
+
+
+def test_many_processes_declaring_the_same_class_at_once_all_succeed(empty_lake: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    # As an array of cluster tasks does, each declaring its types on start.
+    import subprocess
+    import sys
+
+    script = tmp_path / "race.py"
+    script.write_text(RACE_SCRIPT)
+    tasks = [
+        subprocess.Popen([sys.executable, str(script), str(empty_lake), f"s{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(8)
+    ]
+    outcomes = []
+    for task in tasks:
+        out, err = task.communicate(timeout=300)
+        assert task.returncode == 0, err
+        outcomes.append(out.split()[0])
+    assert set(outcomes) <= {"added", "unchanged"} and "added" in outcomes, outcomes
+    toml = (empty_lake / "sluice.toml").read_text()
+    assert toml.count('key = "reading"') == 1, toml
+    lake = sluice.Lake(empty_lake)
+    rows = lake.sql("SELECT sensor FROM readings ORDER BY sensor").column("sensor").to_pylist()
+    assert rows == [f"s{i}" for i in range(8)]
