@@ -502,6 +502,75 @@ inputs = {{ t = "work.t" }}
     assert_eq!(report["steps"].as_array().unwrap().len(), 2, "`after` never ran");
 }
 
+/// A step whose units fail past `max_failed_units` (a count, or a share of
+/// the units dispatched) stops dispatching and ends failed, the units it
+/// never ran recorded as not run and the steps after it not reached; under
+/// the limit it completes with its failures, as before; a limit that is
+/// neither a count nor a share is refused naming it.
+#[test]
+fn a_step_past_max_failed_units_stops_early_and_fails() {
+    let f = Fixture::new();
+    // Units of even tables fail, so every other unit fails.
+    let pipeline = |limit: &str| {
+        format!(
+            r#"name = "broken"
+max_failed_units = {limit}
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 40, rows = 2 }}
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", 'case $(ls inputs/t) in *[02468].csv) exit 3;; esac; {COPY}']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+
+[[step]]
+name = "after"
+operation = "compute_metrics"
+inputs = {{ t = "work.t" }}
+"#
+        )
+    };
+    for limit in ["3", "\"10%\""] {
+        let (ok, report) = f.run(&pipeline(limit), "1");
+        assert!(!ok, "{limit}: {report:#}");
+        assert_eq!(report["stopped_by_failure"], true, "{limit}");
+        let work = step(&report, "work");
+        assert_eq!(work["status"], "failed", "{limit}: {work:#}");
+        // Past the limit (3, or 10% of the units this run dispatched: those
+        // an earlier run made succeed are cached): dispatching stopped
+        // within a chunk of it, long before every unit ran.
+        let number = |key: &str| work[key].as_u64().unwrap();
+        let (failed, not_run) = (number("failed"), number("not_run"));
+        let allowed = match limit {
+            "3" => 3,
+            _ => (number("total") - number("cached")) / 10,
+        };
+        assert!(failed > allowed && not_run > 0, "{limit}: {work:#}");
+        assert_eq!(report["steps"].as_array().unwrap().len(), 2, "`after` never ran");
+        let status = f.lake.ok(&["status"]);
+        assert!(status.contains("max_failed_units"), "{status}");
+    }
+    // Under the limit the step completes with its failures.
+    let (_, report) = f.run(&pipeline("30"), "1");
+    let work = step(&report, "work");
+    assert_eq!(work["status"], "completed", "{work:#}");
+    assert_eq!(
+        (work["failed"].as_u64(), work["not_run"].as_u64()),
+        (Some(20), Some(0)),
+        "{work:#}"
+    );
+    // A limit that is neither.
+    let file = f.dir.path().join("bad.toml");
+    std::fs::write(&file, pipeline("\"lots\"")).unwrap();
+    let out = f.lake.run(&["check", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("max_failed_units = \"lots\""), "{err}");
+}
+
 #[test]
 fn ctrl_c_cancels_commits_what_finished_and_a_rerun_continues() {
     let f = Fixture::new();

@@ -3,6 +3,7 @@
 //! ```toml
 //! name = "example"
 //! failure = "continue"                   # or "fail_fast" (per step too)
+//! max_failed_units = "5%"                # or a count: past it a step stops early (per step too)
 //! [[step]]
 //! name = "generate"
 //! operation = "generate_data"
@@ -37,6 +38,79 @@ pub enum FailurePolicy {
     Continue,
     /// Stop dispatching at the first failure; the pipeline stops after the step.
     FailFast,
+}
+
+/// How many failed units a step tolerates (`max_failed_units`): past it,
+/// the step is clearly broken, so it stops dispatching and ends failed
+/// instead of running the rest of its units on the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "LimitText", into = "LimitText")]
+pub enum FailedUnitsLimit {
+    /// At most this many.
+    Count(u64),
+    /// At most this share (0 to 100) of the units the run dispatches.
+    Percent(f64),
+}
+
+/// `max_failed_units` as written: a count or `"N%"`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum LimitText {
+    Count(i64),
+    Text(String),
+}
+
+impl TryFrom<LimitText> for FailedUnitsLimit {
+    type Error = String;
+
+    fn try_from(text: LimitText) -> std::result::Result<Self, String> {
+        let written = match text {
+            LimitText::Count(n) => match u64::try_from(n) {
+                Ok(n) => return Ok(FailedUnitsLimit::Count(n)),
+                Err(_) => n.to_string(),
+            },
+            LimitText::Text(t) => t,
+        };
+        let bad =
+            || format!("max_failed_units = {written:?}: a count of units or a share like \"5%\"");
+        let trimmed = written.trim();
+        if let Some(share) = trimmed.strip_suffix('%') {
+            let share: f64 = share.trim().parse().map_err(|_| bad())?;
+            return match (0.0..=100.0).contains(&share) {
+                true => Ok(FailedUnitsLimit::Percent(share)),
+                false => Err(bad()),
+            };
+        }
+        trimmed.parse().map(FailedUnitsLimit::Count).map_err(|_| bad())
+    }
+}
+
+impl From<FailedUnitsLimit> for LimitText {
+    fn from(limit: FailedUnitsLimit) -> Self {
+        match limit {
+            FailedUnitsLimit::Count(n) => LimitText::Count(i64::try_from(n).unwrap_or(i64::MAX)),
+            FailedUnitsLimit::Percent(p) => LimitText::Text(format!("{p}%")),
+        }
+    }
+}
+
+impl FailedUnitsLimit {
+    /// The failures tolerated among `units` units dispatched.
+    pub fn allowed(self, units: usize) -> usize {
+        match self {
+            FailedUnitsLimit::Count(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            FailedUnitsLimit::Percent(share) => (units as f64 * share / 100.0).floor() as usize,
+        }
+    }
+}
+
+impl std::fmt::Display for FailedUnitsLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FailedUnitsLimit::Count(n) => write!(f, "{n}"),
+            FailedUnitsLimit::Percent(p) => write!(f, "{p}%"),
+        }
+    }
 }
 
 /// How the units of a step with several input roles are formed.
@@ -240,6 +314,10 @@ pub struct StepConfig {
     /// Failure policy of this step (default: the pipeline's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure: Option<FailurePolicy>,
+    /// Failed units tolerated before the step stops early as failed
+    /// (default: the pipeline's; none: every unit runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failed_units: Option<FailedUnitsLimit>,
     /// Files the step's behaviour depends on (globs; `command` steps): their
     /// content is part of the cache key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -299,6 +377,8 @@ struct RawPipeline {
     #[serde(default)]
     failure: FailurePolicy,
     #[serde(default)]
+    max_failed_units: Option<FailedUnitsLimit>,
+    #[serde(default)]
     backend: BackendKind,
     #[serde(default, rename = "step")]
     steps: Vec<toml::Spanned<StepConfig>>,
@@ -311,6 +391,8 @@ pub struct PipelineConfig {
     pub name: String,
     /// Default failure policy.
     pub failure: FailurePolicy,
+    /// Default limit of failed units per step.
+    pub max_failed_units: Option<FailedUnitsLimit>,
     /// Default backend.
     pub backend: BackendKind,
     /// Steps in order; step `i` has number `i + 1`.
@@ -349,6 +431,7 @@ impl PipelineConfig {
         Ok(PipelineConfig {
             name: raw.name,
             failure: raw.failure,
+            max_failed_units: raw.max_failed_units,
             backend: raw.backend,
             steps,
             path: path.to_path_buf(),
@@ -379,6 +462,11 @@ impl PipelineConfig {
     /// The failure policy of step `index`.
     pub fn failure_of(&self, index: usize) -> FailurePolicy {
         self.steps.get(index).and_then(|s| s.failure).unwrap_or(self.failure)
+    }
+
+    /// The limit of failed units of step `index`.
+    pub fn max_failed_units_of(&self, index: usize) -> Option<FailedUnitsLimit> {
+        self.steps.get(index).and_then(|s| s.max_failed_units).or(self.max_failed_units)
     }
 
     /// The backend of step `index`.
@@ -443,6 +531,23 @@ fn slurm_time(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_failed_units_is_a_count_or_a_share_per_step_or_for_the_pipeline() {
+        let text = "name = \"p\"\nmax_failed_units = \"5%\"\n[[step]]\nname = \"a\"\noperation = \"x\"\n\
+                    [[step]]\nname = \"b\"\noperation = \"x\"\nmax_failed_units = 2\n";
+        let p = PipelineConfig::parse(text, Path::new("p.toml")).unwrap();
+        assert_eq!(p.max_failed_units_of(0), Some(FailedUnitsLimit::Percent(5.0)));
+        assert_eq!(p.max_failed_units_of(1), Some(FailedUnitsLimit::Count(2)));
+        assert_eq!(FailedUnitsLimit::Percent(5.0).allowed(99), 4);
+        assert_eq!(FailedUnitsLimit::Percent(5.0).allowed(100), 5);
+        assert_eq!(FailedUnitsLimit::Count(2).allowed(1), 2);
+        for bad in ["\"lots\"", "\"120%\"", "\"-1%\"", "-3"] {
+            let text = format!("name = \"p\"\nmax_failed_units = {bad}\n");
+            let err = PipelineConfig::parse(&text, Path::new("p.toml")).unwrap_err().to_string();
+            assert!(err.contains("max_failed_units"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn durations_in_both_syntaxes() {

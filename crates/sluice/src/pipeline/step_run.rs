@@ -54,6 +54,9 @@ struct Dispatched {
     /// Quarantined staging of this step: `path: reason`.
     quarantined: Vec<String>,
     fail_fast: bool,
+    /// Set when more units failed than `max_failed_units` tolerates: the
+    /// step stopped dispatching and ends failed (the limit, as written).
+    gave_up: Option<String>,
 }
 
 /// What every step of a run shares: the lake, the pipeline, and how units
@@ -359,6 +362,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
         let observer = runner.observer.clone();
         let number = self.number;
         let inline = self.op.inline();
+        let limit = runner.pipeline().config.max_failed_units_of(self.index);
         let dispatch = Dispatch {
             lake: lake.root().clone(),
             worker_program: if inline { None } else { runner.worker_program.clone() },
@@ -366,6 +370,8 @@ impl<'r, 'a> StepRun<'r, 'a> {
             stop: Arc::new(AtomicBool::new(false)),
             cancelled: runner.cancel.clone(),
             fail_fast: runner.pipeline().config.failure_of(self.index) == FailurePolicy::FailFast,
+            max_failed: limit.map(|l| l.allowed(jobs.len())),
+            failed: Arc::default(),
             on_unit: Arc::new(move |success| {
                 if let Some(o) = &observer {
                     o(RunEvent::UnitFinished { number, success });
@@ -407,7 +413,8 @@ impl<'r, 'a> StepRun<'r, 'a> {
             .map(|(p, why)| format!("{}: {why}", p.display()))
             .collect();
         self.lap("commit");
-        Ok(Dispatched { runs, quarantined, fail_fast: dispatch.fail_fast })
+        let gave_up = limit.filter(|_| dispatch.gave_up()).map(|l| l.to_string());
+        Ok(Dispatched { runs, quarantined, fail_fast: dispatch.fail_fast, gave_up })
     }
 
     /// Count results from the lake and gather the step's output streams
@@ -523,7 +530,9 @@ impl<'r, 'a> StepRun<'r, 'a> {
         let cancelled = self.runner.cancel.load(Ordering::SeqCst) && summary.not_run > 0;
         summary.status = if cancelled {
             StepStatus::Cancelled
-        } else if summary.failed > 0 && (dispatched.fail_fast || summary.succeeded == 0) {
+        } else if summary.failed > 0
+            && (dispatched.fail_fast || dispatched.gave_up.is_some() || summary.succeeded == 0)
+        {
             StepStatus::Failed
         } else {
             StepStatus::Completed
@@ -537,9 +546,13 @@ impl<'r, 'a> StepRun<'r, 'a> {
         row.duration_seconds = Some(summary.seconds);
         row.error = match summary.status {
             StepStatus::Cancelled => Some(format!("cancelled; {} units not run", summary.not_run)),
-            StepStatus::Failed => {
-                Some(format!("{} of {} units failed", summary.failed, summary.total))
-            }
+            StepStatus::Failed => Some(match &dispatched.gave_up {
+                Some(limit) => format!(
+                    "{} of {} units failed, more than max_failed_units = {limit}: the step stopped early, {} units not run",
+                    summary.failed, summary.total, summary.not_run
+                ),
+                None => format!("{} of {} units failed", summary.failed, summary.total),
+            }),
             _ => None,
         };
         row.metadata = json!({

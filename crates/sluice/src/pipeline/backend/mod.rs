@@ -16,7 +16,7 @@ pub mod slurm;
 use crate::lake::io::location::LakeRoot;
 use crate::pipeline::worker_program::WorkerProgram;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::unit::{UnitReport, WorkerPhases};
 
@@ -45,6 +45,10 @@ pub struct Dispatch {
     pub cancelled: Arc<AtomicBool>,
     /// Stop at the first failure.
     pub fail_fast: bool,
+    /// Failures tolerated before dispatching stops (`max_failed_units`).
+    pub max_failed: Option<usize>,
+    /// Units that failed so far.
+    pub failed: Arc<AtomicUsize>,
     /// Called after each unit: (succeeded).
     pub on_unit: Arc<dyn Fn(bool) + Send + Sync>,
     /// Where the workers' time went, summed over them (local backend).
@@ -73,11 +77,20 @@ impl Dispatch {
         }
     }
 
-    /// Record a finished unit; a failure under fail-fast stops dispatching.
+    /// Record a finished unit; a failure under fail-fast, or one past
+    /// `max_failed`, stops dispatching.
     pub fn finished(&self, success: bool) {
-        if !success && self.fail_fast {
-            self.stop.store(true, Ordering::SeqCst);
+        if !success {
+            let failed = self.failed.fetch_add(1, Ordering::SeqCst) + 1;
+            if self.fail_fast || self.max_failed.is_some_and(|most| failed > most) {
+                self.stop.store(true, Ordering::SeqCst);
+            }
         }
         (self.on_unit)(success);
+    }
+
+    /// Whether more units failed than `max_failed` tolerates.
+    pub fn gave_up(&self) -> bool {
+        self.max_failed.is_some_and(|most| self.failed.load(Ordering::SeqCst) > most)
     }
 }
