@@ -361,6 +361,28 @@ fn auto_sized_tasks_run_many_units_and_a_killed_task_keeps_what_it_staged() {
 /// A step of more tasks than an array may hold goes in several arrays, one
 /// after the other under a throttle; a task of the last array that dies is
 /// named with its own job and log.
+/// A step on SLURM whose failures pass `max_failed_units` has its arrays
+/// cancelled as the orchestrator sees the tasks' records: the units never
+/// run are recorded as not run, not failed, and the step fails saying so.
+#[test]
+fn a_step_past_max_failed_units_has_its_array_cancelled() {
+    if !slurm_available() {
+        return;
+    }
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = "max_failed_units = 2\nresources = { throttle = 1 }";
+    let (out, report) =
+        run_file(&lake, dir.path(), &after_gen("broken", 16, "fails", "exit 3", settings));
+    assert!(!out.status.success(), "the step fails");
+    let fails = step(&report, "fails");
+    assert_eq!(fails["status"], "failed", "{fails:#}");
+    let (failed, not_run) = (fails["failed"].as_u64().unwrap(), fails["not_run"].as_u64().unwrap());
+    assert!(failed > 2 && not_run > 0 && failed + not_run == 16, "{fails:#}");
+    let status = lake.ok(&["status"]);
+    assert!(status.contains("max_failed_units = 2"), "{status}");
+}
+
 #[test]
 fn a_step_larger_than_an_array_is_submitted_as_several() {
     if !slurm_available() {

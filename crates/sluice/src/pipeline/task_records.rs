@@ -89,6 +89,20 @@ pub(crate) fn finished_count(dir: &Path, tasks: usize) -> usize {
         .len()
 }
 
+/// How many units the tasks below `tasks` have reported failed so far (in
+/// staged units they sealed or were sealing): what a step's
+/// `max_failed_units` is judged by while its array runs.
+pub(crate) fn failures_so_far(dir: &Path, tasks: usize) -> usize {
+    (0..tasks)
+        .filter_map(|task| read(dir, task).ok())
+        .map(|record| {
+            let sealed = record.sealed.iter().flat_map(|(_, reports)| reports);
+            let sealing = record.sealing.iter().flat_map(|(_, reports)| reports);
+            sealed.chain(sealing).filter(|report| !report.success).count()
+        })
+        .sum()
+}
+
 /// What a task's record says, read after the task ended (or was never
 /// seen to start).
 #[derive(Debug, Default, PartialEq)]

@@ -82,11 +82,17 @@ impl Dispatch {
     pub fn finished(&self, success: bool) {
         if !success {
             let failed = self.failed.fetch_add(1, Ordering::SeqCst) + 1;
-            if self.fail_fast || self.max_failed.is_some_and(|most| failed > most) {
+            if self.failures_tolerated().is_some_and(|most| failed > most) {
                 self.stop.store(true, Ordering::SeqCst);
             }
         }
         (self.on_unit)(success);
+    }
+
+    /// The failed units the step tolerates before it stops: none under
+    /// fail-fast, `max_failed` under a limit, `None` without either.
+    pub fn failures_tolerated(&self) -> Option<usize> {
+        if self.fail_fast { Some(0) } else { self.max_failed }
     }
 
     /// Whether more units failed than `max_failed` tolerates.

@@ -329,6 +329,23 @@ async fn wait_for_queue(
             tokio::time::sleep(tick).await;
             continue;
         }
+        // A step whose failures passed its limit (`fail_fast`: the first)
+        // is clearly broken: its tasks still queued or running are
+        // cancelled, and the units they never ran are not run.
+        if let Some(most) = dispatch.failures_tolerated()
+            && !cancelled
+        {
+            let records = array.records();
+            let failed =
+                tokio::task::spawn_blocking(move || records::failures_so_far(&records, tasks))
+                    .await
+                    .unwrap_or(0);
+            if failed > most {
+                tracing::info!(jobs = %ids, failed, "too many units failed: cancelling the arrays");
+                let _ = slurm_command("scancel", array.job_ids.clone()).await;
+                cancelled = true;
+            }
+        }
         let args = vec!["-h".into(), "-j".into(), ids.clone(), "-o".into(), "%i".into()];
         match slurm_command("squeue", args).await {
             Ok(text) if text.trim().is_empty() => return Ok(cancelled),
