@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -569,6 +570,112 @@ inputs = {{ t = "work.t" }}
     let out = f.lake.run(&["check", file.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("max_failed_units = \"lots\""), "{err}");
+}
+
+/// A listener on 127.0.0.1 that answers `status` to every request and
+/// hands each request's method line and body to the test.
+fn http_listener(status: u16) -> (String, std::sync::mpsc::Receiver<(String, String)>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut request = String::new();
+            reader.read_line(&mut request).unwrap();
+            let mut length = 0;
+            loop {
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                if line.trim().is_empty() {
+                    break;
+                }
+                if let Some(n) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = n.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; length];
+            reader.read_exact(&mut body).unwrap();
+            let reply =
+                format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            reader.get_mut().write_all(reply.as_bytes()).unwrap();
+            let _ = tx.send((request.trim().to_owned(), String::from_utf8(body).unwrap()));
+        }
+    });
+    (url, rx)
+}
+
+/// Hooks fire once per run with the run's summary: a command on success
+/// (the summary on its stdin), a POST on failure; a hook that fails or
+/// cannot be reached is logged and the run's outcome stands; a bad hook is
+/// refused before anything runs.
+#[test]
+fn hooks_tell_how_a_run_ended_and_never_change_it() {
+    let f = Fixture::new();
+    let (url, told) = http_listener(200);
+    let pipeline = |fail: bool, on_failure: &str| {
+        let work = if fail { "exit 5" } else { COPY };
+        format!(
+            r#"name = "hooked"
+[hooks]
+on_success = ["sh", "-c", "cat >> told.jsonl; echo >> told.jsonl"]
+on_failure = {on_failure}
+
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = {{ tables = 3, rows = 2 }}
+
+[[step]]
+name = "work"
+operation = "command"
+command = ["sh", "-c", '{work}']
+inputs = {{ t = "gen.data" }}
+outputs = {{ t = "data" }}
+"#
+        )
+    };
+    let post = format!("{{ url = \"{url}\" }}");
+    let (ok, _) = f.run(&pipeline(false, &post), "2");
+    assert!(ok);
+    let lines = std::fs::read_to_string(f.dir.path().join("told.jsonl")).unwrap();
+    let lines: Vec<Value> = lines.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1, "once per run: {lines:?}");
+    assert_eq!(lines[0]["event"], "success");
+    assert_eq!(lines[0]["pipeline"], "hooked");
+    assert_eq!(step(&lines[0], "work")["succeeded"], 3, "{:#}", lines[0]);
+    assert!(told.try_recv().is_err(), "no failure, no POST");
+
+    let (ok, report) = f.run(&pipeline(true, &post), "2");
+    assert!(!ok);
+    let (request, body) = told.recv_timeout(Duration::from_secs(30)).expect("the POST");
+    assert!(request.starts_with("POST /hook"), "{request}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["event"], "failure");
+    assert_eq!(body["pipeline_run_id"], report["pipeline_run_id"]);
+    assert_eq!(step(&body, "work")["failed"], 3, "{body:#}");
+    assert!(told.try_recv().is_err(), "one POST per run");
+
+    // Hooks that fail: the runs end as they would have.
+    let (refusing, _) = http_listener(500);
+    let (ok, _) = f.run(&pipeline(true, &format!("{{ url = \"{refusing}\" }}")), "2");
+    assert!(!ok, "still the run's own failure");
+    let file = f.write(
+        "failing.toml",
+        &pipeline(false, "[\"sh\", \"-c\", \"exit 9\"]")
+            .replace("cat >> told.jsonl; echo >> told.jsonl", "exit 7"),
+    );
+    let out = f.lake.run(&["run", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a failing hook never fails the run: {err}");
+    assert!(err.contains("hook on_success failed") && err.contains("exit status 7"), "{err}");
+
+    // A bad hook is refused by validation.
+    let file = f.write("bad.toml", &pipeline(false, "{ url = \"ftp://x\" }"));
+    let out = f.lake.run(&["check", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("hooks.on_failure"), "{err}");
 }
 
 #[test]

@@ -379,6 +379,8 @@ struct RawPipeline {
     #[serde(default)]
     max_failed_units: Option<FailedUnitsLimit>,
     #[serde(default)]
+    hooks: super::hooks::Hooks,
+    #[serde(default)]
     backend: BackendKind,
     #[serde(default, rename = "step")]
     steps: Vec<toml::Spanned<StepConfig>>,
@@ -393,6 +395,8 @@ pub struct PipelineConfig {
     pub failure: FailurePolicy,
     /// Default limit of failed units per step.
     pub max_failed_units: Option<FailedUnitsLimit>,
+    /// What to tell when a run ends.
+    pub hooks: super::hooks::Hooks,
     /// Default backend.
     pub backend: BackendKind,
     /// Steps in order; step `i` has number `i + 1`.
@@ -432,6 +436,7 @@ impl PipelineConfig {
             name: raw.name,
             failure: raw.failure,
             max_failed_units: raw.max_failed_units,
+            hooks: raw.hooks,
             backend: raw.backend,
             steps,
             path: path.to_path_buf(),

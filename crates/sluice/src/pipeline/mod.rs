@@ -28,6 +28,7 @@
 //! - [`backend`]: local process pool and SLURM arrays.
 //! - [`cache`]: bulk look-ups in the executions and edges tables.
 //! - [`steps_log`]: the steps table.
+//! - [`hooks`]: what a run tells when it ends.
 //! - [`run`]: the orchestrator; `step_run`: one step, phase by phase; [`events`]: what
 //!   they report.
 //! - [`status`]: what `sluice status` and `sluice runs` show.
@@ -36,6 +37,7 @@ pub mod backend;
 pub mod cache;
 pub mod config;
 pub mod events;
+pub mod hooks;
 pub mod logs;
 pub mod operation;
 pub mod ops;

@@ -135,8 +135,29 @@ impl RunBuilder<'_> {
         self
     }
 
-    /// Run the pipeline.
+    /// Run the pipeline, then tell its hooks how it ended.
     pub async fn execute(self) -> Result<RunReport> {
+        let outcome = self.run_steps().await;
+        let config = &self.pipeline.config;
+        let folder = config.path.parent().filter(|p| !p.as_os_str().is_empty());
+        let folder = folder.unwrap_or(std::path::Path::new("."));
+        let (event, summary) = match &outcome {
+            Ok(report) => {
+                // As `sluice run` exits: failed when any unit failed.
+                let failed =
+                    report.cancelled || report.stopped_by_failure || report.failed_units() > 0;
+                let summary = serde_json::to_value(report).unwrap_or_default();
+                (if failed { "failure" } else { "success" }, summary)
+            }
+            Err(e) => {
+                ("failure", serde_json::json!({ "pipeline": config.name, "error": e.to_string() }))
+            }
+        };
+        config.hooks.fire(event, summary, folder).await;
+        outcome
+    }
+
+    async fn run_steps(&self) -> Result<RunReport> {
         let started = Instant::now();
         // Anything a crashed run left sealed is committed first.
         // Boxed, as each step below: the run's future holds one at a time.

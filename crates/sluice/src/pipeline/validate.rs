@@ -59,6 +59,24 @@ fn reaches(config: &PipelineConfig, from: usize, target: usize, path: &mut Vec<u
     false
 }
 
+/// What is checked of the file as a whole: its name, that it has steps,
+/// its hooks.
+fn check_file(config: &PipelineConfig) -> Result<()> {
+    if !valid_name(&config.name) {
+        return Err(config.file_error(format!(
+            "pipeline name `{}` must be 1-100 characters of letters, digits, `_` or `-`",
+            config.name
+        )));
+    }
+    if config.steps.is_empty() {
+        return Err(config.file_error("the pipeline has no steps (add a [[step]] table)"));
+    }
+    match config.hooks.problem() {
+        Some(problem) => Err(config.file_error(problem)),
+        None => Ok(()),
+    }
+}
+
 impl Pipeline {
     /// Validate a parsed pipeline against the operations and types known here.
     pub fn validate(
@@ -66,15 +84,7 @@ impl Pipeline {
         operations: &Operations,
         types: &TypeRegistry,
     ) -> Result<Pipeline> {
-        if !valid_name(&config.name) {
-            return Err(config.file_error(format!(
-                "pipeline name `{}` must be 1-100 characters of letters, digits, `_` or `-`",
-                config.name
-            )));
-        }
-        if config.steps.is_empty() {
-            return Err(config.file_error("the pipeline has no steps (add a [[step]] table)"));
-        }
+        check_file(&config)?;
         let mut seen = BTreeSet::new();
         let mut ops = Vec::new();
         let mut all_inputs = Vec::new();

@@ -1,0 +1,185 @@
+//! Hooks: what a pipeline file asks to be told when a run ends.
+//!
+//! ```toml
+//! [hooks]
+//! on_success = ["sh", "-c", "mail -s done me@example.org"]   # a command: the summary on its stdin
+//! on_failure = { url = "https://hooks.example.org/sluice" }  # or a URL: the summary POSTed as JSON
+//! ```
+//!
+//! The summary is the run's report as `sluice run --json` prints it, with
+//! `event` (`success` or `failure`) added; a run that stopped on an error
+//! before it could report sends `pipeline`, `event` and `error`. A hook is
+//! told, never asked: one that fails, times out or cannot be reached is
+//! logged and the run's own outcome stands. Commands run in the pipeline
+//! file's folder and are killed after [`HOOK_TIME_LIMIT`].
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+/// How long a hook may take.
+pub const HOOK_TIME_LIMIT: Duration = Duration::from_secs(60);
+
+/// One hook: a command, or a URL to POST to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Hook {
+    /// Program and arguments; the summary arrives on stdin.
+    Command(Vec<String>),
+    /// An `http://` or `https://` URL; the summary is the request's body.
+    Post {
+        /// Where to POST.
+        url: String,
+    },
+}
+
+/// The hooks of a pipeline (`[hooks]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hooks {
+    /// Told when every step completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_success: Option<Hook>,
+    /// Told when a step failed, the run was cancelled or it stopped on an
+    /// error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_failure: Option<Hook>,
+}
+
+impl Hooks {
+    /// What is wrong with these hooks, if anything (for validation).
+    pub fn problem(&self) -> Option<String> {
+        let named = [("on_success", &self.on_success), ("on_failure", &self.on_failure)];
+        named.into_iter().find_map(|(name, hook)| match hook.as_ref()? {
+            Hook::Command(argv) if argv.first().is_none_or(|p| p.trim().is_empty()) => {
+                Some(format!("hooks.{name}: the command is empty"))
+            }
+            Hook::Post { url } if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                Some(format!("hooks.{name}: `{url}` is not an http:// or https:// URL"))
+            }
+            _ => None,
+        })
+    }
+
+    /// Tell the hook of `event` (`"success"` or `"failure"`), if there is
+    /// one; a hook that fails is logged, never returned.
+    pub(crate) async fn fire(&self, event: &str, summary: serde_json::Value, folder: &Path) {
+        let hook = match event {
+            "success" => &self.on_success,
+            _ => &self.on_failure,
+        };
+        let Some(hook) = hook else { return };
+        let mut body = summary;
+        if let Some(object) = body.as_object_mut() {
+            object.insert("event".into(), event.into());
+        }
+        let body = body.to_string();
+        let told = match hook {
+            Hook::Command(argv) => run(argv, &body, folder).await,
+            Hook::Post { url } => post(url, body).await,
+        };
+        match told {
+            Ok(()) => tracing::info!(event, "hook on_{event} told"),
+            Err(why) => {
+                tracing::warn!(event, "hook on_{event} failed (the run's outcome stands): {why}")
+            }
+        }
+    }
+}
+
+async fn run(argv: &[String], body: &str, folder: &Path) -> Result<(), String> {
+    let (program, args) = argv.split_first().ok_or("the command is empty")?;
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .current_dir(folder)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("starting `{program}`: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A hook that does not read its stdin is not a failure.
+        let _ = stdin.write_all(body.as_bytes()).await;
+    }
+    let out = tokio::time::timeout(HOOK_TIME_LIMIT, child.wait_with_output())
+        .await
+        .map_err(|_| format!("`{program}` took longer than {}s", HOOK_TIME_LIMIT.as_secs()))?
+        .map_err(|e| format!("waiting for `{program}`: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let tail: String =
+        stderr.trim().chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
+    Err(format!("`{program}` exited with {}: {tail}", super::describe_exit(out.status)))
+}
+
+async fn post(url: &str, body: String) -> Result<(), String> {
+    let client = reqwest::Client::builder()
+        .timeout(HOOK_TIME_LIMIT)
+        .build()
+        .map_err(|e| format!("an HTTP client: {e}"))?;
+    let response = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| format!("POST {url}: {e}"))?;
+    match response.status() {
+        status if status.is_success() => Ok(()),
+        status => Err(format!("POST {url}: HTTP {status}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hook_is_a_command_or_a_url_and_bad_ones_are_named() {
+        let hooks: Hooks = toml::from_str(
+            "on_success = [\"sh\", \"-c\", \"cat\"]\non_failure = { url = \"http://127.0.0.1:9/h\" }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            hooks.on_success,
+            Some(Hook::Command(vec!["sh".into(), "-c".into(), "cat".into()]))
+        );
+        assert_eq!(hooks.on_failure, Some(Hook::Post { url: "http://127.0.0.1:9/h".into() }));
+        assert_eq!(hooks.problem(), None);
+        let empty = Hooks { on_success: Some(Hook::Command(Vec::new())), ..Hooks::default() };
+        assert!(empty.problem().unwrap().contains("hooks.on_success"));
+        let ftp =
+            Hooks { on_failure: Some(Hook::Post { url: "ftp://x".into() }), ..Hooks::default() };
+        assert!(ftp.problem().unwrap().contains("not an http"));
+    }
+
+    #[tokio::test]
+    async fn a_command_hook_reads_the_summary_and_a_failing_one_is_only_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let hooks = Hooks {
+            on_success: Some(Hook::Command(vec![
+                "sh".into(),
+                "-c".into(),
+                "cat > told.json".into(),
+            ])),
+            on_failure: Some(Hook::Command(vec!["sh".into(), "-c".into(), "exit 4".into()])),
+        };
+        hooks.fire("success", serde_json::json!({"pipeline": "p"}), dir.path()).await;
+        let told: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("told.json")).unwrap())
+                .unwrap();
+        assert_eq!(told, serde_json::json!({"pipeline": "p", "event": "success"}));
+        // Returns (and logs) whatever the command does.
+        hooks.fire("failure", serde_json::json!({}), dir.path()).await;
+        assert_eq!(
+            run(&["sh".into(), "-c".into(), "exit 4".into()], "", dir.path()).await.unwrap_err(),
+            "`sh` exited with exit status 4: "
+        );
+    }
+}
