@@ -14,11 +14,12 @@
 //! file's folder and are killed after [`HOOK_TIME_LIMIT`].
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncWriteExt;
+
+use super::describe_exit;
+use super::process::{run_tool_reading, tail};
 
 /// How long a hook may take.
 pub const HOOK_TIME_LIMIT: Duration = Duration::from_secs(60);
@@ -90,32 +91,44 @@ impl Hooks {
     }
 }
 
+/// Bytes of a failing hook's output kept for the log.
+const OUTPUT_TAIL: usize = 500;
+
+/// Run a command hook as a unit's tool runs (its own process group, killed
+/// with whatever it started at the time limit), the summary on its stdin.
 async fn run(argv: &[String], body: &str, folder: &Path) -> Result<(), String> {
     let (program, args) = argv.split_first().ok_or("the command is empty")?;
-    let mut child = tokio::process::Command::new(program)
-        .args(args)
-        .current_dir(folder)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("starting `{program}`: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        // A hook that does not read its stdin is not a failure.
-        let _ = stdin.write_all(body.as_bytes()).await;
+    // The summary goes through a file (removed once open), so a hook that
+    // never reads its stdin cannot block on a full pipe.
+    let input = summary_file(body).map_err(|e| format!("a file for the summary: {e}"))?;
+    let mut command = std::process::Command::new(program);
+    command.args(args).current_dir(folder);
+    let ran = tokio::task::spawn_blocking(move || {
+        run_tool_reading(command, input.into(), Some(HOOK_TIME_LIMIT), OUTPUT_TAIL)
+    })
+    .await
+    .map_err(|e| format!("running `{program}`: {e}"))?
+    .map_err(|e| e.to_string())?;
+    let output = tail(ran.output.trim(), OUTPUT_TAIL);
+    match ran.status {
+        Some(status) if status.success() => Ok(()),
+        Some(status) => Err(format!("`{program}` exited with {}: {output}", describe_exit(status))),
+        None => Err(format!("`{program}` took longer than {}s", HOOK_TIME_LIMIT.as_secs())),
     }
-    let out = tokio::time::timeout(HOOK_TIME_LIMIT, child.wait_with_output())
-        .await
-        .map_err(|_| format!("`{program}` took longer than {}s", HOOK_TIME_LIMIT.as_secs()))?
-        .map_err(|e| format!("waiting for `{program}`: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let tail: String =
-        stderr.trim().chars().rev().take(500).collect::<Vec<_>>().into_iter().rev().collect();
-    Err(format!("`{program}` exited with {}: {tail}", super::describe_exit(out.status)))
+}
+
+/// A file holding `body`, open for reading from its start, its name
+/// already removed.
+fn summary_file(body: &str) -> std::io::Result<std::fs::File> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let path =
+        std::env::temp_dir().join(format!("sluice-hook-{}-{nanos}.json", std::process::id()));
+    std::fs::write(&path, body)?;
+    let file = std::fs::File::open(&path);
+    let _ = std::fs::remove_file(&path);
+    file
 }
 
 async fn post(url: &str, body: String) -> Result<(), String> {

@@ -91,12 +91,23 @@ fn drain(mut pipe: impl Read + Send + 'static, keep: usize) -> std::thread::Join
 
 /// Run `command` (stdin closed, stdout/stderr captured) in its own process
 /// group, at most `limit`, keeping `keep` bytes of each output stream.
-pub fn run_tool(mut command: Command, limit: Option<Duration>, keep: usize) -> Result<ToolRun> {
+pub fn run_tool(command: Command, limit: Option<Duration>, keep: usize) -> Result<ToolRun> {
+    run_tool_reading(command, Stdio::null(), limit, keep)
+}
+
+/// [`run_tool`] with `stdin` as the tool's standard input (a hook reads the
+/// run's summary there).
+pub fn run_tool_reading(
+    mut command: Command,
+    stdin: Stdio,
+    limit: Option<Duration>,
+    keep: usize,
+) -> Result<ToolRun> {
     use std::os::unix::process::CommandExt;
     let program = command.get_program().to_string_lossy().into_owned();
     let started = Instant::now();
     let mut child = command
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -163,9 +174,29 @@ pub fn watch_parent() {
     });
 }
 
+/// The last `max` bytes of `text`, cut at a character boundary.
+pub(crate) fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tail_keeps_the_end_at_a_char_boundary() {
+        assert_eq!(tail("abc", 10), "abc");
+        assert_eq!(tail("abcdef", 3), "…def");
+        let t = tail("ééé", 3);
+        assert!(t.ends_with('é'), "{t}");
+    }
 
     #[test]
     fn a_background_child_neither_holds_the_unit_nor_survives_it() {

@@ -38,7 +38,7 @@ use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 use crate::pipeline::config::{StepConfig, StepError};
 use crate::pipeline::operation::{Operation, Output, Signature, UnitContext};
-use crate::pipeline::process::run_tool;
+use crate::pipeline::process::{run_tool, tail};
 
 use super::sandbox::{add_depends, hash_files, materialize, mkdir, output_draft, output_files};
 
@@ -165,30 +165,5 @@ impl Operation for CommandOp {
             }
         }
         Ok(outputs)
-    }
-}
-
-/// The last `max` bytes of `text`, cut at a character boundary.
-pub fn tail(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut start = text.len() - max;
-    while !text.is_char_boundary(start) {
-        start += 1;
-    }
-    format!("…{}", &text[start..])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tail_keeps_the_end_at_a_char_boundary() {
-        assert_eq!(tail("abc", 10), "abc");
-        assert_eq!(tail("abcdef", 3), "…def");
-        let t = tail("ééé", 3);
-        assert!(t.ends_with('é'), "{t}");
     }
 }

@@ -123,7 +123,7 @@ fn describe_now(interpreter: &Path, function: &str) -> Result<Described, String>
 }
 
 fn process_tail(text: &str) -> String {
-    crate::pipeline::ops::command::tail(text.trim(), 1500)
+    crate::pipeline::process::tail(text.trim(), 1500)
 }
 
 /// A reply to one unit.

@@ -47,8 +47,9 @@ use crate::error::{Error, Result};
 use crate::pipeline::config::{StepConfig, StepError};
 use crate::pipeline::operation::{Operation, Output, Signature, UnitContext};
 
-use super::command::{TOOL_OUTPUT_TAIL, tail};
+use super::command::TOOL_OUTPUT_TAIL;
 use super::sandbox::{add_depends, hash_files, materialize, mkdir, output_draft};
+use crate::pipeline::process::tail;
 use interpreter::{Described, Lost};
 
 /// The `python` operation.
