@@ -48,6 +48,10 @@ start_munge() {
   munge -n | unmunge >/dev/null
 }
 
+# Two partitions on the one node: `debug` (the default, where sluice's
+# arrays run) and `urgent`, a higher tier whose jobs preempt debug's
+# (PreemptMode=CANCEL: the preempted task ends PREEMPTED, as on a cluster
+# with a preemptible queue), so retries on preemption are tested for real.
 configure() {
   mkdir -p /etc/slurm "$STATE"/{ctld,d,log}
   cat > "$CONF" <<CONF
@@ -83,7 +87,10 @@ MinJobAge=600
 DefMemPerCPU=512
 MaxArraySize=10001
 NodeName=${NODE} NodeAddr=127.0.0.1 CPUs=${CPUS} RealMemory=${MEM_MB} State=UNKNOWN
-PartitionName=debug Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4 PriorityTier=1
+PartitionName=urgent Nodes=${NODE} MaxTime=INFINITE State=UP PriorityTier=10
 CONF
 }
 

@@ -212,6 +212,7 @@ pub fn report_text(report: &RunReport) -> String {
         &rows,
     ));
     for s in &report.steps {
+        out.push_str(&retries_text(&s.name, &s.retries));
         for (run, error) in s.failures.iter().take(5) {
             out.push_str(&format!("  failed in `{}`: run {run}: {error}\n", s.name));
         }
@@ -274,6 +275,23 @@ pub async fn logs(
     print(&out)
 }
 
+/// A step's retry rounds, one line each (nothing without retries).
+fn retries_text(step: &str, rounds: &[sluice::pipeline::events::RetryRound]) -> String {
+    let mut out = String::new();
+    for round in rounds {
+        let why: Vec<String> =
+            round.reasons.iter().map(|(kind, n)| format!("{kind} ×{n}")).collect();
+        out.push_str(&format!(
+            "step `{step}`: retried {} units as attempt {} after {:.1}s ({})\n",
+            round.units,
+            round.attempt,
+            round.delay_seconds,
+            why.join(", ")
+        ));
+    }
+    out
+}
+
 fn opt<T: ToString>(v: Option<T>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
 }
@@ -312,6 +330,7 @@ fn status_text(state: &RunState) -> String {
         if let Some(e) = &s.error {
             out.push_str(&format!("step `{}`: {e}\n", s.name));
         }
+        out.push_str(&retries_text(&s.name, &s.retries));
         for (run, error) in &s.failures {
             if !any {
                 out.push_str("failed executions:\n");

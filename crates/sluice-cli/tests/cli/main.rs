@@ -20,6 +20,7 @@ mod pipeline;
 mod protocol;
 mod python_steps;
 mod restore;
+mod retries;
 mod slurm;
 mod store_crash;
 mod store_ingest;

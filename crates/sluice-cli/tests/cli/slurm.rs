@@ -36,6 +36,23 @@ fn run_file(lake: &Lake, dir: &Path, text: &str) -> (std::process::Output, Value
     (out, report)
 }
 
+/// Start `sluice run --json FILE` and wait until a task made `marker`:
+/// the run's process and when it was started.
+fn spawn_until(lake: &Lake, file: &Path, marker: &Path) -> (std::process::Child, Instant) {
+    let child = lake
+        .command(&["run", file.to_str().unwrap(), "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !marker.exists() {
+        assert!(started.elapsed() < Duration::from_secs(240), "no task started");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (child, started)
+}
+
 /// A pipeline of `tables` generated tables, then a `command` step `step`
 /// on SLURM that runs `script` on each (table in `inputs/t/`, copies out
 /// to `outputs/t/`), with more of the step's `settings`.
@@ -205,17 +222,7 @@ fn ctrl_c_cancels_the_running_array() {
     let file = dir.path().join("pipeline.toml");
     let script = format!("touch {}/started; sleep 600", dir.path().display());
     std::fs::write(&file, after_gen("interrupted", 3, "hang", &script, "")).unwrap();
-    let child = lake
-        .command(&["run", file.to_str().unwrap(), "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !dir.path().join("started").exists() {
-        assert!(started.elapsed() < Duration::from_secs(240), "no task started");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let (child, started) = spawn_until(&lake, &file, &dir.path().join("started"));
     let pid = child.id().to_string();
     assert!(std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
     let out = child.wait_with_output().unwrap();
@@ -471,4 +478,114 @@ batch = {{ units_per_worker = 3 }}
         format!("n\n{ok}"),
         "every other unit of a task kept its result"
     );
+}
+
+/// Retries on SLURM: each retry round is one new array of only the units
+/// that failed, under the step's throttle; a unit that fails twice keeps
+/// three attempt rows and one success; a task that dies (its units lost)
+/// is retried under `retry_on = ["lost"]`.
+#[test]
+fn failed_units_are_resubmitted_as_one_array_of_just_them() {
+    if !slurm_available() {
+        return;
+    }
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    let counts = dir.path().join("counts");
+    std::fs::create_dir_all(&counts).unwrap();
+    // Tables 0 and 2 fail twice with exit 3; 1 and 3 succeed at once.
+    let script = format!(
+        "f=$(ls inputs/t); c={}/$f; n=$(cat \"$c\" 2>/dev/null || echo 0); n=$((n+1)); echo $n > \"$c\"; \
+         case $f in *[02].csv) [ $n -le 2 ] && exit 3;; esac; cp inputs/t/$f outputs/t/$f",
+        counts.display()
+    );
+    let settings = "retries = 2\nretry_on = [3]\nresources = { throttle = 1 }\nbatch = { units_per_worker = 1 }";
+    let (out, report) =
+        run_file(&lake, dir.path(), &after_gen("retried", 4, "flaky", &script, settings));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let work = step(&report, "flaky");
+    assert_eq!(
+        (work["succeeded"].as_u64(), work["failed"].as_u64()),
+        (Some(4), Some(0)),
+        "{work:#}"
+    );
+    let rounds = work["retries"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2, "{work:#}");
+    assert!(rounds.iter().all(|r| r["units"] == 2 && r["reasons"]["exit:3"] == 2), "{work:#}");
+    // Each retry round is an array of its own holding just the failed units,
+    // submitted with the step's throttle.
+    let run = work["step_run_id"].as_str().unwrap();
+    for attempt in [2, 3] {
+        let round = lake.root.join("_slurm").join(format!("{run}-attempt{attempt}"));
+        let units = std::fs::read_to_string(round.join("units.jsonl")).unwrap();
+        assert_eq!(units.lines().count(), 2, "attempt {attempt}");
+        let log = std::fs::read_dir(round.join("logs")).unwrap().next().unwrap().unwrap();
+        let job = log.file_name().to_string_lossy().split('_').next().unwrap().to_owned();
+        let shown = std::process::Command::new("scontrol")
+            .args(["-o", "show", "job", &job])
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&shown.stdout);
+        assert!(shown.contains("ArrayTaskThrottle=1"), "attempt {attempt}: {shown}");
+    }
+    let rows = lake.csv(
+        "SELECT count(*) AS attempts, sum(CAST(success AS INT)) AS ok FROM executions \
+         WHERE origin_step_number = 2",
+    );
+    assert_eq!(rows, "attempts,ok\n8,4\n", "two units × three attempts, two × one");
+    let status = lake.ok(&["status"]);
+    assert!(status.contains("retried 2 units as attempt 3"), "{status}");
+
+    // A task that dies loses its unit: retried when `lost` is a condition.
+    let lake = Lake::new();
+    let script = format!(
+        "c={}/killed; if [ ! -e $c ]; then touch $c; kill -9 $PPID; sleep 5; fi; cp inputs/t/* outputs/t/",
+        counts.display()
+    );
+    let settings = "retries = 1\nretry_on = [\"lost\"]\nbatch = { units_per_worker = 1 }";
+    let (out, report) =
+        run_file(&lake, dir.path(), &after_gen("lost", 1, "dies", &script, settings));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let work = step(&report, "dies");
+    assert_eq!(work["retries"][0]["reasons"]["lost"], 1, "{work:#}");
+    let failure =
+        lake.csv("SELECT error FROM executions WHERE origin_step_number = 2 AND NOT success");
+    assert!(failure.contains("SLURM task 0 of job"), "{failure}");
+}
+
+/// A task the scheduler preempts (a job of the higher-tier partition
+/// `urgent` takes the node; `PreemptMode=CANCEL`, as `scripts/slurm.sh`
+/// configures) fails its unit as `preempted`, read from SLURM's job record,
+/// and `retry_on = ["preempted"]` runs it again.
+#[test]
+fn a_preempted_task_is_retried() {
+    if !slurm_available() {
+        return;
+    }
+    let lake = Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    let started = dir.path().join("started");
+    let script = format!(
+        "if [ ! -e {0} ]; then touch {0}; sleep 120; fi; cp inputs/t/* outputs/t/",
+        started.display()
+    );
+    let settings = "retries = 1\nretry_on = [\"preempted\"]";
+    let file = dir.path().join("pipeline.toml");
+    std::fs::write(&file, after_gen("preempted", 1, "long", &script, settings)).unwrap();
+    let (child, clock) = spawn_until(&lake, &file, &started);
+    let urgent = std::process::Command::new("sbatch")
+        .args(["--parsable", "-p", "urgent", "--exclusive", "--wrap", "sleep 1", "-o", "/dev/null"])
+        .output()
+        .unwrap();
+    assert!(urgent.status.success(), "{}", String::from_utf8_lossy(&urgent.stderr));
+    let out = child.wait_with_output().unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(out.status.success(), "{report:#}");
+    let work = step(&report, "long");
+    assert_eq!(work["retries"][0]["reasons"]["preempted"], 1, "{work:#}");
+    assert!(clock.elapsed() < Duration::from_secs(100), "the first attempt did not run out");
+    let failure = lake
+        .csv("SELECT error, metadata FROM executions WHERE origin_step_number = 2 AND NOT success");
+    assert!(failure.contains("was preempted") && failure.contains("preempted"), "{failure}");
 }

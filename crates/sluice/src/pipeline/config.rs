@@ -4,6 +4,8 @@
 //! name = "example"
 //! failure = "continue"                   # or "fail_fast" (per step too)
 //! max_failed_units = "5%"                # or a count: past it a step stops early (per step too)
+//! retries = 2                            # failed units run again (per step too; see `retry`)
+//! retry_delay = "30s"                    # backoff = "exponential", retry_on = [3, "timeout"], no_retry_on = [2]
 //! [[step]]
 //! name = "generate"
 //! operation = "generate_data"
@@ -26,6 +28,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use crate::error::StepError;
+
+use super::retry::RetryPolicy;
 
 use crate::error::{Error, Result};
 
@@ -318,6 +322,27 @@ pub struct StepConfig {
     /// (default: the pipeline's; none: every unit runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_failed_units: Option<FailedUnitsLimit>,
+    /// How failed units are retried (each key defaults to the pipeline's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
+    /// Delay before the first retry round (`"30s"`, `"2m"`; default none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_delay: Option<String>,
+    /// The longest delay exponential backoff reaches (default 10 minutes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_delay_max: Option<String>,
+    /// `"fixed"` (default) or `"exponential"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<super::retry::Backoff>,
+    /// A random share (0 to 1) of each delay added to it (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_jitter: Option<f64>,
+    /// Failures that are retried (default: any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_on: Option<Vec<super::retry::ConditionText>>,
+    /// Failures that are never retried (exit codes that mean bad input).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_retry_on: Option<Vec<super::retry::ConditionText>>,
     /// Files the step's behaviour depends on (globs; `command` steps): their
     /// content is part of the cache key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -379,6 +404,20 @@ struct RawPipeline {
     #[serde(default)]
     max_failed_units: Option<FailedUnitsLimit>,
     #[serde(default)]
+    retries: Option<u32>,
+    #[serde(default)]
+    retry_delay: Option<String>,
+    #[serde(default)]
+    retry_delay_max: Option<String>,
+    #[serde(default)]
+    backoff: Option<super::retry::Backoff>,
+    #[serde(default)]
+    retry_jitter: Option<f64>,
+    #[serde(default)]
+    retry_on: Option<Vec<super::retry::ConditionText>>,
+    #[serde(default)]
+    no_retry_on: Option<Vec<super::retry::ConditionText>>,
+    #[serde(default)]
     hooks: super::hooks::Hooks,
     #[serde(default)]
     backend: BackendKind,
@@ -395,6 +434,8 @@ pub struct PipelineConfig {
     pub failure: FailurePolicy,
     /// Default limit of failed units per step.
     pub max_failed_units: Option<FailedUnitsLimit>,
+    /// Default retry settings of every step (a step's own keys win).
+    pub retry: RetrySettings,
     /// What to tell when a run ends.
     pub hooks: super::hooks::Hooks,
     /// Default backend.
@@ -436,6 +477,15 @@ impl PipelineConfig {
             name: raw.name,
             failure: raw.failure,
             max_failed_units: raw.max_failed_units,
+            retry: RetrySettings {
+                retries: raw.retries,
+                retry_delay: raw.retry_delay,
+                retry_delay_max: raw.retry_delay_max,
+                backoff: raw.backoff,
+                retry_jitter: raw.retry_jitter,
+                retry_on: raw.retry_on,
+                no_retry_on: raw.no_retry_on,
+            },
             hooks: raw.hooks,
             backend: raw.backend,
             steps,
@@ -474,9 +524,91 @@ impl PipelineConfig {
         self.steps.get(index).and_then(|s| s.max_failed_units).or(self.max_failed_units)
     }
 
+    /// The retry policy of step `index`: each of its keys, else the
+    /// pipeline's; a message when one is not valid.
+    pub fn retry_of(&self, index: usize) -> std::result::Result<RetryPolicy, String> {
+        let own = self.steps.get(index).map(RetrySettings::of_step).unwrap_or_default();
+        own.or(&self.retry).policy()
+    }
+
     /// The backend of step `index`.
     pub fn backend_of(&self, index: usize) -> BackendKind {
         self.steps.get(index).and_then(|s| s.backend).unwrap_or(self.backend)
+    }
+}
+
+/// The retry keys of a step or of the pipeline, as written.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RetrySettings {
+    /// `retries`.
+    pub retries: Option<u32>,
+    /// `retry_delay`.
+    pub retry_delay: Option<String>,
+    /// `retry_delay_max`.
+    pub retry_delay_max: Option<String>,
+    /// `backoff`.
+    pub backoff: Option<super::retry::Backoff>,
+    /// `retry_jitter`.
+    pub retry_jitter: Option<f64>,
+    /// `retry_on`.
+    pub retry_on: Option<Vec<super::retry::ConditionText>>,
+    /// `no_retry_on`.
+    pub no_retry_on: Option<Vec<super::retry::ConditionText>>,
+}
+
+impl RetrySettings {
+    fn of_step(step: &StepConfig) -> Self {
+        RetrySettings {
+            retries: step.retries,
+            retry_delay: step.retry_delay.clone(),
+            retry_delay_max: step.retry_delay_max.clone(),
+            backoff: step.backoff,
+            retry_jitter: step.retry_jitter,
+            retry_on: step.retry_on.clone(),
+            no_retry_on: step.no_retry_on.clone(),
+        }
+    }
+
+    /// Each key of these, else of `defaults`.
+    fn or(self, defaults: &RetrySettings) -> Self {
+        RetrySettings {
+            retries: self.retries.or(defaults.retries),
+            retry_delay: self.retry_delay.or_else(|| defaults.retry_delay.clone()),
+            retry_delay_max: self.retry_delay_max.or_else(|| defaults.retry_delay_max.clone()),
+            backoff: self.backoff.or(defaults.backoff),
+            retry_jitter: self.retry_jitter.or(defaults.retry_jitter),
+            retry_on: self.retry_on.or_else(|| defaults.retry_on.clone()),
+            no_retry_on: self.no_retry_on.or_else(|| defaults.no_retry_on.clone()),
+        }
+    }
+
+    fn policy(self) -> std::result::Result<RetryPolicy, String> {
+        let defaults = RetryPolicy::default();
+        let delay = |name: &str, text: Option<String>, default| match text {
+            None => Ok(default),
+            Some(t) if t.trim() == "0" || t.trim() == "0s" => Ok(std::time::Duration::ZERO),
+            Some(t) => parse_duration(&t)
+                .ok_or_else(|| format!("{name} = {t:?} is not a duration (e.g. \"30s\", \"2m\")")),
+        };
+        let conditions = |list: Option<Vec<super::retry::ConditionText>>| {
+            list.unwrap_or_default()
+                .iter()
+                .map(|c| c.condition())
+                .collect::<std::result::Result<Vec<_>, _>>()
+        };
+        let jitter = self.retry_jitter.unwrap_or(defaults.jitter);
+        if !(0.0..=1.0).contains(&jitter) {
+            return Err(format!("retry_jitter = {jitter} must be between 0 and 1"));
+        }
+        Ok(RetryPolicy {
+            retries: self.retries.unwrap_or(defaults.retries),
+            delay: delay("retry_delay", self.retry_delay, defaults.delay)?,
+            max_delay: delay("retry_delay_max", self.retry_delay_max, defaults.max_delay)?,
+            backoff: self.backoff.unwrap_or_default(),
+            jitter,
+            retry_on: conditions(self.retry_on)?,
+            no_retry_on: conditions(self.no_retry_on)?,
+        })
     }
 }
 
@@ -536,6 +668,30 @@ fn slurm_time(text: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retry_keys_of_a_step_win_over_the_pipeline_s_one_by_one() {
+        use crate::pipeline::retry::{Backoff, FailureKind, RetryCondition};
+        let text = "name = \"p\"\nretries = 2\nretry_delay = \"10s\"\nno_retry_on = [2]\n\
+                    [[step]]\nname = \"a\"\noperation = \"x\"\n\
+                    [[step]]\nname = \"b\"\noperation = \"x\"\nretries = 5\nbackoff = \"exponential\"\n\
+                    retry_on = [\"timeout\", 3, \"SIGKILL\"]\n\
+                    [[step]]\nname = \"c\"\noperation = \"x\"\nretry_on = [\"sometimes\"]\n";
+        let p = PipelineConfig::parse(text, Path::new("p.toml")).unwrap();
+        let a = p.retry_of(0).unwrap();
+        assert_eq!(
+            (a.retries, a.delay, a.backoff),
+            (2, std::time::Duration::from_secs(10), Backoff::Fixed)
+        );
+        assert_eq!(a.no_retry_on, vec![RetryCondition::Kind(FailureKind::Exit(2))]);
+        let b = p.retry_of(1).unwrap();
+        assert_eq!(
+            (b.retries, b.delay, b.backoff),
+            (5, std::time::Duration::from_secs(10), Backoff::Exponential)
+        );
+        assert_eq!(b.retry_on.len(), 3);
+        assert!(p.retry_of(2).unwrap_err().contains("`sometimes` is not a retry condition"));
+    }
 
     #[test]
     fn max_failed_units_is_a_count_or_a_share_per_step_or_for_the_pipeline() {

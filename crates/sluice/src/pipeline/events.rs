@@ -87,4 +87,20 @@ pub struct StepSummary {
     /// Where its workers' time went, in seconds summed over workers (local
     /// backend; zero elsewhere).
     pub worker_seconds: super::unit::WorkerPhases,
+    /// Its retry rounds, in order (none when no unit was retried).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<RetryRound>,
+}
+
+/// One round of retries of a step.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RetryRound {
+    /// The attempt its units made (2 for the first retry).
+    pub attempt: u32,
+    /// Units dispatched again.
+    pub units: usize,
+    /// Why, by failure kind (`exit:3`, `timeout`, `preempted`…): units.
+    pub reasons: BTreeMap<String, usize>,
+    /// How long the round waited before it was dispatched, seconds.
+    pub delay_seconds: f64,
 }

@@ -44,6 +44,7 @@ pub mod ops;
 pub mod plan;
 mod preflight;
 pub mod process;
+pub mod retry;
 pub mod run;
 pub mod status;
 mod step_run;

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::config::{StepConfig, StepError};
+use super::retry::FailureKind;
 use super::unit::UnitJob;
 use crate::artifact::{Artifact, ArtifactId, Draft};
 use crate::error::{Error, Result};
@@ -159,6 +160,7 @@ pub struct UnitContext {
     /// The unit's wall-time limit (the step's `timeout` or `resources.time`).
     pub time_limit: Option<std::time::Duration>,
     tool_output: Arc<Mutex<Option<String>>>,
+    failure: Mutex<Option<FailureKind>>,
     handle: tokio::runtime::Handle,
 }
 
@@ -181,6 +183,7 @@ impl UnitContext {
             run_id: job.run_id.clone(),
             time_limit: job.step.time_limit_on(job.backend).ok().flatten(),
             tool_output: Arc::new(Mutex::new(None)),
+            failure: Mutex::new(None),
             handle: tokio::runtime::Handle::current(),
         }
     }
@@ -211,6 +214,19 @@ impl UnitContext {
 
     pub(crate) fn take_tool_output(&self) -> Option<String> {
         self.tool_output.lock().ok().and_then(|mut s| s.take())
+    }
+
+    /// Say how the unit failed, when the error it returns is a tool's exit,
+    /// signal or time limit (retries read it; an error said nothing of is
+    /// [`FailureKind::Error`]).
+    pub fn set_failure(&self, kind: FailureKind) {
+        if let Ok(mut slot) = self.failure.lock() {
+            *slot = Some(kind);
+        }
+    }
+
+    pub(crate) fn take_failure(&self) -> Option<FailureKind> {
+        self.failure.lock().ok().and_then(|mut s| s.take())
     }
 
     /// Run an async lake read from the operation's (blocking) thread.

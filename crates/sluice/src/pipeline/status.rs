@@ -38,6 +38,9 @@ pub struct StepState {
     pub failures: Vec<(String, String)>,
     /// Per-phase timings (seconds).
     pub timings: BTreeMap<String, f64>,
+    /// Its retry rounds: attempt, units, why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<super::events::RetryRound>,
 }
 
 /// One pipeline run.
@@ -82,6 +85,10 @@ fn state_of(rows: &[&StepRecord]) -> Option<StepState> {
         timings: meta
             .get("timings")
             .and_then(|t| serde_json::from_value(t.clone()).ok())
+            .unwrap_or_default(),
+        retries: meta
+            .get("retries")
+            .and_then(|r| serde_json::from_value(r.clone()).ok())
             .unwrap_or_default(),
     })
 }

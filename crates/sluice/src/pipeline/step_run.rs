@@ -24,10 +24,11 @@ use super::backend::slurm::SlurmOptions;
 use super::backend::{self, Dispatch, Outcome};
 use super::cache;
 use super::config::{BackendKind, FailurePolicy, StepConfig};
-use super::events::{Observer, RunEvent, StepSummary};
+use super::events::{Observer, RetryRound, RunEvent, StepSummary};
 use super::operation::Operation;
 use super::ops::Operations;
 use super::plan;
+use super::retry::RetryPolicy;
 use super::steps_log::{self, StepRecord, StepStatus, Streams};
 use super::unit::{Unit, UnitJob};
 use super::validate::Pipeline;
@@ -39,6 +40,34 @@ use crate::staging::{StagingArea, StagingWriter, SyncPolicy};
 
 /// Failures kept in a step's summary and metadata.
 const FAILURES_KEPT: usize = 20;
+
+/// The jobs of the next retry round: one for each unit of `round` whose
+/// failure the step's policy retries after this attempt, with a new run id.
+fn retry_jobs(
+    dispatch: &Dispatch,
+    round: &[UnitJob],
+    outcomes: &[(String, Outcome)],
+) -> Vec<UnitJob> {
+    let by_run: HashMap<&str, &UnitJob> = round.iter().map(|j| (j.run_id.as_str(), j)).collect();
+    outcomes
+        .iter()
+        .filter_map(|(run_id, outcome)| {
+            let kind = outcome.failure()?;
+            let job = by_run.get(run_id.as_str())?;
+            dispatch.retry.retries(kind, dispatch.attempt).then(|| UnitJob {
+                run_id: plan::new_run_id(),
+                attempt: dispatch.attempt + 1,
+                retry_of: Some((run_id.clone(), kind)),
+                ..(*job).clone()
+            })
+        })
+        .collect()
+}
+
+/// A random number in `[0, 1)` (the jitter of a retry's delay).
+fn random_share() -> f64 {
+    (uuid::Uuid::new_v4().as_u128() >> 75) as f64 / (1u64 << 53) as f64
+}
 
 /// A unit's execution run id, and whether the cache answered it.
 struct UnitRun {
@@ -57,6 +86,8 @@ struct Dispatched {
     /// Set when more units failed than `max_failed_units` tolerates: the
     /// step stopped dispatching and ends failed (the limit, as written).
     gave_up: Option<String>,
+    /// A retried unit's first run → the run of its last attempt.
+    last_attempt: HashMap<String, String>,
 }
 
 /// What every step of a run shares: the lake, the pipeline, and how units
@@ -167,6 +198,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
             seconds: 0.0,
             timings: BTreeMap::new(),
             worker_seconds: Default::default(),
+            retries: Vec::new(),
         };
         let mut run = StepRun {
             runner,
@@ -199,7 +231,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
         // From here on a step that cannot go on (`sbatch` missing, a
         // commit refused) is recorded failed with the reason, never left
         // `running` to be blamed later on a dead orchestrator.
-        let (unit_runs, jobs) = match self.jobs(backend_kind).await {
+        let (mut unit_runs, jobs) = match self.jobs(backend_kind).await {
             Ok(planned) => planned,
             Err(e) => return Err(self.failed(e).await),
         };
@@ -207,6 +239,12 @@ impl<'r, 'a> StepRun<'r, 'a> {
             Ok(dispatched) => dispatched,
             Err(e) => return Err(self.failed(e).await),
         };
+        // A retried unit's outcome is its last attempt's.
+        for u in &mut unit_runs {
+            if let Some(last) = dispatched.last_attempt.get(&u.run_id) {
+                u.run_id.clone_from(last);
+            }
+        }
         let outputs = match self.collect(&unit_runs, &dispatched).await {
             Ok(outputs) => outputs,
             Err(e) => return Err(self.failed(e).await),
@@ -228,8 +266,11 @@ impl<'r, 'a> StepRun<'r, 'a> {
         error
     }
 
+    /// Add the time since the last lap to phase `name` (a phase run in
+    /// several rounds adds up).
     fn lap(&mut self, name: &'static str) {
-        self.summary.timings.insert(name.to_owned(), self.phase.elapsed().as_secs_f64());
+        *self.summary.timings.entry(name.to_owned()).or_default() +=
+            self.phase.elapsed().as_secs_f64();
         self.phase = Instant::now();
     }
 
@@ -334,6 +375,8 @@ impl<'r, 'a> StepRun<'r, 'a> {
                 backend: backend_kind,
                 input_types: input_types.clone(),
                 unit,
+                attempt: 1,
+                retry_of: None,
             });
         }
         self.summary.cached = unit_runs.iter().filter(|u| u.cached).count();
@@ -347,74 +390,155 @@ impl<'r, 'a> StepRun<'r, 'a> {
         Ok((unit_runs, jobs))
     }
 
-    /// Run the jobs on their backend, stage a failed execution for every
-    /// unit whose worker was lost, then commit the step's staging.
-    async fn dispatch(
-        &mut self,
-        jobs: Vec<UnitJob>,
-        backend_kind: BackendKind,
-    ) -> Result<Dispatched> {
+    /// The dispatch state of this step's first round.
+    fn new_dispatch(&self, max_failed: Option<usize>, retry: RetryPolicy) -> Dispatch {
         let runner = self.runner;
-        let lake = runner.lake();
-        let area = StagingArea::of_lake(lake.root());
-        let writer =
-            StagingWriter::in_area(area.clone(), lake.registry().clone(), SyncPolicy::Detect);
         let observer = runner.observer.clone();
         let number = self.number;
-        let inline = self.op.inline();
-        let limit = runner.pipeline().config.max_failed_units_of(self.index);
-        let dispatch = Dispatch {
-            lake: lake.root().clone(),
-            worker_program: if inline { None } else { runner.worker_program.clone() },
+        Dispatch {
+            lake: runner.lake().root().clone(),
+            worker_program: if self.op.inline() { None } else { runner.worker_program.clone() },
             workers: runner.workers,
             stop: Arc::new(AtomicBool::new(false)),
             cancelled: runner.cancel.clone(),
             fail_fast: runner.pipeline().config.failure_of(self.index) == FailurePolicy::FailFast,
-            max_failed: limit.map(|l| l.allowed(jobs.len())),
+            max_failed,
             failed: Arc::default(),
+            retry: Arc::new(retry),
+            attempt: 1,
             on_unit: Arc::new(move |success| {
                 if let Some(o) = &observer {
                     o(RunEvent::UnitFinished { number, success });
                 }
             }),
             phases: Arc::default(),
-        };
+        }
+    }
+
+    /// Run the jobs on their backend in rounds: the first, then as many
+    /// rounds of retries as the step's policy asks for, each committed
+    /// before the next is dispatched (after its delay).
+    async fn dispatch(
+        &mut self,
+        jobs: Vec<UnitJob>,
+        backend_kind: BackendKind,
+    ) -> Result<Dispatched> {
+        let config = &self.runner.pipeline().config;
+        let limit = config.max_failed_units_of(self.index);
+        let retry = config.retry_of(self.index).map_err(|e| config.step_error(self.index, e))?;
+        let mut dispatch = self.new_dispatch(limit.map(|l| l.allowed(jobs.len())), retry);
         let job_count = jobs.len();
-        let job_runs: HashSet<String> = jobs.iter().map(|j| j.run_id.clone()).collect();
-        // Held once for the backends and for the failures of lost units.
-        let jobs: Arc<[UnitJob]> = jobs.into();
-        let outcomes = if inline || backend_kind == BackendKind::Local {
-            backend::local::run(lake, runner.operations, &writer, &dispatch, jobs.clone()).await?
+        let mut round: Arc<[UnitJob]> = jobs.into();
+        let mut runs = HashSet::new();
+        let mut quarantined = Vec::new();
+        // Run of an attempt → the unit's first run, and first → last.
+        let mut first_of: HashMap<String, String> = HashMap::new();
+        let mut last_attempt: HashMap<String, String> = HashMap::new();
+        let mut first_round = 0;
+        loop {
+            let outcomes = self.round(&dispatch, &round, backend_kind, &mut quarantined).await?;
+            if dispatch.attempt == 1 {
+                first_round = outcomes.len();
+            }
+            for (run_id, _) in &outcomes {
+                runs.insert(run_id.clone());
+                if let Some(first) = first_of.get(run_id) {
+                    last_attempt.insert(first.clone(), run_id.clone());
+                }
+            }
+            let again = retry_jobs(&dispatch, &round, &outcomes);
+            if again.is_empty() || dispatch.stopping() {
+                break;
+            }
+            let delay = dispatch.retry.delay_before(dispatch.attempt, random_share());
+            let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+            for job in &again {
+                if let Some((previous, kind)) = &job.retry_of {
+                    *reasons.entry(kind.to_string()).or_default() += 1;
+                    let first = first_of.get(previous).unwrap_or(previous).clone();
+                    first_of.insert(job.run_id.clone(), first);
+                }
+            }
+            tracing::info!(
+                step = %self.step.name,
+                units = again.len(),
+                attempt = dispatch.attempt + 1,
+                delay_seconds = delay.as_secs_f64(),
+                ?reasons,
+                "retrying failed units"
+            );
+            self.summary.retries.push(RetryRound {
+                attempt: dispatch.attempt + 1,
+                units: again.len(),
+                reasons,
+                delay_seconds: delay.as_secs_f64(),
+            });
+            if !self.wait_unless_cancelled(delay).await {
+                break;
+            }
+            dispatch.attempt += 1;
+            round = again.into();
+        }
+        self.summary.dispatched = first_round;
+        self.summary.not_run = job_count - first_round;
+        let gave_up = limit.filter(|_| dispatch.gave_up()).map(|l| l.to_string());
+        Ok(Dispatched { runs, quarantined, fail_fast: dispatch.fail_fast, gave_up, last_attempt })
+    }
+
+    /// One round: run `jobs` on their backend, stage a failed execution for
+    /// every unit whose worker was lost, then commit the round's staging.
+    async fn round(
+        &mut self,
+        dispatch: &Dispatch,
+        jobs: &Arc<[UnitJob]>,
+        backend_kind: BackendKind,
+        quarantined: &mut Vec<String>,
+    ) -> Result<Vec<(String, Outcome)>> {
+        let runner = self.runner;
+        let lake = runner.lake();
+        let area = StagingArea::of_lake(lake.root());
+        let writer =
+            StagingWriter::in_area(area.clone(), lake.registry().clone(), SyncPolicy::Detect);
+        let outcomes = if self.op.inline() || backend_kind == BackendKind::Local {
+            backend::local::run(lake, runner.operations, &writer, dispatch, jobs.clone()).await?
         } else {
-            backend::slurm::run(&dispatch, &area, self.step, &jobs, runner.slurm).await?
+            backend::slurm::run(dispatch, &area, self.step, jobs, runner.slurm).await?
         };
         self.lap("execute");
         if let Ok(phases) = dispatch.phases.lock() {
             self.summary.worker_seconds = *phases;
         }
         let by_run: HashMap<&str, &UnitJob> = jobs.iter().map(|j| (j.run_id.as_str(), j)).collect();
-        let mut runs = HashSet::new();
         let local_id = worker_id();
         for (run_id, outcome) in &outcomes {
-            runs.insert(run_id.clone());
-            if let (Outcome::Lost(why), Some(job)) = (outcome, by_run.get(run_id.as_str())) {
-                stage_failure(&writer, job, why, &local_id).await?;
+            if let (Outcome::Lost(why, kind), Some(job)) = (outcome, by_run.get(run_id.as_str())) {
+                stage_failure(&writer, job, why, *kind, &local_id).await?;
             }
         }
-        self.summary.dispatched = runs.len();
-        self.summary.not_run = job_count - runs.len();
-
+        let number = self.number;
         self.runner.emit(RunEvent::Committing { number });
+        let job_runs: HashSet<String> = jobs.iter().map(|j| j.run_id.clone()).collect();
         let committed =
             lake.commit().with_step(Some(number)).with_runs(Some(job_runs)).execute().await?;
-        let quarantined = committed
-            .quarantined
-            .iter()
-            .map(|(p, why)| format!("{}: {why}", p.display()))
-            .collect();
+        quarantined
+            .extend(committed.quarantined.iter().map(|(p, why)| format!("{}: {why}", p.display())));
         self.lap("commit");
-        let gave_up = limit.filter(|_| dispatch.gave_up()).map(|l| l.to_string());
-        Ok(Dispatched { runs, quarantined, fail_fast: dispatch.fail_fast, gave_up })
+        Ok(outcomes)
+    }
+
+    /// Sleep `delay` before a retry round; false when Ctrl-C came meanwhile.
+    async fn wait_unless_cancelled(&self, delay: std::time::Duration) -> bool {
+        let until = Instant::now() + delay;
+        loop {
+            if self.runner.cancel.load(Ordering::SeqCst) {
+                return false;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return true;
+            }
+            tokio::time::sleep(left.min(std::time::Duration::from_millis(100))).await;
+        }
     }
 
     /// Count results from the lake and gather the step's output streams
@@ -566,6 +690,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
             "worker_seconds": summary.worker_seconds,
             "failures": summary.failures,
             "quarantined": dispatched.quarantined,
+            "retries": summary.retries,
             "inputs": self.input_refs(),
             "outputs": outputs,
         });

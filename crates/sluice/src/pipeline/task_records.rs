@@ -92,13 +92,17 @@ pub(crate) fn finished_count(dir: &Path, tasks: usize) -> usize {
 /// How many units the tasks below `tasks` have reported failed so far (in
 /// staged units they sealed or were sealing): what a step's
 /// `max_failed_units` is judged by while its array runs.
-pub(crate) fn failures_so_far(dir: &Path, tasks: usize) -> usize {
+pub(crate) fn failures_so_far(
+    dir: &Path,
+    tasks: usize,
+    counts: impl Fn(crate::pipeline::retry::FailureKind) -> bool,
+) -> usize {
     (0..tasks)
         .filter_map(|task| read(dir, task).ok())
         .map(|record| {
             let sealed = record.sealed.iter().flat_map(|(_, reports)| reports);
             let sealing = record.sealing.iter().flat_map(|(_, reports)| reports);
-            sealed.chain(sealing).filter(|report| !report.success).count()
+            sealed.chain(sealing).filter(|report| report.failed_as().is_some_and(&counts)).count()
         })
         .sum()
 }
@@ -161,7 +165,7 @@ mod tests {
     use super::*;
 
     fn report(run: &str) -> UnitReport {
-        UnitReport { run_id: run.into(), success: true, error: None }
+        UnitReport { run_id: run.into(), success: true, error: None, failure: None }
     }
 
     fn compute(seconds: f64) -> WorkerPhases {

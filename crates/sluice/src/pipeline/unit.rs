@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::config::{BackendKind, StepConfig};
+use super::retry::FailureKind;
 use crate::artifact::ArtifactId;
 
 /// One unit of work of a step.
@@ -54,6 +55,20 @@ pub struct UnitJob {
     pub input_types: Arc<BTreeMap<String, String>>,
     /// The unit.
     pub unit: Unit,
+    /// Which attempt at the unit this is (1: the first; more after retries).
+    #[serde(default = "first_attempt", skip_serializing_if = "is_first_attempt")]
+    pub attempt: u32,
+    /// The run of the attempt before this one, and how it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<(String, FailureKind)>,
+}
+
+fn first_attempt() -> u32 {
+    1
+}
+
+fn is_first_attempt(attempt: &u32) -> bool {
+    *attempt == 1
 }
 
 /// An `Arc<T>` on the wire as the `T` it holds.
@@ -85,6 +100,17 @@ pub struct UnitReport {
     pub success: bool,
     /// The error, when it failed.
     pub error: Option<String>,
+    /// How it failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<FailureKind>,
+}
+
+impl UnitReport {
+    /// How the unit failed (an error its operation said nothing more of is
+    /// [`FailureKind::Error`]); `None` when it succeeded.
+    pub fn failed_as(&self) -> Option<FailureKind> {
+        (!self.success).then(|| self.failure.unwrap_or(FailureKind::Error))
+    }
 }
 
 /// What a local worker says while it runs a chunk of jobs, one JSON line

@@ -100,6 +100,7 @@ impl Pipeline {
                 return Err(err("another step has the same name".into()));
             }
             let op = operations.get(&step.operation).map_err(|e| err(e.to_string()))?;
+            config.retry_of(i).map_err(err)?;
             if let Some(known) = op.known_params()
                 && let Some(unknown) = step.params.keys().find(|k| !known.contains(&k.as_str()))
             {

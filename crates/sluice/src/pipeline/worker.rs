@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use super::operation::{Output, UnitContext};
 use super::ops::Operations;
+use super::retry::FailureKind;
 use super::unit::{UnitJob, UnitReport, WorkerPhases};
 use crate::artifact::{Artifact, ArtifactId, canonical_json};
 use crate::error::{Error, Result};
@@ -47,7 +48,7 @@ pub(crate) async fn run_unit(
 ) -> Result<(StagedExecution, UnitReport)> {
     let started = now_micros();
     let clock = Instant::now();
-    let (outcome, tool_output, loaded) =
+    let Ran { outcome, tool_output, loaded, failure } =
         run_operation(lake, operations, job, prefetched, phases).await;
     let (produced, error) = match outcome {
         Ok(produced) => (Some(produced), None),
@@ -62,6 +63,7 @@ pub(crate) async fn run_unit(
             (None, Some(with_inputs(error.to_string(), &job.unit, &names)))
         }
     };
+    let failure = error.as_ref().map(|_| failure.unwrap_or(FailureKind::Error));
     let mut metadata = serde_json::json!({
         "pipeline_run_id": job.pipeline_run_id,
         "step_name": job.step.name,
@@ -71,10 +73,15 @@ pub(crate) async fn run_unit(
     if !job.unit.sources.is_empty() {
         metadata["sources"] = serde_json::Value::Array(job.unit.sources.clone());
     }
+    attempt_metadata(&mut metadata, job, failure);
     let staged =
         staged_execution(job, produced, error.clone(), tool_output, started, worker_id, metadata)?;
-    let report =
-        UnitReport { run_id: job.run_id.clone(), success: staged.execution.success, error };
+    let report = UnitReport {
+        run_id: job.run_id.clone(),
+        success: staged.execution.success,
+        error,
+        failure,
+    };
     Ok((staged, report))
 }
 
@@ -85,6 +92,7 @@ pub async fn stage_failure(
     writer: &StagingWriter,
     job: &UnitJob,
     error: &str,
+    failure: FailureKind,
     worker_id: &str,
 ) -> Result<()> {
     let (step, operation, run_id) = (job.step_number, &job.step.operation, &job.run_id);
@@ -94,12 +102,13 @@ pub async fn stage_failure(
     }
     // The dead worker's sandbox (best effort: it only costs space).
     let _ = std::fs::remove_dir_all(work_dir(&job.run_id));
-    let metadata = serde_json::json!({
+    let mut metadata = serde_json::json!({
         "pipeline_run_id": job.pipeline_run_id,
         "step_name": job.step.name,
         "unit_index": job.unit.index,
         "recorded_by": "orchestrator",
     });
+    attempt_metadata(&mut metadata, job, Some(failure));
     let staged = staged_execution(
         job,
         None,
@@ -116,10 +125,36 @@ pub async fn stage_failure(
     Ok(())
 }
 
-/// What running a unit gave: its results (or why there are none), the tail
-/// of what its tool printed, and — when it failed after loading them — its
-/// input artifacts.
-type Ran = (Result<Produced>, Option<String>, Option<BTreeMap<String, Vec<Artifact>>>);
+/// An execution's attempt (`attempt`; on a retry, `retry_of` and
+/// `retry_reason`) and, when it failed, how (`failure`), in its metadata.
+fn attempt_metadata(metadata: &mut serde_json::Value, job: &UnitJob, failure: Option<FailureKind>) {
+    metadata["attempt"] = job.attempt.into();
+    if let Some((run, reason)) = &job.retry_of {
+        metadata["retry_of"] = run.as_str().into();
+        metadata["retry_reason"] = reason.to_string().into();
+    }
+    if let Some(kind) = failure {
+        metadata["failure"] = kind.to_string().into();
+    }
+}
+
+/// What running a unit gave.
+struct Ran {
+    /// Its results, or why there are none.
+    outcome: Result<Produced>,
+    /// The tail of what its tool printed.
+    tool_output: Option<String>,
+    /// When it failed after loading them, its input artifacts.
+    loaded: Option<BTreeMap<String, Vec<Artifact>>>,
+    /// How it failed, when its operation said.
+    failure: Option<FailureKind>,
+}
+
+impl Ran {
+    fn failed(error: Error) -> Self {
+        Ran { outcome: Err(error), tool_output: None, loaded: None, failure: None }
+    }
+}
 
 /// Run a unit's operation (see [`Ran`]).
 async fn run_operation(
@@ -143,7 +178,7 @@ async fn run_operation(
     phases.input_read += reading.elapsed().as_secs_f64();
     let (op, inputs) = match prepared {
         Ok(prepared) => prepared,
-        Err(e) => return (Err(e), None, None),
+        Err(e) => return Ran::failed(e),
     };
     let loaded = op.needs_content();
     // The sandbox is made when the operation first asks for it (most
@@ -159,15 +194,16 @@ async fn run_operation(
         let _phase = span.entered();
         let result = op.run(&ctx);
         let tool_output = ctx.take_tool_output();
-        let result = result.and_then(|outputs| finalize(outputs, &registry, step_number));
+        let failure = ctx.take_failure();
+        let outcome = result.and_then(|outputs| finalize(outputs, &registry, step_number));
         let made_sandbox = ctx.made_work_dir();
-        let inputs = (result.is_err() && loaded).then_some(ctx.inputs);
-        (result, tool_output, inputs, made_sandbox)
+        let loaded = (outcome.is_err() && loaded).then_some(ctx.inputs);
+        (Ran { outcome, tool_output, loaded, failure }, made_sandbox)
     })
     .await;
     phases.compute += computing.elapsed().as_secs_f64();
     let (result, made_sandbox) = match result {
-        Ok((result, tool_output, inputs, made)) => (Ok((result, tool_output, inputs)), made),
+        Ok((ran, made)) => (Ok(ran), made),
         // A panic may have left a sandbox behind.
         Err(e) => (Err(e), true),
     };
@@ -177,9 +213,9 @@ async fn run_operation(
     match result {
         Ok(ran) => ran,
         Err(e) if e.is_panic() => {
-            (Err(Error::operation(&job.step.operation, "the operation panicked")), None, None)
+            Ran::failed(Error::operation(&job.step.operation, "the operation panicked"))
         }
-        Err(e) => (Err(Error::task(format!("operation `{}`", job.step.operation), e)), None, None),
+        Err(e) => Ran::failed(Error::task(format!("operation `{}`", job.step.operation), e)),
     }
 }
 

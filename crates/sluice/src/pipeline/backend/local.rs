@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::lake::Lake;
 use crate::lake::io::location::LakeRoot;
 use crate::pipeline::ops::Operations;
+use crate::pipeline::retry::FailureKind;
 use crate::pipeline::unit::{UnitJob, UnitReport, WorkerEvent, WorkerPhases};
 use crate::pipeline::worker::worker_id;
 use crate::pipeline::worker_mode::{CHUNK_MOST, run_chunk};
@@ -255,6 +256,7 @@ async fn process_lane(
                 let (lost, again) = after_death(&area, &chunk, death, dispatch, results).await;
                 if let Some((at, why)) = lost {
                     let job = chunk[at];
+                    let kind = if why.is_some() { FailureKind::Timeout } else { FailureKind::Lost };
                     let why = why.unwrap_or_else(|| {
                         let status = status.map_or_else(
                             || "unknown status".to_owned(),
@@ -262,8 +264,8 @@ async fn process_lane(
                         );
                         format!("worker process died while running this unit ({status})")
                     });
-                    dispatch.finished(false);
-                    push(results, job.run_id.clone(), Outcome::Lost(why));
+                    dispatch.finished(Some(kind));
+                    push(results, job.run_id.clone(), Outcome::Lost(why, kind));
                 }
                 requeue(queue, again.into_iter().map(|at| positions[at]).collect());
                 chunks = Chunks::new();
@@ -358,7 +360,7 @@ fn settle(
 ) {
     for report in reports {
         done.insert(report.run_id.clone());
-        dispatch.finished(report.success);
+        dispatch.finished(report.failed_as());
         push(results, report.run_id.clone(), Outcome::Reported(report));
     }
 }

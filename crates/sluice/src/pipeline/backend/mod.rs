@@ -18,6 +18,7 @@ use crate::pipeline::worker_program::WorkerProgram;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::retry::{FailureKind, RetryPolicy};
 use super::unit::{UnitReport, WorkerPhases};
 
 /// What happened to one dispatched unit.
@@ -25,8 +26,18 @@ use super::unit::{UnitReport, WorkerPhases};
 pub enum Outcome {
     /// The worker ran it and staged its execution (success or failure).
     Reported(UnitReport),
-    /// The worker never staged it: why.
-    Lost(String),
+    /// The worker never staged it: why, and the kind of failure that is.
+    Lost(String, FailureKind),
+}
+
+impl Outcome {
+    /// How the unit failed, when it did.
+    pub fn failure(&self) -> Option<FailureKind> {
+        match self {
+            Outcome::Reported(report) => report.failed_as(),
+            Outcome::Lost(_, kind) => Some(*kind),
+        }
+    }
 }
 
 /// Shared state of one step's dispatch.
@@ -47,8 +58,13 @@ pub struct Dispatch {
     pub fail_fast: bool,
     /// Failures tolerated before dispatching stops (`max_failed_units`).
     pub max_failed: Option<usize>,
-    /// Units that failed so far.
+    /// Units that failed so far (a failure that is retried counts only
+    /// when its last attempt fails).
     pub failed: Arc<AtomicUsize>,
+    /// How failed units are retried.
+    pub retry: Arc<RetryPolicy>,
+    /// The attempt the units dispatched now are (1: the first).
+    pub attempt: u32,
     /// Called after each unit: (succeeded).
     pub on_unit: Arc<dyn Fn(bool) + Send + Sync>,
     /// Where the workers' time went, summed over them (local backend).
@@ -77,16 +93,21 @@ impl Dispatch {
         }
     }
 
-    /// Record a finished unit; a failure under fail-fast, or one past
-    /// `max_failed`, stops dispatching.
-    pub fn finished(&self, success: bool) {
-        if !success {
+    /// Record a finished unit (`failure`: how it failed, if it did); a
+    /// failure under fail-fast, or one past `max_failed`, stops
+    /// dispatching. A failure the step's policy retries is neither: the
+    /// unit is not finished yet.
+    pub fn finished(&self, failure: Option<FailureKind>) {
+        if let Some(kind) = failure {
+            if self.retry.retries(kind, self.attempt) {
+                return;
+            }
             let failed = self.failed.fetch_add(1, Ordering::SeqCst) + 1;
             if self.failures_tolerated().is_some_and(|most| failed > most) {
                 self.stop.store(true, Ordering::SeqCst);
             }
         }
-        (self.on_unit)(success);
+        (self.on_unit)(failure.is_none());
     }
 
     /// The failed units the step tolerates before it stops: none under

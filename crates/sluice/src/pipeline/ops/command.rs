@@ -39,6 +39,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::config::{StepConfig, StepError};
 use crate::pipeline::operation::{Operation, Output, Signature, UnitContext};
 use crate::pipeline::process::{run_tool, tail};
+use crate::pipeline::retry::FailureKind;
 
 use super::sandbox::{add_depends, hash_files, materialize, mkdir, output_draft, output_files};
 
@@ -134,12 +135,16 @@ impl Operation for CommandOp {
         ctx.set_tool_output(tail(&run.output, TOOL_OUTPUT_TAIL));
         match run.status {
             None => {
+                ctx.set_failure(FailureKind::Timeout);
                 return Err(op(format!(
                     "`{program}` timed out after {:.1}s (the step's time limit)",
                     run.elapsed.as_secs_f64()
                 )));
             }
             Some(status) if !status.success() => {
+                if let Some(kind) = FailureKind::of_exit(status) {
+                    ctx.set_failure(kind);
+                }
                 return Err(op(format!(
                     "`{program}` exited with {}",
                     crate::pipeline::describe_exit(status)

@@ -31,6 +31,7 @@ use super::{Dispatch, Outcome};
 use crate::error::{Error, Result};
 use crate::lake::io::location::LakeRoot;
 use crate::pipeline::config::{StepConfig, UnitsPerTask};
+use crate::pipeline::retry::FailureKind;
 use crate::pipeline::task_records as records;
 use crate::pipeline::unit::{UnitJob, UnitReport};
 use crate::pipeline::worker_program::shell_quote;
@@ -202,7 +203,12 @@ async fn submit(dispatch: &Dispatch, step: &StepConfig, jobs: &[UnitJob]) -> Res
         message: "the SLURM backend needs a worker program (the sluice binary, or Python with `-m sluice`)".into(),
     })?;
     let step_run_id = jobs.first().map(|j| j.step_run_id.clone()).unwrap_or_default();
-    let dir = task_dir(&dispatch.lake)?.join(step_run_id);
+    // A retry round is an array of its own, in a folder of its own.
+    let round = match dispatch.attempt {
+        1 => step_run_id,
+        n => format!("{step_run_id}-attempt{n}"),
+    };
+    let dir = task_dir(&dispatch.lake)?.join(round);
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).map_err(|e| Error::io(&logs, e))?;
     let units_file = dir.join("units.jsonl");
@@ -336,10 +342,14 @@ async fn wait_for_queue(
             && !cancelled
         {
             let records = array.records();
-            let failed =
-                tokio::task::spawn_blocking(move || records::failures_so_far(&records, tasks))
-                    .await
-                    .unwrap_or(0);
+            let (retry, attempt) = (dispatch.retry.clone(), dispatch.attempt);
+            // Failures to be retried do not count (yet).
+            let counts = move |kind| !retry.retries(kind, attempt);
+            let failed = tokio::task::spawn_blocking(move || {
+                records::failures_so_far(&records, tasks, counts)
+            })
+            .await
+            .unwrap_or(0);
             if failed > most {
                 tracing::info!(jobs = %ids, failed, "too many units failed: cancelling the arrays");
                 let _ = slurm_command("scancel", array.job_ids.clone()).await;
@@ -468,7 +478,7 @@ async fn collect(
     let mut take = |ready: Vec<(ExpectedRun, PathBuf)>, results: &mut Vec<(String, Outcome)>| {
         for (unit, _) in ready {
             for report in reports.remove(&unit.run_id).unwrap_or_default() {
-                dispatch.finished(report.success);
+                dispatch.finished(report.failed_as());
                 settled.insert(report.run_id.clone());
                 results.push((report.run_id.clone(), Outcome::Reported(report)));
             }
@@ -511,30 +521,51 @@ async fn collect(
     if settled.len() == jobs.len() {
         return Ok(results);
     }
+    let missing = jobs.iter().filter(|j| !settled.contains(&j.run_id));
+    results.extend(lost(dispatch, array, missing, &records, &invisible, options).await?);
+    Ok(results)
+}
+
+/// The outcome of units no staged unit holds: why (the task's state,
+/// where it stopped, its log; or the staged unit this host does not see)
+/// and what kind of failure that is.
+async fn lost(
+    dispatch: &Dispatch,
+    array: &Array,
+    missing: impl Iterator<Item = &UnitJob>,
+    records: &[records::TaskRecord],
+    invisible: &HashMap<&str, &str>,
+    options: &SlurmOptions,
+) -> Result<Vec<(String, Outcome)>> {
     let ids = array.job_ids.clone();
     let layout = array.layout.clone();
     let states = tokio::task::spawn_blocking(move || task_states(&ids, &layout))
         .await
         .map_err(|e| Error::task("reading SLURM task states", e))?;
-    for job in jobs.iter().filter(|j| !settled.contains(&j.run_id)) {
+    let mut results = Vec::new();
+    for job in missing {
         let task = array.task_of(&job.run_id);
         let (job_id, at, log) = array.task_job(task);
-        let why = match invisible.get(job.run_id.as_str()) {
-            Some(unit) => format!(
-                "SLURM task {at} of job {job_id} sealed this unit's results in staged unit {unit}, \
-                 which is not visible here after {:.0}s (is the shared file system lagging?); log: {}",
-                options.sentinel_timeout.as_secs_f64(),
-                log.display()
+        let (why, kind) = match invisible.get(job.run_id.as_str()) {
+            Some(unit) => (
+                format!(
+                    "SLURM task {at} of job {job_id} sealed this unit's results in staged unit {unit}, \
+                     which is not visible here after {:.0}s (is the shared file system lagging?); log: {}",
+                    options.sentinel_timeout.as_secs_f64(),
+                    log.display()
+                ),
+                FailureKind::Lost,
             ),
             None => {
                 let (state, exit) =
                     states.get(&task).cloned().unwrap_or_else(|| ("UNKNOWN".into(), String::new()));
                 let said = describe_state(job_id, at, &state, &exit, &log);
-                format!("{said}{}", where_it_stopped(records.get(task), &job.run_id))
+                let kind = FailureKind::of_slurm_state(&state).unwrap_or(FailureKind::Lost);
+                (format!("{said}{}", where_it_stopped(records.get(task), &job.run_id)), kind)
             }
         };
-        dispatch.finished(false);
-        results.push((job.run_id.clone(), Outcome::Lost(why)));
+        dispatch.finished(Some(kind));
+        results.push((job.run_id.clone(), Outcome::Lost(why, kind)));
     }
     Ok(results)
 }
@@ -660,7 +691,12 @@ mod tests {
     #[test]
     fn a_lost_unit_says_where_its_task_stopped() {
         use crate::pipeline::unit::UnitReport;
-        let report = |run: &str| UnitReport { run_id: run.into(), success: true, error: None };
+        let report = |run: &str| UnitReport {
+            run_id: run.into(),
+            success: true,
+            error: None,
+            failure: None,
+        };
         let record = records::TaskRecord {
             finished: false,
             sealed: vec![("s".into(), vec![report("a")])],

@@ -50,6 +50,7 @@ use crate::pipeline::operation::{Operation, Output, Signature, UnitContext};
 use super::command::TOOL_OUTPUT_TAIL;
 use super::sandbox::{add_depends, hash_files, materialize, mkdir, output_draft};
 use crate::pipeline::process::tail;
+use crate::pipeline::retry::FailureKind;
 use interpreter::{Described, Lost};
 
 /// The `python` operation.
@@ -213,6 +214,10 @@ impl Operation for PythonOp {
         let reply =
             interpreter::call(&interpreter, &request, ctx.time_limit).map_err(
                 |lost| match lost {
+                    Lost::TimedOut(_) => {
+                        ctx.set_failure(FailureKind::Timeout);
+                        failed(lost.to_string())
+                    }
                     Lost::Start(why) => {
                         Error::operation("python", format!("step `{}`: {why}", step.name))
                     }
