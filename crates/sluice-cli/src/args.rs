@@ -130,6 +130,9 @@ pub enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Refuse an artifact whose latest `error` check failed.
+        #[arg(long)]
+        require_checks: bool,
     },
 
     /// What a pipeline's units printed: each failed unit's error, inputs and
@@ -158,6 +161,9 @@ pub enum Command {
         /// Write to this file instead of standard output.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Refuse an artifact whose latest `error` check failed.
+        #[arg(long)]
+        require_checks: bool,
     },
 
     /// Commit all sealed staging into the lake (finishing interrupted commits first).
@@ -382,6 +388,20 @@ pub enum Command {
     Check {
         /// The pipeline file (TOML).
         pipeline: PathBuf,
+    },
+
+    /// Run a pipeline's `[[check]]`s again, alone, on what the latest run of
+    /// each checked step left, and record the results (exit status 1 when
+    /// an `error` check fails).
+    Checks {
+        /// The pipeline file (TOML).
+        pipeline: PathBuf,
+        /// Only the check of this name.
+        #[arg(long)]
+        name: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 
     /// Show the steps of the latest pipeline run (or of one run).

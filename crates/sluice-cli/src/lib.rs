@@ -50,6 +50,12 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     allocator::configure_malloc();
+    sluice::pipeline::provenance::set_build(format!(
+        "sluice {} ({}, {} build)",
+        env!("CARGO_PKG_VERSION"),
+        env!("SLUICE_GIT_REV"),
+        env!("SLUICE_BUILD_PROFILE")
+    ));
     let matches = help::with_topics(Cli::command()).get_matches_from(args);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     output::set_quiet(cli.quiet);

@@ -62,6 +62,7 @@ pub mod registry;
 pub mod staging;
 pub mod store;
 pub mod times;
+pub mod tool;
 
 pub use artifact::{Artifact, ArtifactId, Draft};
 pub use error::{Error, Result};

@@ -43,8 +43,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Tables { json } => tables(&root, json).await,
         Command::Types { json } => types(&root, json).await,
-        Command::Show { id, json } => show(&root, &id, json).await,
-        Command::Get { id, output } => get(&root, &id, output.as_deref()).await,
+        Command::Show { id, json, require_checks } => show(&root, &id, json, require_checks).await,
+        Command::Get { id, output, require_checks } => {
+            get(&root, &id, output.as_deref(), require_checks).await
+        }
         Command::Logs { target, step, all, json } => {
             let request = sluice::pipeline::logs::LogsRequest { target, step, all };
             pipeline::logs(&root, &request, json).await
@@ -123,6 +125,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline::run(&root, &pipeline, backend, workers, json).await
         }
         Command::Check { pipeline } => pipeline::check(&root, &pipeline).await,
+        Command::Checks { pipeline, name, json } => {
+            pipeline::checks(&root, &pipeline, name.as_deref(), json).await
+        }
         Command::Status { run, json } => pipeline::status(&root, run.as_deref(), json).await,
         Command::Runs { json, limit } => pipeline::runs(&root, json, limit).await,
         Command::Demo { dir, workers } => demo::demo(&dir, workers).await,
@@ -325,11 +330,33 @@ async fn get_referenced_file(
     written
 }
 
+/// Under `--require-checks`, an error naming the check `id` fails.
+async fn refuse_failing(
+    lake: &Lake,
+    id: sluice::artifact::ArtifactId,
+    require_checks: bool,
+) -> anyhow::Result<()> {
+    if !require_checks {
+        return Ok(());
+    }
+    match sluice::pipeline::checks::refusal(lake, id).await? {
+        Some(why) => anyhow::bail!("{why}. Help: without --require-checks it is read as it is"),
+        None => Ok(()),
+    }
+}
+
 /// `sluice get`: an artifact's content as a file of its own.
-async fn get(root: &LakeRoot, id: &str, output: Option<&Path>) -> anyhow::Result<()> {
+async fn get(
+    root: &LakeRoot,
+    id: &str,
+    output: Option<&Path>,
+    require_checks: bool,
+) -> anyhow::Result<()> {
     use std::io::{IsTerminal, Write};
     let lake = Lake::open(root).await?;
-    let artifact = lake.get(lake.resolve(id).await?).await?;
+    let id = lake.resolve(id).await?;
+    refuse_failing(&lake, id, require_checks).await?;
+    let artifact = lake.get(id).await?;
     if artifact.type_key == sluice::artifact::FILE_REF {
         return get_referenced_file(&lake, &artifact, output).await;
     }
@@ -366,11 +393,25 @@ async fn get(root: &LakeRoot, id: &str, output: Option<&Path>) -> anyhow::Result
     written
 }
 
-async fn show(root: &LakeRoot, id: &str, as_json: bool) -> anyhow::Result<()> {
+async fn show(
+    root: &LakeRoot,
+    id: &str,
+    as_json: bool,
+    require_checks: bool,
+) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
-    let artifact = lake.get(lake.resolve(id).await?).await?;
+    let id = lake.resolve(id).await?;
+    refuse_failing(&lake, id, require_checks).await?;
+    let artifact = lake.get(id).await?;
     let imp = lake.registry().get(&artifact.type_key)?;
     let content = imp.render(&artifact)?;
+    let graph = lake
+        .lineage(id)
+        .with_direction(sluice::lineage::Direction::Up)
+        .with_depth(0)
+        .execute()
+        .await?;
+    let producer = graph.nodes.get(&id).and_then(|n| n.produced_by.clone());
     if as_json {
         let fields: serde_json::Map<String, Value> = artifact
             .fields
@@ -390,6 +431,7 @@ async fn show(root: &LakeRoot, id: &str, as_json: bool) -> anyhow::Result<()> {
             "metadata": artifact.metadata,
             "external_path": artifact.external_path,
             "fields": fields,
+            "produced_by": producer,
         });
         return print(&serde_json::to_string_pretty(&doc)?);
     }
@@ -402,6 +444,18 @@ async fn show(root: &LakeRoot, id: &str, as_json: bool) -> anyhow::Result<()> {
     );
     if let Some(path) = &artifact.external_path {
         text.push_str(&format!("external  {path}\n"));
+    }
+    if let Some(p) = &producer {
+        text.push_str(&format!(
+            "produced  by execution {} (step {} `{}`, {})\n",
+            p.execution_run_id,
+            p.step_number,
+            p.step_name.as_deref().unwrap_or("-"),
+            p.operation
+        ));
+        if let Some(provenance) = &p.provenance {
+            text.push_str(&format!("          {provenance}\n"));
+        }
     }
     text.push_str("content\n");
     for line in content.lines() {

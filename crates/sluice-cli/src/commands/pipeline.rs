@@ -52,6 +52,28 @@ pub async fn check(root: &LakeRoot, file: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `sluice checks`: a pipeline's checks again, alone.
+pub async fn checks(
+    root: &LakeRoot,
+    file: &Path,
+    name: Option<&str>,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let pipeline = Pipeline::load(file, &Operations::linked()?, lake.registry())?;
+    let results = sluice::pipeline::recheck::rerun(&lake, &pipeline, name).await?;
+    if as_json {
+        print(&serde_json::to_string_pretty(&results)?)?;
+    } else {
+        print(checks_text(results.iter()).trim_end())?;
+    }
+    let failed = results.iter().filter(|c| c.blocks()).count();
+    if failed > 0 {
+        bail!("{failed} checks of severity error failed");
+    }
+    Ok(())
+}
+
 /// Run a pipeline with progress bars; the report is printed and returned.
 pub async fn run_with_progress(
     lake: &Lake,
@@ -181,6 +203,12 @@ pub fn finish(report: &RunReport) -> anyhow::Result<()> {
     if failed > 0 {
         bail!("{failed} units failed (see `sluice status`); a rerun retries only them");
     }
+    let checks = report.failed_checks();
+    if checks > 0 {
+        bail!(
+            "{checks} checks of severity error failed; the steps that read what they checked did not run (see `sluice status`)"
+        );
+    }
     Ok(())
 }
 
@@ -211,6 +239,10 @@ pub fn report_text(report: &RunReport) -> String {
         &["step", "operation", "status", "units", "cached", "ran", "failed", "outputs", "seconds"],
         &rows,
     ));
+    out.push_str(&checks_text(report.checks.iter()));
+    for (step, why) in &report.blocked {
+        out.push_str(&format!("step `{step}` did not run: {why}\n"));
+    }
     for s in &report.steps {
         out.push_str(&retries_text(&s.name, &s.retries));
         for (run, error) in s.failures.iter().take(5) {
@@ -275,6 +307,30 @@ pub async fn logs(
     print(&out)
 }
 
+/// Check results, one line each: passed or failed, what was observed.
+fn checks_text<'a>(
+    checks: impl Iterator<Item = &'a sluice::pipeline::checks::CheckResult>,
+) -> String {
+    let mut out = String::new();
+    for c in checks {
+        let verdict = match (c.passed, c.severity) {
+            (true, _) => "passed",
+            (false, sluice::pipeline::checks::Severity::Warn) => "FAILED (warn)",
+            (false, sluice::pipeline::checks::Severity::Error) => "FAILED",
+        };
+        let seen = match (&c.error, &c.observed) {
+            (Some(e), _) => format!(": {e}"),
+            (None, Some(row)) => format!(": {row}"),
+            (None, None) => String::new(),
+        };
+        out.push_str(&format!(
+            "check `{}` on step `{}` {verdict} over {} rows{seen}\n",
+            c.name, c.step, c.rows_examined
+        ));
+    }
+    out
+}
+
 /// A step's retry rounds, one line each (nothing without retries).
 fn retries_text(step: &str, rounds: &[sluice::pipeline::events::RetryRound]) -> String {
     let mut out = String::new();
@@ -325,6 +381,7 @@ fn status_text(state: &RunState) -> String {
         &["step", "operation", "status", "units", "cached", "succeeded", "failed", "seconds"],
         &rows,
     ));
+    out.push_str(&checks_text(state.checks.iter().map(|c| &c.result)));
     let mut any = false;
     for s in &state.steps {
         if let Some(e) = &s.error {

@@ -664,3 +664,39 @@ fn ingest_commands_refuse_a_lake_other_than_their_config_s() {
         assert!(!dir.path().join("elsewhere").exists(), "the refused lake was created");
     }
 }
+
+/// `[hooks] on_dead_letter` is told once per dead-lettered file, with its
+/// table, file, attempts and reason; the good files land as ever.
+#[test]
+fn a_dead_lettered_file_is_told_to_its_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let told = root.join("told.jsonl");
+    let config = ingest_config(
+        root,
+        SCHEMA,
+        &format!(
+            "lake = \"lake\"\n[queue]\nsettle_ms = 0\nretry_delay_ms = 0\nmax_attempts = 1\n\
+             [hooks]\non_dead_letter = [\"sh\", \"-c\", \"cat >> {}; echo >> {}\"]\n",
+            told.display(),
+            told.display()
+        ),
+    );
+    let landing = root.join("landing/trips");
+    std::fs::create_dir_all(&landing).unwrap();
+    write_csv(&landing.join("good.csv"), 0, 10);
+    std::fs::write(landing.join("bad.csv"), "trip_id,pickup_at,zone,fare\ntwelve,x,y,z\n").unwrap();
+    let out = sluice(&config, &["run", "--once"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&told)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["event"], "dead_letter");
+    assert_eq!(lines[0]["table"], "trips");
+    assert!(lines[0]["file"].as_str().unwrap().contains("bad.csv"), "{lines:?}");
+    assert!(lines[0]["reason"].as_str().unwrap().contains("twelve"), "{lines:?}");
+}

@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 mod bench;
+mod checks;
 mod concurrency;
 mod crash;
 mod docs;
@@ -21,6 +22,7 @@ mod protocol;
 mod python_steps;
 mod restore;
 mod retries;
+mod scheduling;
 mod slurm;
 mod store_crash;
 mod store_ingest;
@@ -334,7 +336,7 @@ fn python_deltalake_and_polars_read_every_table() {
             serde_json::json!({"schema": schema, "partition_columns": partitions, "rows": rows}),
         );
     }
-    assert_eq!(expected.len(), 11, "every table of the lake is checked");
+    assert_eq!(expected.len(), 12, "every table of the lake is checked");
     let expected_path = work.join("expected.json");
     std::fs::write(&expected_path, serde_json::to_string(&Value::Object(expected)).unwrap())
         .unwrap();
@@ -349,7 +351,7 @@ fn python_deltalake_and_polars_read_every_table() {
         String::from_utf8_lossy(&out.stderr)
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 11, "{stdout}");
+    assert_eq!(stdout.lines().filter(|l| l.starts_with("ok ")).count(), 12, "{stdout}");
 }
 
 /// A URL sluice keeps no lake at (`gs://`, `https://`; given to `--lake`

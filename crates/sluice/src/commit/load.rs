@@ -575,7 +575,9 @@ fn validated(
 fn staged_tables(tables: &[TableSpec]) -> BTreeMap<&str, &TableSpec> {
     tables
         .iter()
-        .filter(|spec| !matches!(spec.kind, TableKind::Steps | TableKind::Commits))
+        .filter(|spec| {
+            !matches!(spec.kind, TableKind::Steps | TableKind::Checks | TableKind::Commits)
+        })
         .map(|spec| (spec.name.as_str(), spec))
         .collect()
 }

@@ -296,7 +296,9 @@ impl Claimed {
         let specs: Vec<TableSpec> = lake
             .table_specs()
             .into_iter()
-            .filter(|s| !matches!(s.kind, TableKind::Steps | TableKind::Commits))
+            .filter(|s| {
+                !matches!(s.kind, TableKind::Steps | TableKind::Checks | TableKind::Commits)
+            })
             .collect();
         let (tail, head): (Vec<TableSpec>, Vec<TableSpec>) = specs.into_iter().partition(|s| {
             matches!(

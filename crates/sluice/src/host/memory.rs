@@ -56,6 +56,45 @@ impl std::fmt::Display for Ceiling {
     }
 }
 
+/// The resident memory of every process in process group `pgid`, in
+/// bytes (a tool and whatever it started), read from `/proc`.
+pub fn group_rss(pgid: u32) -> u64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+    let mut total = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else {
+            continue;
+        };
+        let in_group = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| process_group(&stat))
+            .is_some_and(|group| group == pgid);
+        if in_group {
+            total += std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|status| vm_rss(&status))
+                .unwrap_or(0);
+        }
+    }
+    total
+}
+
+/// The process group in a `/proc/<pid>/stat` line (the fifth field; the
+/// second, the command, may hold spaces and parentheses).
+fn process_group(stat: &str) -> Option<u32> {
+    let (_, after) = stat.rsplit_once(')')?;
+    after.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// `VmRSS` of a `/proc/<pid>/status` text, in bytes.
+fn vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 =
+        line.trim_start_matches("VmRSS:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib << 10)
+}
+
 /// `MemTotal` of `/proc/meminfo`'s text, in bytes.
 fn mem_total(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
@@ -131,6 +170,16 @@ mod tests {
         assert_eq!(mem_total(text), Some(24_568_680 << 10));
         assert_eq!(mem_total("MemFree: 1 kB\n"), None);
         assert!(memory_ceiling().is_some_and(|c| c.bytes > 0), "Linux has /proc/meminfo");
+    }
+
+    #[test]
+    fn a_group_s_memory_is_read_from_proc() {
+        assert_eq!(process_group("12 (a) b) S 1 77 77 0"), Some(77));
+        assert_eq!(vm_rss("Name:\tx\nVmRSS:\t   2048 kB\n"), Some(2 << 20));
+        // This test's own group holds at least this process.
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let group = process_group(&own).unwrap();
+        assert!(group_rss(group) > 1 << 20);
     }
 
     #[test]

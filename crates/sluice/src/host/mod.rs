@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 mod memory;
 pub mod mounts;
 
-pub use memory::{Ceiling, memory_ceiling, memory_limit};
+pub use memory::{Ceiling, group_rss, memory_ceiling, memory_limit};
 
 /// This machine's host name, read once.
 pub fn hostname() -> &'static str {

@@ -38,6 +38,9 @@
 //! flush_interval_ms = 2000
 //! dedup_content = true        # the same bytes under another name land once
 //!
+//! [hooks]                     # told of each dead-lettered file (table, file, attempts, reason)
+//! on_dead_letter = { url = "https://hooks.example.org/ingest" }   # or a command, as a pipeline's
+//!
 //! [[transform]]               # aggregate/<name>: appends, incremental
 //! name = "zone_days"
 //! layer = "aggregate"
@@ -78,6 +81,8 @@ pub struct IngestConfig {
     pub ingest: IngestOptions,
     /// The medallion transforms, in the order they run.
     pub transforms: Vec<Transform>,
+    /// What to tell when a file is dead-lettered.
+    pub hooks: crate::tool::hooks::IngestHooks,
 }
 
 /// `[queue]`.
@@ -233,6 +238,8 @@ struct ConfigFile {
     ingest: IngestOptions,
     #[serde(default, rename = "transform")]
     transforms: Vec<Transform>,
+    #[serde(default)]
+    hooks: crate::tool::hooks::IngestHooks,
 }
 
 fn default_schemas() -> PathBuf {
@@ -285,6 +292,9 @@ impl IngestConfig {
             return Err(bad("workers, max_attempts and max_deliveries must be at least 1".into()));
         }
         super::transform::validate(&file.transforms).map_err(bad)?;
+        if let Some(problem) = file.hooks.problem() {
+            return Err(bad(problem));
+        }
         let base = path.parent().unwrap_or(Path::new("."));
         let resolve = |p: &Path| if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
         // A store's options are the file's `[storage]`: an error in them is
@@ -341,6 +351,7 @@ impl IngestConfig {
             queue,
             ingest: file.ingest,
             transforms: file.transforms,
+            hooks: file.hooks,
         })
     }
 }

@@ -402,6 +402,16 @@ impl Ingestor {
                     at: chrono::Utc::now().timestamp_micros(),
                 }])
                 .await?;
+            if let Some(hook) = &self.config.hooks.on_dead_letter {
+                let summary = serde_json::json!({
+                    "table": message.table,
+                    "file": message.key(),
+                    "attempts": message.attempt,
+                    "reason": reason,
+                });
+                let folder = self.config.path.parent().filter(|p| !p.as_os_str().is_empty());
+                hook.tell("dead_letter", summary, folder.unwrap_or(Path::new("."))).await;
+            }
         } else {
             report.retried += 1;
         }

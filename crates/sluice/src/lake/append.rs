@@ -84,7 +84,9 @@ impl Dedup {
             TableKind::Executions | TableKind::ExecutionEdges | TableKind::ArtifactEdges => {
                 Dedup::RunId
             }
-            TableKind::Steps | TableKind::Commits | TableKind::Ingestion => Dedup::Nothing,
+            TableKind::Steps | TableKind::Checks | TableKind::Commits | TableKind::Ingestion => {
+                Dedup::Nothing
+            }
         }
     }
 
@@ -112,6 +114,7 @@ pub fn natural_key(kind: &TableKind) -> &'static [&'static str] {
             "target_role",
         ],
         Steps => &["step_run_id", "status", "timestamp"],
+        Checks => &["check_run_id"],
         Commits => &["commit_seq", "phase"],
         // Declared per table (its YAML primary key), not known here.
         Ingestion => &[],

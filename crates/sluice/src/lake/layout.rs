@@ -78,6 +78,8 @@ pub enum TableKind {
     Executions,
     /// Step state transitions.
     Steps,
+    /// Results of the pipelines' checks.
+    Checks,
     /// The commit journal.
     Commits,
     /// A table of ingestion (`raw/`, `aggregate/`, `curated/`, the ledger):
@@ -176,7 +178,7 @@ impl TableSpec {
                 &["execution_run_id", "source_artifact_id", "target_artifact_id"]
             }
             TableKind::ExecutionEdges => &["execution_run_id", "artifact_id"],
-            TableKind::Steps | TableKind::Commits | TableKind::Ingestion => &[],
+            TableKind::Steps | TableKind::Checks | TableKind::Commits | TableKind::Ingestion => &[],
         }
     }
 
@@ -321,6 +323,32 @@ pub fn steps_table() -> TableSpec {
     )
 }
 
+/// Results of checks: one row per check evaluated, per step run.
+pub fn checks_table() -> TableSpec {
+    TableSpec::system(
+        "checks",
+        "orchestration/checks",
+        TableKind::Checks,
+        vec![
+            ColumnSpec::required("check_run_id", Str),
+            ColumnSpec::required("pipeline_run_id", Str),
+            ColumnSpec::required("step_run_id", Str),
+            ColumnSpec::required("step_number", Int32),
+            ColumnSpec::required("step_name", Str),
+            ColumnSpec::required("check_name", Str),
+            ColumnSpec::required("severity", Str),
+            ColumnSpec::required("passed", Bool),
+            ColumnSpec::optional("observed", Json),
+            ColumnSpec::required("rows_examined", Int64),
+            ColumnSpec::optional("error", Str),
+            ColumnSpec::required("timestamp", Timestamp),
+            ColumnSpec::required("metadata", Json),
+        ],
+        false,
+        &["check_run_id", "pipeline_run_id", "step_run_id", "check_name", "passed"],
+    )
+}
+
 /// Folder of ingestion tables (`<lake>/raw/<table>`), beside `artifacts/`.
 pub const RAW_DIR: &str = "raw";
 
@@ -373,6 +401,7 @@ pub fn all_tables(registry: &TypeRegistry) -> Vec<TableSpec> {
     tables.push(execution_edges_table());
     tables.push(executions_table());
     tables.push(steps_table());
+    tables.push(checks_table());
     tables.push(commits_table());
     tables
 }
@@ -406,6 +435,7 @@ mod tests {
                 "provenance/execution_edges",
                 "orchestration/executions",
                 "orchestration/steps",
+                "orchestration/checks",
                 "orchestration/commits",
             ]
         );

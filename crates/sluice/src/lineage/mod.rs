@@ -58,6 +58,10 @@ pub struct Producer {
     pub step_name: Option<String>,
     /// The step's number.
     pub step_number: i32,
+    /// What produced it, as its execution recorded (build, host, program
+    /// and checksum, Python source; see `pipeline::provenance`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<serde_json::Value>,
 }
 
 /// One artifact of a lineage graph.

@@ -226,10 +226,11 @@ async fn executions(
             for row in 0..batch.num_rows() {
                 let value = |i: usize| read_value(&spec.name, batch.column(i).as_ref(), row);
                 let step = value(2)?.as_int().unwrap_or_default();
-                let step_name = value(3)?
+                let metadata = value(3)?
                     .as_str()
-                    .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
-                    .and_then(|m| m.get("step_name").and_then(|s| s.as_str()).map(str::to_owned));
+                    .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok());
+                let field = |name: &str| metadata.as_ref().and_then(|m| m.get(name)).cloned();
+                let step_name = field("step_name").and_then(|s| s.as_str().map(str::to_owned));
                 let success = value(4)?.as_bool().unwrap_or(false);
                 let start = match value(5)? {
                     crate::artifact::FieldValue::TimestampMicros(t) => t,
@@ -240,6 +241,7 @@ async fn executions(
                     operation: op.value(row).to_owned(),
                     step_name,
                     step_number: i32::try_from(step).unwrap_or_default(),
+                    provenance: field("provenance"),
                 };
                 out.insert(run.value(row).to_owned(), (producer, success, start));
             }

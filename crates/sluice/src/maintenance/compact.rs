@@ -118,7 +118,7 @@ pub fn default_zorder(spec: &TableSpec) -> Vec<String> {
         TableKind::Executions => &["execution_spec_id"],
         TableKind::ArtifactEdges => &["source_artifact_id", "target_artifact_id"],
         TableKind::ExecutionEdges => &["artifact_id"],
-        TableKind::Steps | TableKind::Commits | TableKind::Ingestion => &[],
+        TableKind::Steps | TableKind::Checks | TableKind::Commits | TableKind::Ingestion => &[],
     };
     columns.iter().map(|c| (*c).to_owned()).collect()
 }

@@ -343,6 +343,10 @@ pub struct StepConfig {
     /// Failures that are never retried (exit codes that mean bad input).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_retry_on: Option<Vec<super::retry::ConditionText>>,
+    /// The name of a limit in the pipeline's `[concurrency]` table that
+    /// bounds how many of its units run at once (an API several steps call).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency_key: Option<String>,
     /// Files the step's behaviour depends on (globs; `command` steps): their
     /// content is part of the cache key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -419,6 +423,10 @@ struct RawPipeline {
     no_retry_on: Option<Vec<super::retry::ConditionText>>,
     #[serde(default)]
     hooks: super::hooks::Hooks,
+    #[serde(default, rename = "check")]
+    checks: Vec<super::checks::CheckConfig>,
+    #[serde(default)]
+    concurrency: BTreeMap<String, usize>,
     #[serde(default)]
     backend: BackendKind,
     #[serde(default, rename = "step")]
@@ -438,6 +446,11 @@ pub struct PipelineConfig {
     pub retry: RetrySettings,
     /// What to tell when a run ends.
     pub hooks: super::hooks::Hooks,
+    /// Checks of steps' outputs (`[[check]]`).
+    pub checks: Vec<super::checks::CheckConfig>,
+    /// Named limits of units at once (`[concurrency]`), for steps'
+    /// `concurrency_key`.
+    pub concurrency: BTreeMap<String, usize>,
     /// Default backend.
     pub backend: BackendKind,
     /// Steps in order; step `i` has number `i + 1`.
@@ -487,6 +500,8 @@ impl PipelineConfig {
                 no_retry_on: raw.no_retry_on,
             },
             hooks: raw.hooks,
+            checks: raw.checks,
+            concurrency: raw.concurrency,
             backend: raw.backend,
             steps,
             path: path.to_path_buf(),
@@ -529,6 +544,13 @@ impl PipelineConfig {
     pub fn retry_of(&self, index: usize) -> std::result::Result<RetryPolicy, String> {
         let own = self.steps.get(index).map(RetrySettings::of_step).unwrap_or_default();
         own.or(&self.retry).policy()
+    }
+
+    /// The limit of units at once of step `index` from its
+    /// `concurrency_key` (none without one).
+    pub fn concurrency_of(&self, index: usize) -> Option<usize> {
+        let key = self.steps.get(index)?.concurrency_key.as_ref()?;
+        self.concurrency.get(key).copied()
     }
 
     /// The backend of step `index`.

@@ -35,15 +35,18 @@
 
 pub mod backend;
 pub mod cache;
+pub mod checks;
 pub mod config;
 pub mod events;
-pub mod hooks;
+pub use crate::tool::hooks;
 pub mod logs;
 pub mod operation;
 pub mod ops;
 pub mod plan;
 mod preflight;
-pub mod process;
+pub use crate::tool::process;
+pub mod provenance;
+pub mod recheck;
 pub mod retry;
 pub mod run;
 pub mod status;
@@ -56,17 +59,7 @@ pub mod worker;
 pub mod worker_mode;
 pub mod worker_program;
 
-/// How a child process ended, for execution errors: `exit status N`, or
-/// `killed by signal N` (naming SIGKILL, what an OOM killer or `kill -9` sends).
-pub(crate) fn describe_exit(status: std::process::ExitStatus) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (_, Some(9)) => "killed by signal 9 (SIGKILL)".into(),
-        (_, Some(s)) => format!("killed by signal {s}"),
-        (Some(c), _) => format!("exit status {c}"),
-        _ => status.to_string(),
-    }
-}
+pub(crate) use crate::tool::process::describe_exit;
 
 pub use config::{BackendKind, FailurePolicy, Pairing, PipelineConfig, StepConfig, StepError};
 pub use operation::{Operation, Output, UnitContext};

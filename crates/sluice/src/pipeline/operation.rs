@@ -159,6 +159,10 @@ pub struct UnitContext {
     pub run_id: String,
     /// The unit's wall-time limit (the step's `timeout` or `resources.time`).
     pub time_limit: Option<std::time::Duration>,
+    /// The resident memory its tool may use, in bytes: the step's
+    /// `resources.memory_gb` on the local backend (on SLURM, `--mem` is
+    /// SLURM's to enforce).
+    pub memory_limit: Option<u64>,
     tool_output: Arc<Mutex<Option<String>>>,
     failure: Mutex<Option<FailureKind>>,
     handle: tokio::runtime::Handle,
@@ -182,6 +186,12 @@ impl UnitContext {
             lake,
             run_id: job.run_id.clone(),
             time_limit: job.step.time_limit_on(job.backend).ok().flatten(),
+            memory_limit: match job.backend {
+                super::config::BackendKind::Local => {
+                    job.step.resources.memory_gb.map(|gb| u64::from(gb) << 30)
+                }
+                _ => None,
+            },
             tool_output: Arc::new(Mutex::new(None)),
             failure: Mutex::new(None),
             handle: tokio::runtime::Handle::current(),

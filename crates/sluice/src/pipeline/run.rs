@@ -14,6 +14,8 @@
 //!   record `completed` / `failed` / `cancelled` with counts and timings
 //! ```
 
+use std::collections::BTreeMap;
+use std::ops::RangeBounds;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -21,6 +23,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::backend::slurm::SlurmOptions;
+use super::checks::{self, CheckedStep};
 use super::config::BackendKind;
 pub use super::events::{Observer, RunEvent, StepSummary};
 use super::ops::Operations;
@@ -45,6 +48,13 @@ pub struct RunReport {
     pub cancelled: bool,
     /// Whether a failure stopped it.
     pub stopped_by_failure: bool,
+    /// What the checks of its steps found, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<super::checks::CheckResult>,
+    /// Steps not run because they read outputs a failing check blocked:
+    /// (step, the check and step that blocked it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<(String, String)>,
     /// Wall time, seconds.
     pub seconds: f64,
 }
@@ -53,6 +63,11 @@ impl RunReport {
     /// Units that failed, over all steps.
     pub fn failed_units(&self) -> usize {
         self.steps.iter().map(|s| s.failed).sum()
+    }
+
+    /// Checks of severity `error` that failed.
+    pub fn failed_checks(&self) -> usize {
+        self.checks.iter().filter(|c| c.blocks()).count()
     }
 }
 
@@ -144,8 +159,10 @@ impl RunBuilder<'_> {
         let (event, summary) = match &outcome {
             Ok(report) => {
                 // As `sluice run` exits: failed when any unit failed.
-                let failed =
-                    report.cancelled || report.stopped_by_failure || report.failed_units() > 0;
+                let failed = report.cancelled
+                    || report.stopped_by_failure
+                    || report.failed_units() > 0
+                    || report.failed_checks() > 0;
                 let summary = serde_json::to_value(report).unwrap_or_default();
                 (if failed { "failure" } else { "success" }, summary)
             }
@@ -153,6 +170,11 @@ impl RunBuilder<'_> {
                 ("failure", serde_json::json!({ "pipeline": config.name, "error": e.to_string() }))
             }
         };
+        if let Ok(report) = &outcome
+            && report.checks.iter().any(|c| !c.passed)
+        {
+            config.hooks.fire("check_failed", summary.clone(), folder).await;
+        }
         config.hooks.fire(event, summary, folder).await;
         outcome
     }
@@ -182,6 +204,8 @@ impl RunBuilder<'_> {
             steps: Vec::new(),
             cancelled: false,
             stopped_by_failure: false,
+            checks: Vec::new(),
+            blocked: Vec::new(),
             seconds: 0.0,
         };
         let context = RunContext {
@@ -198,11 +222,23 @@ impl RunBuilder<'_> {
         let mut streams: Vec<Streams> = Vec::new();
         let mut specs: Vec<String> = Vec::new();
         let run_id = report.pipeline_run_id.clone();
+        // (step, output role) → the failing check that keeps it from the steps after.
+        let mut blocked: BTreeMap<(usize, String), String> = BTreeMap::new();
         for index in 0..config.steps.len() {
             if self.cancel.load(Ordering::SeqCst) {
                 report.cancelled = true;
-                self.not_reached(index, &run_id, "the run was cancelled").await;
+                self.not_reached(index.., &run_id, "the run was cancelled").await;
                 break;
+            }
+            if let Some(why) = self.blocked_inputs(index, &blocked) {
+                for role in self.pipeline.outputs[index].keys() {
+                    blocked.insert((index, role.clone()), why.clone());
+                }
+                self.not_reached(index..=index, &run_id, &why).await;
+                report.blocked.push((config.steps[index].name.clone(), why));
+                streams.push(Streams::new());
+                specs.push(String::new());
+                continue;
             }
             let name = &config.steps[index].name;
             let upstream = format!("step {} ({name}) failed", index + 1);
@@ -214,11 +250,24 @@ impl RunBuilder<'_> {
             let (summary, outputs, spec) = match executed {
                 Ok(done) => done,
                 Err(e) => {
-                    self.not_reached(index + 1, &run_id, &upstream).await;
+                    self.not_reached(index + 1.., &run_id, &upstream).await;
                     return Err(e);
                 }
             };
             let status = summary.status;
+            if matches!(status, StepStatus::Completed | StepStatus::Skipped) {
+                let checks = self.pipeline.checks_of(index);
+                let at = CheckedStep {
+                    pipeline_run_id: &run_id,
+                    step_run_id: &summary.step_run_id,
+                    step_number: summary.number,
+                };
+                let results = checks::evaluate(self.lake, &checks, &outputs).await?;
+                checks::record(self.lake, &at, &results).await?;
+                let roles = &self.pipeline.outputs[index];
+                blocked.extend(checks::blocked_outputs(&results, &checks, index, roles));
+                report.checks.extend(results);
+            }
             context.emit(RunEvent::StepFinished(Box::new(summary.clone())));
             report.steps.push(summary);
             streams.push(outputs);
@@ -226,12 +275,12 @@ impl RunBuilder<'_> {
             match status {
                 StepStatus::Cancelled => {
                     report.cancelled = true;
-                    self.not_reached(index + 1, &run_id, "the run was cancelled").await;
+                    self.not_reached(index + 1.., &run_id, "the run was cancelled").await;
                     break;
                 }
                 StepStatus::Failed => {
                     report.stopped_by_failure = true;
-                    self.not_reached(index + 1, &run_id, &upstream).await;
+                    self.not_reached(index + 1.., &run_id, &upstream).await;
                     break;
                 }
                 _ => {}
@@ -241,12 +290,30 @@ impl RunBuilder<'_> {
         Ok(report)
     }
 
-    /// Record steps `from..` as not reached, with why (best effort: the run
-    /// reports its own outcome either way), so `status` lists every step of
-    /// the pipeline, as dbt lists a skipped model.
-    async fn not_reached(&self, from: usize, run_id: &str, why: &str) {
+    /// Why step `index` may not run: an input it reads (directly) is an
+    /// output a failing check blocked (a blocked step's outputs are
+    /// blocked in turn, so this reaches every step downstream).
+    fn blocked_inputs(
+        &self,
+        index: usize,
+        blocked: &BTreeMap<(usize, String), String>,
+    ) -> Option<String> {
         let config = &self.pipeline.config;
-        for (index, step) in config.steps.iter().enumerate().skip(from) {
+        self.pipeline.inputs[index].values().find_map(|r| {
+            let from = config.step_index(&r.step)?;
+            blocked.get(&(from, r.role.clone())).map(|why| format!("blocked: {why}"))
+        })
+    }
+
+    /// Record the steps at `indices` as not reached, with why (best effort:
+    /// the run reports its own outcome either way), so `status` lists every
+    /// step of the pipeline, as dbt lists a skipped model.
+    async fn not_reached(&self, indices: impl RangeBounds<usize>, run_id: &str, why: &str) {
+        let config = &self.pipeline.config;
+        for (index, step) in config.steps.iter().enumerate() {
+            if !indices.contains(&index) {
+                continue;
+            }
             let record = super::steps_log::StepRecord {
                 step_run_id: plan::new_run_id(),
                 step_spec_id: String::new(),

@@ -58,6 +58,9 @@ pub struct RunState {
     pub status: StepStatus,
     /// Steps in order.
     pub steps: Vec<StepState>,
+    /// What its checks found (read for one run: [`status`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<super::checks::CheckRecord>,
 }
 
 fn state_of(rows: &[&StepRecord]) -> Option<StepState> {
@@ -142,6 +145,7 @@ pub async fn runs(lake: &Lake) -> Result<Vec<RunState>> {
             updated: rows.iter().map(|r| r.timestamp).max().unwrap_or_default(),
             status: overall(&steps),
             steps,
+            checks: Vec::new(),
         });
     }
     out.sort_by_key(|r| std::cmp::Reverse(r.started));
@@ -164,10 +168,15 @@ pub async fn status(lake: &Lake, run: Option<&str>) -> Result<RunState> {
             matching.pop()
         }
     };
-    found.ok_or_else(|| {
-        Error::InvalidInput(match run {
+    let Some(mut found) = found else {
+        return Err(Error::InvalidInput(match run {
             Some(r) => format!("no pipeline run `{r}`. Help: `sluice runs` lists them"),
             None => "no pipeline has run in this lake yet. Help: `sluice run pipeline.toml`".into(),
-        })
-    })
+        }));
+    };
+    found.checks = super::checks::read(lake, Some(&found.pipeline_run_id)).await?;
+    if found.checks.iter().any(|c| c.result.blocks()) && found.status == StepStatus::Completed {
+        found.status = StepStatus::Failed;
+    }
+    Ok(found)
 }

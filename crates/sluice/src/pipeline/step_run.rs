@@ -304,6 +304,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
                 "pipeline": self.runner.pipeline().config.name,
                 "owner": crate::host::owner(),
                 "inputs": self.input_refs(),
+                "provenance": super::provenance::pipeline_file(&self.runner.pipeline().config.path),
             }),
         }
     }
@@ -390,15 +391,21 @@ impl<'r, 'a> StepRun<'r, 'a> {
         Ok((unit_runs, jobs))
     }
 
-    /// The dispatch state of this step's first round.
-    fn new_dispatch(&self, max_failed: Option<usize>, retry: RetryPolicy) -> Dispatch {
+    /// The dispatch state of this step's first round; `workers`: the
+    /// units it may run at once.
+    fn new_dispatch(
+        &self,
+        workers: usize,
+        max_failed: Option<usize>,
+        retry: RetryPolicy,
+    ) -> Dispatch {
         let runner = self.runner;
         let observer = runner.observer.clone();
         let number = self.number;
         Dispatch {
             lake: runner.lake().root().clone(),
             worker_program: if self.op.inline() { None } else { runner.worker_program.clone() },
-            workers: runner.workers,
+            workers,
             stop: Arc::new(AtomicBool::new(false)),
             cancelled: runner.cancel.clone(),
             fail_fast: runner.pipeline().config.failure_of(self.index) == FailurePolicy::FailFast,
@@ -426,7 +433,16 @@ impl<'r, 'a> StepRun<'r, 'a> {
         let config = &self.runner.pipeline().config;
         let limit = config.max_failed_units_of(self.index);
         let retry = config.retry_of(self.index).map_err(|e| config.step_error(self.index, e))?;
-        let mut dispatch = self.new_dispatch(limit.map(|l| l.allowed(jobs.len())), retry);
+        let mut workers = self.runner.workers;
+        if self.op.inline() || backend_kind == BackendKind::Local {
+            workers = backend::local::fitting_lanes(self.step, workers)
+                .map_err(|e| config.step_error(self.index, e))?;
+        }
+        if let Some(most) = config.concurrency_of(self.index) {
+            workers = workers.min(most);
+        }
+        let max_failed = limit.map(|l| l.allowed(jobs.len()));
+        let mut dispatch = self.new_dispatch(workers, max_failed, retry);
         let job_count = jobs.len();
         let mut round: Arc<[UnitJob]> = jobs.into();
         let mut runs = HashSet::new();
@@ -693,6 +709,7 @@ impl<'r, 'a> StepRun<'r, 'a> {
             "retries": summary.retries,
             "inputs": self.input_refs(),
             "outputs": outputs,
+            "provenance": super::provenance::pipeline_file(&self.runner.pipeline().config.path),
         });
         steps_log::append(self.runner.lake(), &row).await?;
         if self.summary.dispatched > 0 {

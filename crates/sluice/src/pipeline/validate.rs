@@ -101,6 +101,9 @@ impl Pipeline {
             }
             let op = operations.get(&step.operation).map_err(|e| err(e.to_string()))?;
             config.retry_of(i).map_err(err)?;
+            if let Some(problem) = concurrency_problem(&config, step) {
+                return Err(err(problem));
+            }
             if let Some(known) = op.known_params()
                 && let Some(unknown) = step.params.keys().find(|k| !known.contains(&k.as_str()))
             {
@@ -189,7 +192,14 @@ impl Pipeline {
             all_inputs.push(refs);
             all_outputs.push(outputs);
         }
+        check_checks(&config, &all_outputs)?;
         Ok(Pipeline { config, operations: ops, inputs: all_inputs, outputs: all_outputs })
+    }
+
+    /// The checks of step `index`.
+    pub fn checks_of(&self, index: usize) -> Vec<&super::checks::CheckConfig> {
+        let name = self.config.steps.get(index).map(|s| s.name.as_str());
+        self.config.checks.iter().filter(|c| Some(c.step.as_str()) == name).collect()
     }
 
     /// Load, parse and validate a pipeline file.
@@ -200,6 +210,37 @@ impl Pipeline {
     ) -> Result<Pipeline> {
         Self::validate(PipelineConfig::load(path)?, operations, types)
     }
+}
+
+/// What is wrong with a step's `concurrency_key`, if anything.
+fn concurrency_problem(config: &PipelineConfig, step: &StepConfig) -> Option<String> {
+    let key = step.concurrency_key.as_ref()?;
+    match config.concurrency.get(key) {
+        Some(0) => Some(format!("[concurrency] {key} must be at least 1")),
+        Some(_) => None,
+        None => Some(format!(
+            "concurrency_key = \"{key}\" is not in the pipeline's [concurrency] table (add `[concurrency]\n{key} = 4`)"
+        )),
+    }
+}
+
+/// The `[[check]]`s: unique names, a step and role that exist, SQL.
+fn check_checks(config: &PipelineConfig, outputs: &[BTreeMap<String, String>]) -> Result<()> {
+    let mut names = BTreeSet::new();
+    for check in &config.checks {
+        if !valid_name(&check.name) || !names.insert(check.name.as_str()) {
+            return Err(config.file_error(format!(
+                "check `{}`: a check needs a unique name of letters, digits, `_` or `-`",
+                check.name
+            )));
+        }
+        let roles =
+            config.step_index(&check.step).map(|i| outputs[i].keys().map(String::as_str).collect());
+        if let Some(problem) = super::checks::problem(check, roles) {
+            return Err(config.file_error(problem));
+        }
+    }
+    Ok(())
 }
 
 /// What a step sets to zero that must be at least 1.

@@ -74,6 +74,7 @@ pub(crate) async fn run_unit(
         metadata["sources"] = serde_json::Value::Array(job.unit.sources.clone());
     }
     attempt_metadata(&mut metadata, job, failure);
+    metadata["provenance"] = super::provenance::of_step(&job.step);
     let staged =
         staged_execution(job, produced, error.clone(), tool_output, started, worker_id, metadata)?;
     let report = UnitReport {

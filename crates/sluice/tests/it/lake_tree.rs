@@ -3,7 +3,7 @@
 use crate::common::{lake, log_actions, metrics};
 use sluice::Lake;
 
-const TREE: [(&str, bool); 10] = [
+const TREE: [(&str, bool); 11] = [
     ("artifacts/index", false),
     ("artifacts/metrics", true),
     ("artifacts/configs", true),
@@ -13,6 +13,7 @@ const TREE: [(&str, bool); 10] = [
     ("provenance/execution_edges", false),
     ("orchestration/executions", true),
     ("orchestration/steps", false),
+    ("orchestration/checks", false),
     ("orchestration/commits", false),
 ];
 

@@ -23,6 +23,7 @@ async fn every_table_is_queryable_by_its_short_name() {
         "execution_edges",
         "executions",
         "steps",
+        "checks",
     ] {
         assert_eq!(
             csv(&lake, &format!("SELECT count(*) AS n FROM {name}"), None).await,

@@ -519,7 +519,10 @@ pub async fn any_table_holds(
 
 /// The tables a sequence writes, in commit order.
 pub fn sequence_tables(specs: &[TableSpec]) -> Vec<&TableSpec> {
-    specs.iter().filter(|s| !matches!(s.kind, TableKind::Steps | TableKind::Commits)).collect()
+    specs
+        .iter()
+        .filter(|s| !matches!(s.kind, TableKind::Steps | TableKind::Checks | TableKind::Commits))
+        .collect()
 }
 
 /// Every table's current version (the journal's excluded), read in reverse

@@ -92,6 +92,41 @@ fn requeue(queue: &Queue, jobs: Vec<usize>) {
     }
 }
 
+/// How many of `step`'s units may run at once on this machine: at most
+/// `workers`, and no more than its `resources.cpus` fit in the cores this
+/// process may use and its `resources.memory_gb` in the memory it may use
+/// (a 4-CPU unit takes four cores' slots). A unit that needs more than the
+/// machine has is an error saying so.
+pub fn fitting_lanes(
+    step: &crate::pipeline::config::StepConfig,
+    workers: usize,
+) -> std::result::Result<usize, String> {
+    let mut lanes = workers.max(1);
+    if let Some(cpus) = step.resources.cpus.filter(|c| *c > 1) {
+        let cores = crate::host::cores();
+        let fit = cores / cpus as usize;
+        if fit == 0 {
+            return Err(format!(
+                "a unit needs resources.cpus = {cpus}, but this machine gives this process {cores} cores \
+                 (run the step on SLURM, or lower resources.cpus)"
+            ));
+        }
+        lanes = lanes.min(fit);
+    }
+    if let (Some(gb), Some(ceiling)) = (step.resources.memory_gb, crate::host::memory_ceiling()) {
+        let fit =
+            usize::try_from(ceiling.bytes / (u64::from(gb.max(1)) << 30)).unwrap_or(usize::MAX);
+        if fit == 0 {
+            return Err(format!(
+                "a unit needs resources.memory_gb = {gb}, more than {ceiling} \
+                 (run the step on SLURM, or lower resources.memory_gb)"
+            ));
+        }
+        lanes = lanes.min(fit);
+    }
+    Ok(lanes)
+}
+
 /// Run `jobs` and return every dispatched unit's outcome (units never
 /// dispatched because dispatching stopped are absent).
 pub async fn run(

@@ -38,7 +38,7 @@ use crate::artifact::ArtifactId;
 use crate::error::{Error, Result};
 use crate::pipeline::config::{StepConfig, StepError};
 use crate::pipeline::operation::{Operation, Output, Signature, UnitContext};
-use crate::pipeline::process::{run_tool, tail};
+use crate::pipeline::process::{ToolLimits, run_tool, tail};
 use crate::pipeline::retry::FailureKind;
 
 use super::sandbox::{add_depends, hash_files, materialize, mkdir, output_draft, output_files};
@@ -131,9 +131,17 @@ impl Operation for CommandOp {
             .env("SLUICE_PARAMS", &params)
             .env("SLUICE_RUN_ID", &ctx.run_id)
             .env("SLUICE_STEP", &ctx.step.name);
-        let run = run_tool(command, ctx.time_limit, TOOL_OUTPUT_TAIL)?;
+        let limits = ToolLimits { time: ctx.time_limit, memory: ctx.memory_limit };
+        let run = run_tool(command, limits, TOOL_OUTPUT_TAIL)?;
         ctx.set_tool_output(tail(&run.output, TOOL_OUTPUT_TAIL));
         match run.status {
+            None if run.out_of_memory => {
+                ctx.set_failure(FailureKind::Oom);
+                return Err(op(format!(
+                    "`{program}` used more memory than the step's resources.memory_gb ({} GiB) and was killed (oom)",
+                    ctx.memory_limit.unwrap_or_default() >> 30
+                )));
+            }
             None => {
                 ctx.set_failure(FailureKind::Timeout);
                 return Err(op(format!(

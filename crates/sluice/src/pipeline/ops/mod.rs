@@ -26,6 +26,7 @@ pub use ingest::IngestFiles;
 pub use merge::MergeOp;
 pub use metrics::ComputeMetrics;
 pub use python::PythonOp;
+pub(crate) use python::source_of as python_source_of;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

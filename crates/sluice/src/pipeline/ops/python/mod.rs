@@ -75,6 +75,12 @@ fn described(step: &StepConfig) -> std::result::Result<Described, StepError> {
         .map_err(|why| StepError::Shape(format!("function `{function}`: {why}")))
 }
 
+/// The file of a `python` step's module and the interpreter's version
+/// (what an execution's provenance records); `None` when it cannot say.
+pub(crate) fn source_of(step: &StepConfig) -> Option<(Option<std::path::PathBuf>, String)> {
+    described(step).ok().map(|d| (d.origin, d.python))
+}
+
 /// The step's roles and params fit the function's parameters.
 fn check_signature(
     function: &str,

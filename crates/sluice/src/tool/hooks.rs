@@ -4,10 +4,11 @@
 //! [hooks]
 //! on_success = ["sh", "-c", "mail -s done me@example.org"]   # a command: the summary on its stdin
 //! on_failure = { url = "https://hooks.example.org/sluice" }  # or a URL: the summary POSTed as JSON
+//! on_check_failed = ["notify-send", "a check failed"]       # when any check (warn or error) failed
 //! ```
 //!
 //! The summary is the run's report as `sluice run --json` prints it, with
-//! `event` (`success` or `failure`) added; a run that stopped on an error
+//! `event` (`success`, `failure` or `check_failed`) added; a run that stopped on an error
 //! before it could report sends `pipeline`, `event` and `error`. A hook is
 //! told, never asked: one that fails, times out or cannot be reached is
 //! logged and the run's own outcome stands. Commands run in the pipeline
@@ -18,8 +19,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::describe_exit;
-use super::process::{run_tool_reading, tail};
+use super::process::{ToolLimits, describe_exit, run_tool_reading, tail};
 
 /// How long a hook may take.
 pub const HOOK_TIME_LIMIT: Duration = Duration::from_secs(60);
@@ -48,12 +48,20 @@ pub struct Hooks {
     /// error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<Hook>,
+    /// Told when a check failed (of either severity; before `on_failure`,
+    /// which an `error` check's failure also fires).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_check_failed: Option<Hook>,
 }
 
 impl Hooks {
     /// What is wrong with these hooks, if anything (for validation).
     pub fn problem(&self) -> Option<String> {
-        let named = [("on_success", &self.on_success), ("on_failure", &self.on_failure)];
+        let named = [
+            ("on_success", &self.on_success),
+            ("on_failure", &self.on_failure),
+            ("on_check_failed", &self.on_check_failed),
+        ];
         named.into_iter().find_map(|(name, hook)| match hook.as_ref()? {
             Hook::Command(argv) if argv.first().is_none_or(|p| p.trim().is_empty()) => {
                 Some(format!("hooks.{name}: the command is empty"))
@@ -65,27 +73,57 @@ impl Hooks {
         })
     }
 
-    /// Tell the hook of `event` (`"success"` or `"failure"`), if there is
-    /// one; a hook that fails is logged, never returned.
+    /// Tell the hook of `event` (`"success"`, `"failure"` or
+    /// `"check_failed"`), if there is one; a hook that fails is logged,
+    /// never returned.
     pub(crate) async fn fire(&self, event: &str, summary: serde_json::Value, folder: &Path) {
         let hook = match event {
             "success" => &self.on_success,
+            "check_failed" => &self.on_check_failed,
             _ => &self.on_failure,
         };
-        let Some(hook) = hook else { return };
+        if let Some(hook) = hook {
+            hook.tell(event, summary, folder).await;
+        }
+    }
+}
+
+/// Ingestion's hooks (`[hooks]` of `lakehouse.toml`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestHooks {
+    /// Told of each file dead-lettered after its failed attempts: its
+    /// table, file, attempts and reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_dead_letter: Option<Hook>,
+}
+
+impl IngestHooks {
+    /// What is wrong with these hooks, if anything (for validation).
+    pub fn problem(&self) -> Option<String> {
+        Hooks { on_failure: self.on_dead_letter.clone(), ..Hooks::default() }
+            .problem()
+            .map(|p| p.replace("hooks.on_failure", "hooks.on_dead_letter"))
+    }
+}
+
+impl Hook {
+    /// Tell this hook of `event` with `summary` (`event` added to it); a
+    /// hook that fails is logged, never returned.
+    pub(crate) async fn tell(&self, event: &str, summary: serde_json::Value, folder: &Path) {
         let mut body = summary;
         if let Some(object) = body.as_object_mut() {
             object.insert("event".into(), event.into());
         }
         let body = body.to_string();
-        let told = match hook {
+        let told = match self {
             Hook::Command(argv) => run(argv, &body, folder).await,
             Hook::Post { url } => post(url, body).await,
         };
         match told {
             Ok(()) => tracing::info!(event, "hook on_{event} told"),
             Err(why) => {
-                tracing::warn!(event, "hook on_{event} failed (the run's outcome stands): {why}")
+                tracing::warn!(event, "hook on_{event} failed (what it tells of stands): {why}")
             }
         }
     }
@@ -104,7 +142,8 @@ async fn run(argv: &[String], body: &str, folder: &Path) -> Result<(), String> {
     let mut command = std::process::Command::new(program);
     command.args(args).current_dir(folder);
     let ran = tokio::task::spawn_blocking(move || {
-        run_tool_reading(command, input.into(), Some(HOOK_TIME_LIMIT), OUTPUT_TAIL)
+        let limits = ToolLimits { time: Some(HOOK_TIME_LIMIT), memory: None };
+        run_tool_reading(command, input.into(), limits, OUTPUT_TAIL)
     })
     .await
     .map_err(|e| format!("running `{program}`: {e}"))?
@@ -182,6 +221,7 @@ mod tests {
                 "cat > told.json".into(),
             ])),
             on_failure: Some(Hook::Command(vec!["sh".into(), "-c".into(), "exit 4".into()])),
+            on_check_failed: None,
         };
         hooks.fire("success", serde_json::json!({"pipeline": "p"}), dir.path()).await;
         let told: serde_json::Value =

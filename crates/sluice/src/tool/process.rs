@@ -24,6 +24,8 @@ pub struct ToolRun {
     pub status: Option<ExitStatus>,
     /// Whether the time limit ended it.
     pub timed_out: bool,
+    /// Whether it was killed for using more memory than its limit.
+    pub out_of_memory: bool,
     /// Wall time.
     pub elapsed: Duration,
     /// The tail of stdout, then stderr.
@@ -89,10 +91,23 @@ fn drain(mut pipe: impl Read + Send + 'static, keep: usize) -> std::thread::Join
     })
 }
 
+/// What a tool may use: wall time, and resident memory over its whole
+/// process group (checked every [`MEMORY_TICK`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ToolLimits {
+    /// Wall time.
+    pub time: Option<Duration>,
+    /// Bytes of resident memory.
+    pub memory: Option<u64>,
+}
+
+/// How often a tool's memory is measured against its limit.
+pub const MEMORY_TICK: Duration = Duration::from_millis(100);
+
 /// Run `command` (stdin closed, stdout/stderr captured) in its own process
-/// group, at most `limit`, keeping `keep` bytes of each output stream.
-pub fn run_tool(command: Command, limit: Option<Duration>, keep: usize) -> Result<ToolRun> {
-    run_tool_reading(command, Stdio::null(), limit, keep)
+/// group, within `limits`, keeping `keep` bytes of each output stream.
+pub fn run_tool(command: Command, limits: ToolLimits, keep: usize) -> Result<ToolRun> {
+    run_tool_reading(command, Stdio::null(), limits, keep)
 }
 
 /// [`run_tool`] with `stdin` as the tool's standard input (a hook reads the
@@ -100,7 +115,7 @@ pub fn run_tool(command: Command, limit: Option<Duration>, keep: usize) -> Resul
 pub fn run_tool_reading(
     mut command: Command,
     stdin: Stdio,
-    limit: Option<Duration>,
+    limits: ToolLimits,
     keep: usize,
 ) -> Result<ToolRun> {
     use std::os::unix::process::CommandExt;
@@ -117,8 +132,10 @@ pub fn run_tool_reading(
     register_group(pgid);
     let out = child.stdout.take().map(|p| drain(p, keep));
     let err = child.stderr.take().map(|p| drain(p, keep));
-    let deadline = limit.map(|l| started + l);
+    let deadline = limits.time.map(|l| started + l);
     let mut timed_out = false;
+    let mut out_of_memory = false;
+    let mut next_measure = started + MEMORY_TICK;
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break Some(status),
@@ -133,6 +150,17 @@ pub fn run_tool_reading(
             kill_group(pgid);
             let _ = child.wait();
             break None;
+        }
+        if let Some(most) = limits.memory
+            && Instant::now() >= next_measure
+        {
+            next_measure = Instant::now() + MEMORY_TICK;
+            if crate::host::group_rss(pgid) > most {
+                out_of_memory = true;
+                kill_group(pgid);
+                let _ = child.wait();
+                break None;
+            }
         }
         std::thread::sleep(Duration::from_millis(10));
     };
@@ -153,7 +181,19 @@ pub fn run_tool_reading(
         }
         output.push_str(&stderr);
     }
-    Ok(ToolRun { status, timed_out, elapsed: started.elapsed(), output })
+    Ok(ToolRun { status, timed_out, out_of_memory, elapsed: started.elapsed(), output })
+}
+
+/// How a child process ended, for execution errors: `exit status N`, or
+/// `killed by signal N` (naming SIGKILL, what an OOM killer or `kill -9` sends).
+pub(crate) fn describe_exit(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (_, Some(9)) => "killed by signal 9 (SIGKILL)".into(),
+        (_, Some(s)) => format!("killed by signal {s}"),
+        (Some(c), _) => format!("exit status {c}"),
+        _ => status.to_string(),
+    }
 }
 
 /// Exit this process when its parent dies (it is re-parented): for worker
@@ -198,11 +238,26 @@ mod tests {
         assert!(t.ends_with('é'), "{t}");
     }
 
+    fn within(time: Duration) -> ToolLimits {
+        ToolLimits { time: Some(time), memory: None }
+    }
+
+    #[test]
+    fn a_group_past_its_memory_is_killed_as_out_of_memory() {
+        // A child of the tool grows past the limit: the group's memory counts.
+        let mut c = Command::new("sh");
+        c.args(["-c", "python3 -c 'x = b\"x\" * (300 << 20); import time; time.sleep(30)' & wait"]);
+        let limits = ToolLimits { time: Some(Duration::from_secs(20)), memory: Some(100 << 20) };
+        let run = run_tool(c, limits, 4096).unwrap();
+        assert!(run.out_of_memory && run.status.is_none(), "{run:?}");
+        assert!(run.elapsed < Duration::from_secs(10), "{run:?}");
+    }
+
     #[test]
     fn a_background_child_neither_holds_the_unit_nor_survives_it() {
         let mut c = Command::new("sh");
         c.args(["-c", "sleep 30 & echo started; echo oops >&2"]);
-        let run = run_tool(c, Some(Duration::from_secs(20)), 4096).unwrap();
+        let run = run_tool(c, within(Duration::from_secs(20)), 4096).unwrap();
         assert!(run.elapsed < Duration::from_secs(10), "{run:?}");
         assert!(run.status.is_some_and(|s| s.success()));
         assert!(run.output.contains("started") && run.output.contains("oops"), "{run:?}");
@@ -214,7 +269,7 @@ mod tests {
         let file = marker.path().join("late");
         let mut c = Command::new("sh");
         c.args(["-c", &format!("(sleep 2; touch {}) & sleep 30", file.display())]);
-        let run = run_tool(c, Some(Duration::from_millis(300)), 4096).unwrap();
+        let run = run_tool(c, within(Duration::from_millis(300)), 4096).unwrap();
         assert!(run.timed_out && run.status.is_none(), "{run:?}");
         std::thread::sleep(Duration::from_secs(3));
         assert!(!file.exists(), "the background child was killed with its group");
@@ -224,7 +279,7 @@ mod tests {
     fn only_the_tail_is_kept() {
         let mut c = Command::new("sh");
         c.args(["-c", "i=0; while [ $i -lt 2000 ]; do echo line$i; i=$((i+1)); done"]);
-        let run = run_tool(c, None, 100).unwrap();
+        let run = run_tool(c, ToolLimits::default(), 100).unwrap();
         assert!(run.output.len() <= 200 && run.output.contains("line1999"), "{}", run.output);
     }
 }
