@@ -390,6 +390,24 @@ pub enum Command {
         pipeline: PathBuf,
     },
 
+    /// Write the smallest pipeline that makes an artifact again: the steps
+    /// on its lineage from the pipeline file they ran from (refused if that
+    /// file changed since); `--run` runs it into a scratch lake and compares.
+    Reproduce {
+        /// The artifact id (32 hex characters), or a unique prefix of it.
+        id: String,
+        /// The folder to write `pipeline.toml` in (and, with `--run`, the
+        /// scratch lake `lake/`).
+        #[arg(long)]
+        into: PathBuf,
+        /// Run it into `<into>/lake` and check it makes the same artifact id.
+        #[arg(long)]
+        run: bool,
+        /// Workers of the run.
+        #[arg(long)]
+        workers: Option<usize>,
+    },
+
     /// Run a pipeline's `[[check]]`s again, alone, on what the latest run of
     /// each checked step left, and record the results (exit status 1 when
     /// an `error` check fails).

@@ -125,6 +125,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline::run(&root, &pipeline, backend, workers, json).await
         }
         Command::Check { pipeline } => pipeline::check(&root, &pipeline).await,
+        Command::Reproduce { id, into, run, workers } => {
+            pipeline::reproduce(&root, &id, &into, run, workers).await
+        }
         Command::Checks { pipeline, name, json } => {
             pipeline::checks(&root, &pipeline, name.as_deref(), json).await
         }

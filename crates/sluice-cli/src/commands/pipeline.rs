@@ -52,6 +52,51 @@ pub async fn check(root: &LakeRoot, file: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `sluice reproduce`: the pipeline that makes an artifact again, and with
+/// `run`, a run of it into a scratch lake that must make the same id.
+pub async fn reproduce(
+    root: &LakeRoot,
+    id: &str,
+    into: &Path,
+    run: bool,
+    workers: Option<usize>,
+) -> anyhow::Result<()> {
+    let lake = Lake::open(root).await?;
+    let id = lake.resolve(id).await?;
+    let plan = sluice::lineage::reproduce::plan(&lake, id).await?;
+    std::fs::create_dir_all(into).map_err(|e| sluice::Error::io(into, e))?;
+    let file = into.join("pipeline.toml");
+    std::fs::write(&file, &plan.text).map_err(|e| sluice::Error::io(&file, e))?;
+    print(&format!(
+        "{}: steps {} of {} (the lineage of artifact {id})",
+        file.display(),
+        plan.steps.join(", "),
+        plan.source.display()
+    ))?;
+    if !run {
+        return Ok(());
+    }
+    let scratch = into.join("lake");
+    // The lake's declared types, so that the scratch lake takes the same artifacts.
+    if let LakeRoot::Local(original) = root
+        && original.join("sluice.toml").exists()
+    {
+        std::fs::create_dir_all(&scratch).map_err(|e| sluice::Error::io(&scratch, e))?;
+        std::fs::copy(original.join("sluice.toml"), scratch.join("sluice.toml"))
+            .map_err(|e| sluice::Error::io(&scratch, e))?;
+    }
+    let scratch = LakeRoot::Local(scratch);
+    let (again, pipeline, operations) = load(&scratch, &file).await?;
+    let report = run_with_progress(&again, pipeline, operations, None, workers, false).await?;
+    finish(&report)?;
+    match again.get(id).await {
+        Ok(_) => print(&format!("reproduced: the run into {scratch} made artifact {id} again")),
+        Err(e) => bail!(
+            "the run into {scratch} did not make artifact {id} ({e}): it is not reproducible as recorded"
+        ),
+    }
+}
+
 /// `sluice checks`: a pipeline's checks again, alone.
 pub async fn checks(
     root: &LakeRoot,

@@ -128,3 +128,55 @@ fn lineage_and_graph_in_every_format_and_the_page_in_a_browser() {
         assert!(!log.contains(bad), "browser log has {bad}:\n{log}");
     }
 }
+
+/// `reproduce` writes the steps on an artifact's lineage (and the steps
+/// their inputs come from, never the others) from the pipeline file they
+/// ran from; `--run` makes the same artifact id in a scratch lake. A
+/// pipeline file changed since, or an artifact no step made, is refused.
+#[test]
+fn reproduce_writes_the_lineage_s_steps_and_makes_the_same_id() {
+    let lake = crate::Lake::new();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.toml");
+    let text = r#"name = "repro"
+[[step]]
+name = "gen"
+operation = "generate_data"
+params = { tables = 3, rows = 20, seed = 5 }
+
+[[step]]
+name = "other"
+operation = "generate_data"
+params = { tables = 2, rows = 5, seed = 9 }
+
+[[step]]
+name = "count"
+operation = "command"
+command = ["sh", "-c", 'for f in inputs/t/*; do echo "{\"n\": $(wc -l < $f)}" > outputs/m/$(basename $f .csv).json; done']
+inputs = { t = "gen.data" }
+outputs = { m = "metric" }
+"#;
+    std::fs::write(&file, text).unwrap();
+    lake.ok(&["run", file.to_str().unwrap()]);
+    let id = lake.csv("SELECT artifact_id FROM metrics WHERE origin_step_number = 3 LIMIT 1");
+    let id = id.lines().nth(1).unwrap().to_owned();
+    let into = dir.path().join("again");
+    let said = lake.ok(&["reproduce", &id, "--into", into.to_str().unwrap(), "--run"]);
+    assert!(said.contains("steps gen, count of") && said.contains("made artifact"), "{said}");
+    let written = std::fs::read_to_string(into.join("pipeline.toml")).unwrap();
+    assert!(!written.contains("\"other\""), "{written}");
+    let scratch = crate::Lake::at(into.join("lake"));
+    let found =
+        scratch.csv(&format!("SELECT count(*) AS n FROM metrics WHERE artifact_id = '{id}'"));
+    assert_eq!(found, "n\n1\n");
+    // The execution recorded what made it.
+    let shown = lake.ok(&["show", &id]);
+    assert!(shown.contains("produced  by execution") && shown.contains("\"blake3\""), "{shown}");
+
+    std::fs::write(&file, text.replace("seed = 5", "seed = 6")).unwrap();
+    let err = lake.fails(&["reproduce", &id, "--into", into.to_str().unwrap()]);
+    assert!(err.contains("changed since it made artifact"), "{err}");
+    let put = lake.ok(&["put", "--type", "metric", r#"{"x": 1}"#]);
+    let err = lake.fails(&["reproduce", put.trim(), "--into", into.to_str().unwrap()]);
+    assert!(err.contains("not made by a pipeline step"), "{err}");
+}

@@ -23,6 +23,7 @@
 pub mod graph;
 pub mod html;
 pub mod render;
+pub mod reproduce;
 pub mod view;
 mod walk;
 

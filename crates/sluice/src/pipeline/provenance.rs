@@ -139,10 +139,11 @@ fn describe(step: &StepConfig) -> Value {
 /// What a step's row records of the run: the orchestrator's build and the
 /// pipeline file (path and BLAKE3).
 pub(crate) fn pipeline_file(path: &Path) -> Value {
+    let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     json!({
         "sluice": build(),
         "pipeline_file": path.display().to_string(),
-        "pipeline_blake3": checksum(path),
+        "pipeline_blake3": checksum(&path),
     })
 }
 
