@@ -124,6 +124,10 @@ class Producer:
     operation: str
     step_name: Optional[str]
     step_number: int
+    #: What the execution recorded of what produced it: the sluice build,
+    #: host, container, and for a command its program's path and BLAKE3,
+    #: for a Python step its function, version and source file's BLAKE3.
+    provenance: Optional[Dict[str, Any]] = None
 
 
 @_dataclasses.dataclass(frozen=True)
