@@ -408,6 +408,21 @@ pub enum Command {
         workers: Option<usize>,
     },
 
+    /// Serve a read-only web view of the lake (runs, steps, failures,
+    /// checks, artifacts, tables) on this machine, until Ctrl-C.
+    Ui {
+        /// The port (0: any free one; the address is printed).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// The address to listen on; anything but loopback needs
+        /// `--allow-remote` (the view has no login).
+        #[arg(long, default_value = "127.0.0.1")]
+        host: std::net::IpAddr,
+        /// Allow a non-loopback `--host`.
+        #[arg(long)]
+        allow_remote: bool,
+    },
+
     /// Run a pipeline's `[[check]]`s again, alone, on what the latest run of
     /// each checked step left, and record the results (exit status 1 when
     /// an `error` check fails).

@@ -11,6 +11,7 @@ mod commands;
 mod help;
 mod log_format;
 mod output;
+mod ui;
 
 use std::process::ExitCode;
 

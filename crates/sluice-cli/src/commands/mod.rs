@@ -125,6 +125,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             pipeline::run(&root, &pipeline, backend, workers, json).await
         }
         Command::Check { pipeline } => pipeline::check(&root, &pipeline).await,
+        Command::Ui { port, host, allow_remote } => ui(&root, host, port, allow_remote).await,
         Command::Reproduce { id, into, run, workers } => {
             pipeline::reproduce(&root, &id, &into, run, workers).await
         }
@@ -346,6 +347,24 @@ async fn refuse_failing(
         Some(why) => anyhow::bail!("{why}. Help: without --require-checks it is read as it is"),
         None => Ok(()),
     }
+}
+
+/// `sluice ui`: a non-loopback address only when asked for, and said.
+async fn ui(
+    root: &LakeRoot,
+    host: std::net::IpAddr,
+    port: u16,
+    allow_remote: bool,
+) -> anyhow::Result<()> {
+    if !host.is_loopback() {
+        if !allow_remote {
+            anyhow::bail!(
+                "--host {host} would serve the lake to other machines, with no login: add --allow-remote to mean it (or reach 127.0.0.1 over `ssh -L`)"
+            );
+        }
+        eprintln!("warning: serving on {host}: anyone who can reach it can read this lake");
+    }
+    crate::ui::serve(root, crate::ui::UiOptions { host, port }).await
 }
 
 /// `sluice get`: an artifact's content as a file of its own.

@@ -20,7 +20,7 @@ inputs = { t = "gen.data" }
 outputs = { m = "metric" }
 "#;
 
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     let found = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
         .iter()
         .map(PathBuf::from)
@@ -38,6 +38,12 @@ fn chromium() -> Option<PathBuf> {
 /// Load `page` (with a URL fragment) in headless chromium; returns the DOM
 /// after its script ran, and what the browser logged.
 fn load(browser: &Path, page: &Path, fragment: &str) -> (String, String) {
+    load_url(browser, &format!("file://{}#{fragment}", page.display()))
+}
+
+/// Load `url` in headless chromium: the DOM after its script ran, and
+/// what the browser logged.
+pub(crate) fn load_url(browser: &Path, url: &str) -> (String, String) {
     let profile = tempfile::tempdir().unwrap();
     let out = Command::new(browser)
         .args([
@@ -55,7 +61,7 @@ fn load(browser: &Path, page: &Path, fragment: &str) -> (String, String) {
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg("--dump-dom")
-        .arg(format!("file://{}#{fragment}", page.display()))
+        .arg(url)
         .output()
         .unwrap();
     (

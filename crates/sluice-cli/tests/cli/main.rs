@@ -28,6 +28,7 @@ mod store_crash;
 mod store_ingest;
 mod stores;
 mod terminal;
+mod ui;
 
 /// How many trials, kills or rounds a kill or race loop runs: `var` when
 /// set; otherwise `full` under `SLUICE_TEST_DEPTH=full` (what `.ci/run`

@@ -57,7 +57,8 @@ pub struct LogsRequest {
 /// The units a request names, in step order.
 pub async fn logs(lake: &Lake, request: &LogsRequest) -> Result<Vec<UnitLog>> {
     let target = request.target.as_deref();
-    let runs = status::runs(lake).await?;
+    // A reader: steps whose orchestrator died show abandoned, unrecorded.
+    let runs = status::runs_as_seen(lake).await?;
     let matching: Vec<&RunState> = match target {
         None => runs.iter().take(1).collect(),
         Some(prefix) => runs.iter().filter(|r| r.pipeline_run_id.starts_with(prefix)).collect(),

@@ -122,8 +122,25 @@ pub async fn runs(lake: &Lake) -> Result<Vec<RunState>> {
     // they were recorded or not.
     let mut rows = steps_log::read(lake, None).await?;
     rows.extend(steps_log::close_abandoned(lake, Some(Duration::ZERO)).await?);
+    Ok(runs_of(&rows))
+}
+
+/// Every run, newest first, as [`runs`] has them, without writing
+/// anything: steps whose orchestrator died are shown abandoned, not
+/// recorded so (what a read-only viewer such as `sluice ui` shows).
+pub async fn runs_as_seen(lake: &Lake) -> Result<Vec<RunState>> {
+    if !crate::lake::delta::table::exists(lake.root(), &crate::lake::layout::steps_table()).await? {
+        return Ok(Vec::new());
+    }
+    let mut rows = steps_log::read(lake, None).await?;
+    rows.extend(steps_log::abandoned(lake).await?);
+    Ok(runs_of(&rows))
+}
+
+/// Runs from the steps table's rows, newest first.
+fn runs_of(rows: &[StepRecord]) -> Vec<RunState> {
     let mut by_run: BTreeMap<&str, Vec<&StepRecord>> = BTreeMap::new();
-    for row in &rows {
+    for row in rows {
         by_run.entry(row.pipeline_run_id.as_str()).or_default().push(row);
     }
     let mut out = Vec::new();
@@ -149,12 +166,24 @@ pub async fn runs(lake: &Lake) -> Result<Vec<RunState>> {
         });
     }
     out.sort_by_key(|r| std::cmp::Reverse(r.started));
-    Ok(out)
+    out
 }
 
 /// One run (by id or id prefix), or the latest.
 pub async fn status(lake: &Lake, run: Option<&str>) -> Result<RunState> {
     let runs = runs(lake).await?;
+    pick(lake, runs, run).await
+}
+
+/// [`status`] without writing anything (see [`runs_as_seen`]).
+pub async fn status_as_seen(lake: &Lake, run: Option<&str>) -> Result<RunState> {
+    let runs = runs_as_seen(lake).await?;
+    pick(lake, runs, run).await
+}
+
+/// Run `run` (an id or prefix; the latest when `None`) of `runs`, with
+/// what its checks found.
+async fn pick(lake: &Lake, runs: Vec<RunState>, run: Option<&str>) -> Result<RunState> {
     let found = match run {
         None => runs.into_iter().next(),
         Some(prefix) => {

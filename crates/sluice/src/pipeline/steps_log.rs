@@ -302,15 +302,10 @@ pub async fn orphaned_running(lake: &Lake) -> Result<Vec<StepRecord>> {
         .collect())
 }
 
-/// End `abandoned` every step [`orphaned_running`] finds; returns the
-/// `abandoned` rows. With `wait` `None`
-/// they are recorded, waiting for the writer lock as long as it takes;
-/// with `Some(limit)` a writer that cannot begin within it (the lock held,
-/// a restore running) leaves them unrecorded — a reader such as `status`
-/// shows them without waiting behind a long commit, and the next writer
-/// records them.
-pub async fn close_abandoned(lake: &Lake, wait: Option<Duration>) -> Result<Vec<StepRecord>> {
-    let ended: Vec<StepRecord> = orphaned_running(lake)
+/// The `abandoned` rows that would end the steps [`orphaned_running`]
+/// finds, not recorded (what a read-only view shows).
+pub async fn abandoned(lake: &Lake) -> Result<Vec<StepRecord>> {
+    Ok(orphaned_running(lake)
         .await?
         .into_iter()
         .map(|row| {
@@ -324,7 +319,18 @@ pub async fn close_abandoned(lake: &Lake, wait: Option<Duration>) -> Result<Vec<
                 ..row
             }
         })
-        .collect();
+        .collect())
+}
+
+/// End `abandoned` every step [`orphaned_running`] finds; returns the
+/// `abandoned` rows. With `wait` `None`
+/// they are recorded, waiting for the writer lock as long as it takes;
+/// with `Some(limit)` a writer that cannot begin within it (the lock held,
+/// a restore running) leaves them unrecorded — a reader such as `status`
+/// shows them without waiting behind a long commit, and the next writer
+/// records them.
+pub async fn close_abandoned(lake: &Lake, wait: Option<Duration>) -> Result<Vec<StepRecord>> {
+    let ended = abandoned(lake).await?;
     if ended.is_empty() {
         return Ok(ended);
     }
