@@ -52,7 +52,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("check", "sluice check pipeline.toml"),
     ("checks", "sluice checks pipeline.toml --name enough_rows"),
     ("reproduce", "sluice reproduce 5d0c2e9f --into repro --run"),
-    ("ui", "sluice ui --port 8080   # then open http://127.0.0.1:8080/"),
+    ("ui", "sluice ui --port 8080"),
     ("status", "sluice status"),
     ("runs", "sluice runs --limit 5"),
     ("graph", "sluice graph --format html -o run.html"),

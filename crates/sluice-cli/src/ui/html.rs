@@ -4,20 +4,9 @@
 use std::fmt::Write as _;
 
 /// `text` with `&`, `<`, `>`, `"` and `'` escaped: safe in element text and
-/// in quoted attribute values.
+/// in quoted attribute values (the lineage page's escaping, shared).
 pub(crate) fn esc(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
+    sluice::lineage::html::escape(text)
 }
 
 /// A whole page: `title` (escaped here), navigation, `body` (HTML already).
