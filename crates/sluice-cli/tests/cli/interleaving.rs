@@ -195,13 +195,35 @@ fn one_operation(world: &World<'_>, log: &Mutex<Log>, i: u64) {
 }
 
 /// Restores that were claimed after `at_us` and completed: the only thing
-/// that may undo an acknowledged put.
+/// that may undo an acknowledged put. A restore is claimed when its
+/// journal row's Delta version is committed: the row's own `timestamp` is
+/// taken before its data file is uploaded (on a loaded machine and a store,
+/// a second or more earlier), so the claim's time is read from the
+/// journal's history (the commit's time, in milliseconds: a claim in the
+/// same millisecond as the ack counts as after it).
 fn restores_after(world: &World<'_>, at_us: i64) -> bool {
-    world.count(&format!(
-        "SELECT count(*) FROM commits s WHERE s.restore_to IS NOT NULL AND s.phase = 'started' \
-         AND s.timestamp > to_timestamp_micros({at_us}) AND EXISTS \
-         (SELECT 1 FROM commits c WHERE c.token = s.token AND c.phase = 'completed')"
-    )) > 0
+    let claims = crate::json_lines(&world.ok(&[
+        "sql",
+        "--format",
+        "ndjson",
+        "SELECT s.position FROM commits s WHERE s.restore_to IS NOT NULL AND s.phase = 'started' \
+         AND EXISTS (SELECT 1 FROM commits c WHERE c.token = s.token AND c.phase = 'completed')",
+    ]));
+    if claims.is_empty() {
+        return false;
+    }
+    let history: Vec<serde_json::Value> = serde_json::from_str(
+        &world.ok(&["history", "--table", "commits", "--json", "--limit", "100000"]),
+    )
+    .unwrap();
+    claims.iter().any(|claim| {
+        let version = claim["position"].as_i64().unwrap();
+        history.iter().filter(|h| h["version"].as_i64() == Some(version)).any(|h| {
+            let time = h["time"].as_str().unwrap();
+            let committed = chrono::DateTime::parse_from_rfc3339(time).unwrap().timestamp_micros();
+            committed + 999 >= at_us
+        })
+    })
 }
 
 /// Three slots run `ops` random operations between them.
