@@ -230,16 +230,7 @@ async fn tables(root: &LakeRoot, as_json: bool) -> anyhow::Result<()> {
     let lake = Lake::open(root).await?;
     let infos = lake.table_infos().await?;
     if as_json {
-        let rows: Vec<Value> = infos
-            .iter()
-            .map(|t| {
-                json!({
-                    "name": t.name, "path": t.path, "version": t.version, "rows": t.rows,
-                    "files": t.files, "bytes": t.bytes, "partition_columns": t.partition_columns,
-                })
-            })
-            .collect();
-        return print(&serde_json::to_string_pretty(&rows)?);
+        return print(&serde_json::to_string_pretty(&infos)?);
     }
     let rows: Vec<Vec<String>> = infos
         .iter()

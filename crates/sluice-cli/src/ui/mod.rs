@@ -86,16 +86,19 @@ fn failure(code: StatusCode, title: &str, text: &str) -> Response {
     (code, Html(pages::problem(title, text))).into_response()
 }
 
-/// A library error as a page: what the user asked for that is not there
-/// is a 404, the rest a 500; the message is the library's.
-fn error_page(e: sluice::Error) -> Response {
-    let code = match e {
+/// What the user asked for that is not there is a 404, the rest a 500.
+fn status_of(e: &sluice::Error) -> StatusCode {
+    match e {
         sluice::Error::InvalidInput(_) | sluice::Error::ArtifactNotFound(_) => {
             StatusCode::NOT_FOUND
         }
         _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    failure(code, "Cannot show this", &e.to_string())
+    }
+}
+
+/// A library error as a page, with the library's message.
+fn error_page(e: sluice::Error) -> Response {
+    failure(status_of(&e), "Cannot show this", &e.to_string())
 }
 
 async fn style() -> impl IntoResponse {
@@ -153,13 +156,7 @@ fn json_of<T: serde::Serialize>(value: sluice::Result<T>) -> Response {
     match value {
         Ok(v) => Json(v).into_response(),
         Err(e) => {
-            let code = match e {
-                sluice::Error::InvalidInput(_) | sluice::Error::ArtifactNotFound(_) => {
-                    StatusCode::NOT_FOUND
-                }
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            (code, Json(serde_json::json!({ "error": e.to_string() }))).into_response()
+            (status_of(&e), Json(serde_json::json!({ "error": e.to_string() }))).into_response()
         }
     }
 }
@@ -173,16 +170,5 @@ async fn run_api(State(lake): State<Shared>, Path(id): Path<String>) -> Response
 }
 
 async fn tables_api(State(lake): State<Shared>) -> Response {
-    let infos = lake.table_infos().await.map(|infos| {
-        infos
-            .into_iter()
-            .map(|t| {
-                serde_json::json!({
-                    "name": t.name, "path": t.path, "version": t.version, "rows": t.rows,
-                    "files": t.files, "bytes": t.bytes, "partition_columns": t.partition_columns,
-                })
-            })
-            .collect::<Vec<_>>()
-    });
-    json_of(infos)
+    json_of(lake.table_infos().await)
 }

@@ -81,7 +81,7 @@ pub struct InitReport {
 }
 
 /// Size and shape of one table, as `sluice tables` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TableInfo {
     /// Short name.
     pub name: String,
